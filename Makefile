@@ -1,0 +1,37 @@
+# Set-up and everyday commands. Each target creates or updates the virtualenv it needs.
+#   make quickstart   venv + install + train the quickstart recipe on the embedded dataset
+#   make test         venv + test extras + the test suite
+# TORCH_SPEC picks the torch build (GPU users: make quickstart TORCH_SPEC=torch==2.13.0+cu126 ...).
+
+PYTHON     ?= python3
+VENV       ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+PYTEST_ARGS ?=
+BIN        := $(VENV)/bin
+
+.PHONY: quickstart test venv clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# Re-install when the project metadata changes.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $@
+
+venv: $(VENV)/.installed
+
+quickstart: $(VENV)/.installed
+	$(BIN)/gnnkit run recipes/quickstart.yaml
+
+test: $(VENV)/.installed-test
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info

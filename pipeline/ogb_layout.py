@@ -1,0 +1,349 @@
+"""OGB's raw on-disk layout for node-property datasets: read it with OGB's own readers, write it.
+
+Layout (as produced by OGB's downloads and ``ogb.io.DatasetSaver``)::
+
+    <folder>/meta.json                         OGB's meta_dict keys (for folders given by path)
+    <folder>/raw/edge.csv.gz                   CSV layout: one "src,dst" line per edge
+    <folder>/raw/num-node-list.csv.gz, num-edge-list.csv.gz
+    <folder>/raw/node-feat.csv.gz              optional
+    <folder>/raw/node-label.csv.gz
+    <folder>/raw/data.npz, node-label.npz      binary layout instead of the CSV files
+    <folder>/split/<scheme>/{train,valid,test}.csv.gz   (or split_dict.pt from DatasetSaver)
+
+Reading goes through ``ogb.io.read_graph_raw`` (never OGB's dataset classes, which prompt on stdin
+and unpickle their ``processed/`` cache). Every problem raises :class:`DatasetError` naming the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pipeline.errors import DatasetError
+from pipeline.graph import SPLITS
+
+#: meta.json keys a folder must provide (OGB's meta_dict names).
+REQUIRED_META = (
+    "num tasks",
+    "num classes",
+    "task type",
+    "eval metric",
+    "add_inverse_edge",
+    "has_node_attr",
+    "split",
+    "binary",
+)
+TASK_TYPES = ("multiclass classification", "binary classification")
+EVAL_METRICS = ("acc", "rocauc")
+
+
+@dataclass
+class RawGraph:
+    """What an OGB folder holds, as numpy arrays, before canonicalisation.
+
+    Attributes:
+        edge_index: ``[2, E]`` int64 (source, destination), inverse edges added if meta says so.
+        num_nodes: N.
+        node_feat: ``[N, F]`` features or ``None``.
+        labels: ``[N, T]`` labels as stored (float with NaN for unlabelled, or int).
+        split: ``train``/``valid``/``test`` index arrays.
+        meta: Normalised meta dict (see :func:`normalise_meta`).
+        files: Which file each part came from, for error messages.
+        extra: Additional node arrays (``node_year``, ``node_species``, ...).
+    """
+
+    edge_index: np.ndarray
+    num_nodes: int
+    node_feat: np.ndarray | None
+    labels: np.ndarray
+    split: dict[str, np.ndarray]
+    meta: dict[str, Any]
+    files: dict[str, str]
+    extra: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _as_bool(value: Any, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if str(value) in ("True", "true", "1"):
+        return True
+    if str(value) in ("False", "false", "0"):
+        return False
+    raise DatasetError(where, f"expected True or False, got {value!r}")
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None or value == "None" or value == "":
+        return []
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    return [v for v in str(value).split(",") if v]
+
+
+def normalise_meta(raw: dict[str, Any], where: str) -> dict[str, Any]:
+    """Check OGB meta_dict keys and convert them to typed values.
+
+    Args:
+        raw: The meta dict as OGB writes it (strings ``'True'``/``'False'``, ints or strings).
+        where: File name for error messages.
+
+    Returns:
+        A dict with ``num_tasks``, ``num_classes``, ``task_type``, ``eval_metric``,
+        ``add_inverse_edge``, ``has_node_attr``, ``split``, ``binary``, ``additional_node_files``,
+        ``is_hetero`` and the original dict under ``ogb_meta``.
+    """
+    for key in REQUIRED_META:
+        if key not in raw:
+            raise DatasetError(where, f"missing meta key '{key}'")
+    try:
+        num_tasks, num_classes = int(raw["num tasks"]), int(raw["num classes"])
+    except (TypeError, ValueError):
+        raise DatasetError(where, "'num tasks' and 'num classes' must be integers") from None
+    if str(raw["task type"]) not in TASK_TYPES:
+        raise DatasetError(where, f"'task type' must be one of {list(TASK_TYPES)}, got {raw['task type']!r}")
+    if str(raw["eval metric"]) not in EVAL_METRICS:
+        raise DatasetError(where, f"'eval metric' must be one of {list(EVAL_METRICS)}, got {raw['eval metric']!r}")
+    meta = {
+        "num_tasks": num_tasks,
+        "num_classes": num_classes,
+        "task_type": str(raw["task type"]),
+        "eval_metric": str(raw["eval metric"]),
+        "add_inverse_edge": _as_bool(raw["add_inverse_edge"], f"{where}: 'add_inverse_edge'"),
+        "has_node_attr": _as_bool(raw["has_node_attr"], f"{where}: 'has_node_attr'"),
+        "split": str(raw["split"]),
+        "binary": _as_bool(raw["binary"], f"{where}: 'binary'"),
+        "additional_node_files": _as_list(raw.get("additional node files")),
+        "is_hetero": _as_bool(raw.get("is hetero", False), f"{where}: 'is hetero'"),
+        "ogb_meta": {k: (v if isinstance(v, (int, float, bool)) else str(v)) for k, v in raw.items()},
+    }
+    if meta["is_hetero"]:
+        raise DatasetError(where, "heterogeneous graphs ('is hetero': True) are not supported")
+    return meta
+
+
+def read_meta_json(folder: Path) -> dict[str, Any]:
+    """Read and normalise ``<folder>/meta.json``."""
+    path = folder / "meta.json"
+    if not path.is_file():
+        raise DatasetError(path, "missing: an OGB-format folder needs a meta.json with OGB's meta_dict keys")
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise DatasetError(path, f"not valid JSON ({err.msg} at line {err.lineno})") from None
+    if not isinstance(raw, dict):
+        raise DatasetError(path, "expected a JSON object of meta keys")
+    return normalise_meta(raw, str(path))
+
+
+def raw_files(folder: Path, meta: dict[str, Any]) -> list[Path]:
+    """The files of ``folder`` that make up the dataset (for fingerprinting)."""
+    files = sorted(p for p in (folder / "raw").rglob("*") if p.is_file())
+    split_dir = folder / "split" / meta["split"]
+    files += sorted(p for p in split_dir.rglob("*") if p.is_file())
+    return files
+
+
+@contextlib.contextmanager
+def _quiet():
+    """OGB's readers print to stdout; keep the CLI's stdout for results."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        yield
+
+
+def _read_csv(path: Path) -> np.ndarray:
+    if not path.is_file():
+        raise DatasetError(path, "missing")
+    try:
+        return pd.read_csv(path, compression="gzip", header=None).values
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, OSError, EOFError) as err:
+        raise DatasetError(path, f"unreadable CSV ({str(err).splitlines()[0]})") from None
+
+
+def _read_split(split_dir: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    pt = split_dir / "split_dict.pt"
+    if not (split_dir / "train.csv.gz").exists() and pt.is_file():
+        return _read_split_pt(pt), {name: str(pt) for name in SPLITS}
+    split, files = {}, {}
+    for name in SPLITS:
+        path = split_dir / f"{name}.csv.gz"
+        values = _read_csv(path)
+        if values.ndim != 2 or values.shape[1] != 1 or values.dtype.kind not in "iu":
+            raise DatasetError(path, "expected one integer node index per line")
+        split[name], files[name] = values[:, 0].astype(np.int64), str(path)
+    return split, files
+
+
+def _read_split_pt(path: Path) -> dict[str, np.ndarray]:
+    """``split_dict.pt`` as DatasetSaver writes it, loaded with the weights-only unpickler."""
+    import torch
+
+    safe = [np.ndarray, np.dtype, np.core.multiarray._reconstruct]  # type: ignore[attr-defined]
+    safe += [type(np.dtype(t)) for t in ("int64", "int32", "uint8")]
+    try:
+        with torch.serialization.safe_globals(safe):
+            loaded = torch.load(path, weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any unpickling failure is a bad file
+        raise DatasetError(path, f"cannot be read with weights_only=True ({type(err).__name__})") from None
+    if not isinstance(loaded, dict):
+        raise DatasetError(path, "expected a dict with train/valid/test")
+    return {k: np.asarray(v, dtype=np.int64).reshape(-1) for k, v in loaded.items() if k in SPLITS}
+
+
+def _read_graph(raw_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    from ogb.io.read_graph_raw import read_binary_graph_raw, read_csv_graph_raw
+
+    if meta["binary"]:
+        if not (raw_dir / "data.npz").is_file():
+            raise DatasetError(raw_dir / "data.npz", "missing (meta.json says 'binary': True)")
+        if meta["add_inverse_edge"]:
+            raise DatasetError(raw_dir / "data.npz", "binary layout cannot use add_inverse_edge")
+        try:
+            with _quiet():
+                return read_binary_graph_raw(str(raw_dir))[0]
+        except (KeyError, ValueError, RuntimeError, OSError) as err:
+            raise DatasetError(raw_dir / "data.npz", f"unreadable ({err})") from None
+    for name in ("edge.csv.gz", "num-node-list.csv.gz", "num-edge-list.csv.gz"):
+        if not (raw_dir / name).is_file():
+            raise DatasetError(raw_dir / name, "missing")
+    extra = [f for f in meta["additional_node_files"] if (raw_dir / f"{f}.csv.gz").exists()]
+    try:
+        with _quiet():
+            return read_csv_graph_raw(
+                str(raw_dir), add_inverse_edge=meta["add_inverse_edge"], additional_node_files=extra
+            )[0]
+    except (pd.errors.ParserError, ValueError, OSError, EOFError) as err:
+        raise DatasetError(raw_dir, f"unreadable raw CSV files ({str(err).splitlines()[0]})") from None
+
+
+def read_ogb_folder(folder: Path, meta: dict[str, Any]) -> RawGraph:
+    """Read an OGB node-property folder with OGB's raw readers.
+
+    Args:
+        folder: The dataset folder (holding ``raw/`` and ``split/``).
+        meta: Normalised meta dict (:func:`normalise_meta`).
+
+    Returns:
+        The raw graph; validation against the canonical contract happens in canonicalisation.
+    """
+    raw_dir = folder / "raw"
+    graph = _read_graph(raw_dir, meta)
+    files = {
+        "edges": str(raw_dir / ("data.npz" if meta["binary"] else "edge.csv.gz")),
+        "features": str(raw_dir / ("data.npz" if meta["binary"] else "node-feat.csv.gz")),
+    }
+    if meta["binary"]:
+        label_path = raw_dir / "node-label.npz"
+        if not label_path.is_file():
+            raise DatasetError(label_path, "missing")
+        with np.load(label_path, allow_pickle=False) as npz:
+            if "node_label" not in npz:
+                raise DatasetError(label_path, "expected an array named 'node_label'")
+            labels = npz["node_label"]
+    else:
+        label_path = raw_dir / "node-label.csv.gz"
+        labels = _read_csv(label_path)
+    files["labels"] = str(label_path)
+    split, split_files = _read_split(folder / "split" / meta["split"])
+    files.update({f"split.{k}": v for k, v in split_files.items()})
+    extra = {
+        k: np.asarray(v) for k, v in graph.items()
+        if k.startswith("node_") and k != "node_feat" and v is not None
+    }
+    return RawGraph(
+        edge_index=np.asarray(graph["edge_index"], dtype=np.int64),
+        num_nodes=int(graph["num_nodes"]),
+        node_feat=graph.get("node_feat"),
+        labels=np.asarray(labels),
+        split=split,
+        meta=meta,
+        files=files,
+        extra=extra,
+    )
+
+
+def _to_csv_gz(path: Path, array: np.ndarray, float_format: str | None = None) -> None:
+    frame = pd.DataFrame(array.reshape(array.shape[0], -1))
+    frame.to_csv(
+        path,
+        header=False,
+        index=False,
+        float_format=float_format,
+        compression={"method": "gzip", "compresslevel": 1, "mtime": 0},
+    )
+
+
+def write_ogb_folder(
+    folder: Path,
+    *,
+    edge_index: np.ndarray,
+    num_nodes: int,
+    labels: np.ndarray,
+    split: dict[str, np.ndarray],
+    meta: dict[str, Any],
+    node_feat: np.ndarray | None = None,
+    binary: bool = False,
+) -> Path:
+    """Write a dataset in OGB's raw layout, atomically (temp folder, then rename).
+
+    Args:
+        folder: Destination; must not exist yet.
+        edge_index: ``[2, E]`` edges as stored (without the inverse edges OGB adds on read).
+        num_nodes: N.
+        labels: ``[N]`` or ``[N, T]`` labels.
+        split: ``train``/``valid``/``test`` index arrays; written to ``split/<meta['split']>/``.
+        meta: OGB meta_dict (``"num tasks"``, ``"eval metric"``, ...); ``binary`` and
+            ``has_node_attr`` are filled in from the arguments.
+        node_feat: Optional ``[N, F]`` features.
+        binary: Write ``data.npz``/``node-label.npz`` instead of CSV files.
+
+    Returns:
+        ``folder``.
+    """
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+    try:
+        raw = tmp / "raw"
+        raw.mkdir()
+        edge_index = np.asarray(edge_index, dtype=np.int64)
+        labels = np.asarray(labels).reshape(num_nodes, -1)
+        if binary:
+            arrays = {
+                "edge_index": edge_index,
+                "num_nodes_list": np.array([num_nodes], dtype=np.int64),
+                "num_edges_list": np.array([edge_index.shape[1]], dtype=np.int64),
+            }
+            if node_feat is not None:
+                arrays["node_feat"] = node_feat
+            np.savez(raw / "data.npz", **arrays)
+            np.savez(raw / "node-label.npz", node_label=labels)
+        else:
+            _to_csv_gz(raw / "edge.csv.gz", edge_index.T)
+            _to_csv_gz(raw / "num-node-list.csv.gz", np.array([num_nodes]))
+            _to_csv_gz(raw / "num-edge-list.csv.gz", np.array([edge_index.shape[1]]))
+            if node_feat is not None:
+                fmt = "%.6g" if node_feat.dtype.kind == "f" else None
+                _to_csv_gz(raw / "node-feat.csv.gz", node_feat, float_format=fmt)
+            _to_csv_gz(raw / "node-label.csv.gz", labels)
+        split_dir = tmp / "split" / str(meta["split"])
+        split_dir.mkdir(parents=True)
+        for name in SPLITS:
+            _to_csv_gz(split_dir / f"{name}.csv.gz", np.asarray(split[name], dtype=np.int64))
+        full_meta = dict(meta)
+        full_meta.update(binary=str(binary), has_node_attr=str(node_feat is not None))
+        (tmp / "meta.json").write_text(json.dumps(full_meta, indent=2) + "\n")
+        os.rename(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return folder
