@@ -1,0 +1,25 @@
+"""gnnkit's data pipeline: dataset registry, OGB raw layout, canonical graph, Arrow cache.
+
+It knows nothing of Lightning or models; :mod:`gnnkit` reads data only through this API.
+"""
+
+from pipeline import cache, paths
+from pipeline.cache import CacheEntry
+from pipeline.errors import DatasetError
+from pipeline.graph import CanonicalGraph
+from pipeline.options import PreprocessOptions
+from pipeline.preprocess import preprocess
+from pipeline.registry import DatasetSpec, load_registry, resolve
+
+__all__ = [
+    "cache",
+    "paths",
+    "CacheEntry",
+    "CanonicalGraph",
+    "DatasetError",
+    "DatasetSpec",
+    "PreprocessOptions",
+    "load_registry",
+    "preprocess",
+    "resolve",
+]

@@ -155,8 +155,8 @@ def raw_files(folder: Path, meta: dict[str, Any]) -> list[Path]:
 
 @contextlib.contextmanager
 def _quiet():
-    """OGB's readers print to stdout; keep the CLI's stdout for results."""
-    with contextlib.redirect_stdout(io.StringIO()):
+    """OGB's readers print and draw bars; keep the CLI's output for gnnkit's own progress."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         yield
 
 

@@ -1,0 +1,62 @@
+"""Task metrics through OGB's ``Evaluator``, also for graphs that are not OGB datasets."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from ogb.nodeproppred import Evaluator
+from torch import Tensor
+
+OGB_NAMES = ("ogbn-arxiv", "ogbn-products", "ogbn-proteins", "ogbn-papers100M", "ogbn-mag")
+
+
+class MetricEvaluator(Evaluator):
+    """OGB's node-property ``Evaluator`` for a graph that is not an OGB dataset.
+
+    OGB's ``Evaluator(name)`` accepts only OGB's own names; this runs the same metric code
+    (``acc`` or ``rocauc``) for the metric named in a folder's meta.json, without pretending to be
+    another dataset.
+
+    Args:
+        name: Dataset name (for messages).
+        eval_metric: ``"acc"`` or ``"rocauc"``.
+        num_tasks: Number of label columns.
+    """
+
+    def __init__(self, name: str, eval_metric: str, num_tasks: int) -> None:  # noqa: D107
+        self.name = name
+        self.eval_metric = eval_metric
+        self.num_tasks = num_tasks
+
+    def __repr__(self) -> str:
+        return f"MetricEvaluator({self.name!r}, eval_metric={self.eval_metric!r}, num_tasks={self.num_tasks})"
+
+
+def make_evaluator(name: str, eval_metric: str, num_tasks: int) -> Evaluator:
+    """OGB's own evaluator for OGB datasets, the same metric code for anything else."""
+    if name in OGB_NAMES:
+        return Evaluator(name)
+    return MetricEvaluator(name, eval_metric, num_tasks)
+
+
+def evaluate(evaluator: Evaluator, y_true: Tensor, logits: Tensor) -> float:
+    """Score predictions with ``evaluator``.
+
+    Args:
+        evaluator: An OGB-style evaluator.
+        y_true: ``[B]`` class ids or ``[B, T]`` binary labels.
+        logits: ``[B, C]`` class scores or ``[B, T]`` task scores.
+
+    Returns:
+        The metric as a float in [0, 1].
+    """
+    if evaluator.eval_metric == "acc":
+        y_pred = logits.argmax(dim=-1, keepdim=True)
+        y_true = y_true.view(-1, 1)
+    else:
+        y_pred = logits
+    if y_true.numel() == 0:
+        return float("nan")
+    result = evaluator.eval({"y_true": y_true.cpu(), "y_pred": y_pred.detach().cpu()})
+    value = result[evaluator.eval_metric]
+    return float(np.asarray(value)) if not isinstance(value, torch.Tensor) else float(value)

@@ -1,0 +1,156 @@
+"""The LightningModule for node classification on gnnkit's graph batches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from torch import Tensor, nn
+from torch_geometric.data import Data
+
+from gnnkit.metrics import evaluate, make_evaluator
+from gnnkit.models.node_gnn import NodeGNN, resolve_model
+
+STAGES = ("train", "val", "test")
+
+
+def batch_targets(batch: Data) -> Tensor:
+    """Local indices of the nodes whose predictions count in ``batch``.
+
+    Full-graph batches carry ``target`` (the split's node ids); neighbour-sampled batches put their
+    ``batch_size`` seed nodes first.
+    """
+    target = getattr(batch, "target", None)
+    if target is not None:
+        return target
+    return torch.arange(batch.batch_size, device=batch.y.device)
+
+
+class NodeClassifier(pl.LightningModule):
+    """Node classification (multi-class, or multi-task binary) with OGB's metrics.
+
+    ``in_channels``, ``out_channels``, ``num_nodes`` and the ``task`` come from the datamodule
+    (linked automatically by ``gnnkit run``).
+
+    Args:
+        model: Architecture: ``"gcn"``, ``"sage"``, ``"gat"`` or ``"mlp"``.
+        hidden_channels: Hidden width.
+        num_layers: Number of layers.
+        dropout: Dropout between layers.
+        batch_norm: BatchNorm between layers.
+        heads: GAT attention heads.
+        lr: Adam learning rate.
+        weight_decay: Adam weight decay.
+        in_channels: Node feature width (0 for a featureless graph, which needs ``embedding_dim``).
+        out_channels: Number of classes (multi-class) or tasks (multi-task).
+        num_nodes: Number of nodes (for the learnable embedding table).
+        embedding_dim: Width of a learnable per-node embedding, concatenated to the features
+            (or replacing them when there are none); 0 = none.
+        task: ``{"name", "eval_metric", "num_tasks", "task_type"}`` of the dataset.
+        full_batch: Train on the whole graph each step (enables GCN's normalisation cache).
+    """
+
+    def __init__(
+        self,
+        model: str = "sage",
+        hidden_channels: int = 256,
+        num_layers: int = 3,
+        dropout: float = 0.5,
+        batch_norm: bool = True,
+        heads: int = 1,
+        lr: float = 0.01,
+        weight_decay: float = 0.0,
+        in_channels: int = 0,
+        out_channels: int = 2,
+        num_nodes: int = 0,
+        embedding_dim: int = 0,
+        task: dict[str, Any] | None = None,
+        full_batch: bool = False,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.task = task or {"name": "unknown", "eval_metric": "acc", "num_tasks": 1,
+                             "task_type": "multiclass classification"}
+        self.multiclass = self.task["task_type"] == "multiclass classification"
+        if in_channels == 0 and embedding_dim == 0:
+            raise ValueError(
+                "model.embedding_dim: the dataset has no node features; set an embedding width "
+                "(e.g. --model.embedding_dim 64)"
+            )
+        if embedding_dim and num_nodes <= 0:
+            raise ValueError("model.num_nodes: a learnable embedding needs the number of nodes")
+        self.embedding = nn.Embedding(num_nodes, embedding_dim) if embedding_dim else None
+        self.gnn = NodeGNN(
+            resolve_model(model), in_channels + embedding_dim, hidden_channels, out_channels,
+            num_layers=num_layers, dropout=dropout, batch_norm=batch_norm, heads=heads,
+            cached=full_batch,
+        )
+        self.evaluator = make_evaluator(self.task["name"], self.task["eval_metric"], self.task["num_tasks"])
+        self._outputs: dict[str, list[tuple[Tensor, Tensor]]] = {s: [] for s in STAGES}
+
+    @property
+    def num_params(self) -> int:
+        """Number of trainable parameters."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    def node_input(self, batch: Data) -> Tensor:
+        """Features of the batch's nodes, with the learnable embedding attached if any."""
+        parts = []
+        if batch.x is not None and self.hparams.in_channels:
+            parts.append(batch.x)
+        if self.embedding is not None:
+            parts.append(self.embedding(batch.n_id))
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+
+    def forward(self, batch: Data) -> Tensor:
+        """Logits for the batch's target nodes."""
+        out = self.gnn(self.node_input(batch), batch.edge_index)
+        return out[batch_targets(batch)]
+
+    def _loss(self, logits: Tensor, y: Tensor) -> Tensor:
+        if self.multiclass:
+            return nn.functional.cross_entropy(logits, y)
+        known = ~torch.isnan(y)
+        return nn.functional.binary_cross_entropy_with_logits(logits[known], y[known])
+
+    def _step(self, batch: Data, stage: str) -> Tensor:
+        logits = self(batch)
+        y = batch.y[batch_targets(batch)]
+        loss = self._loss(logits, y)
+        self.log(f"{stage}_loss", loss, on_step=False, on_epoch=True, batch_size=y.shape[0],
+                 prog_bar=stage != "test")
+        self._outputs[stage].append((y.detach(), logits.detach()))
+        return loss
+
+    def training_step(self, batch: Data, batch_idx: int) -> Tensor:
+        return self._step(batch, "train")
+
+    def validation_step(self, batch: Data, batch_idx: int) -> None:
+        self._step(batch, "val")
+
+    def test_step(self, batch: Data, batch_idx: int) -> None:
+        self._step(batch, "test")
+
+    def _epoch_metric(self, stage: str) -> None:
+        outputs = self._outputs[stage]
+        if not outputs:
+            return
+        y = torch.cat([o[0] for o in outputs])
+        logits = torch.cat([o[1] for o in outputs])
+        outputs.clear()
+        value = evaluate(self.evaluator, y, logits)
+        self.log(f"{stage}_metric", value, prog_bar=True)
+        self.log(f"{stage}_{self.evaluator.eval_metric}", value)
+
+    def on_train_epoch_end(self) -> None:
+        self._epoch_metric("train")
+
+    def on_validation_epoch_end(self) -> None:
+        self._epoch_metric("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._epoch_metric("test")
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)

@@ -1,0 +1,120 @@
+"""The run folder's report: ``report.json`` and ``curves.png`` from a finished run."""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+
+from pipeline.atomic import atomic_write_text
+from pipeline.progress import log, peak_rss_mb
+
+
+class EpochTimer(pl.Callback):
+    """Records the wall time of every training epoch; logs a line per epoch when asked.
+
+    Args:
+        log_lines: Log one summary line per epoch (for non-interactive runs without a bar).
+    """
+
+    def __init__(self, log_lines: bool = False) -> None:
+        self.log_lines = log_lines
+        self.times: list[float] = []
+        self._start = 0.0
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.times.append(time.perf_counter() - self._start)
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._start = time.perf_counter()
+        if trainer.current_epoch > 0:
+            self._log_epoch(trainer, trainer.current_epoch)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._log_epoch(trainer, trainer.current_epoch, force=True)
+
+    def _log_epoch(self, trainer: pl.Trainer, epoch: int, force: bool = False) -> None:
+        """Log the metrics of the epoch just finished (every ~5% of the run, and the last)."""
+        every = max(1, (trainer.max_epochs or 20) // 20)
+        if not self.log_lines or not self.times or not (force or epoch % every == 0):
+            return
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.endswith(("_loss", "_metric"))}
+        shown = " ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items()))
+        log.info("epoch %d/%s %s (%.2fs)", epoch, trainer.max_epochs, shown, self.times[-1])
+
+
+def read_metrics(path: Path) -> list[dict[str, float]]:
+    """Per-epoch rows of a Lightning ``metrics.csv`` (step rows merged by epoch)."""
+    by_epoch: dict[int, dict[str, float]] = {}
+    with open(path, newline="") as handle:
+        for row in csv.DictReader(handle):
+            if row.get("epoch", "") == "":
+                continue
+            epoch = int(float(row["epoch"]))
+            values = {k: float(v) for k, v in row.items() if v not in ("", None) and k not in ("epoch", "step")}
+            by_epoch.setdefault(epoch, {"epoch": epoch}).update(values)
+    return [by_epoch[e] for e in sorted(by_epoch)]
+
+
+def plot_curves(rows: list[dict[str, float]], metric: str, path: Path) -> None:
+    """Loss and metric per epoch (train and validation) as a two-panel PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, suffix, title in ((axes[0], "loss", "loss"), (axes[1], "metric", metric)):
+        for stage in ("train", "val"):
+            points = [(r["epoch"], r[f"{stage}_{suffix}"]) for r in rows if f"{stage}_{suffix}" in r]
+            if points:
+                ax.plot(*zip(*points), label=stage, marker="." if len(points) < 30 else None)
+        ax.set_xlabel("epoch")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def write_report(
+    run_dir: Path,
+    *,
+    trainer: pl.Trainer,
+    model: Any,
+    datamodule: Any,
+    test: float,
+    timer: EpochTimer,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write ``report.json`` and ``curves.png`` into ``run_dir``; returns the report."""
+    metric = model.evaluator.eval_metric
+    rows = read_metrics(run_dir / "metrics.csv") if (run_dir / "metrics.csv").is_file() else []
+    checkpoint = trainer.checkpoint_callback
+    best = checkpoint.best_model_score if checkpoint is not None else None
+    report = {
+        "dataset": datamodule.describe()["name"],
+        "model": model.hparams.model,
+        "metric": metric,
+        "val": None if best is None else round(float(best), 6),
+        "test": round(float(test), 6),
+        "epochs": trainer.current_epoch,
+        "epoch_time_s": round(statistics.median(timer.times), 4) if timer.times else None,
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "num_params": model.num_params,
+        "best_checkpoint": str(checkpoint.best_model_path) if checkpoint is not None else None,
+        "data": datamodule.describe(),
+        **(extra or {}),
+    }
+    atomic_write_text(run_dir / "report.json", json.dumps(report, indent=2) + "\n")
+    if rows:
+        plot_curves(rows, metric, run_dir / "curves.png")
+    return report

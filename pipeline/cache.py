@@ -1,0 +1,236 @@
+"""The preprocessed-graph cache: Arrow IPC arrays + ``manifest.json``, published by rename.
+
+An entry lives at ``<cache_root>/<dataset>/<key>/`` with ``arrays/<name>.arrow`` (one uncompressed
+Arrow IPC file per array, a single flat primitive column in one record batch) and ``manifest.json``
+(declared inputs, shapes, dtypes, SHA-256 checksums, build stats). Entries are built in a hidden
+``.tmp-*`` folder and renamed into place, so a killed preprocess never leaves an entry that looks
+valid. Opening memory-maps the files: arrays become torch tensors without a copy.
+
+Tensors of an opened entry are backed by a read-only mapping: copy before writing in place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from pipeline.errors import DatasetError
+from pipeline.graph import CanonicalGraph
+
+#: Bump when the layout or meaning of cached arrays changes.
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+TMP_PREFIX = ".tmp-"
+
+
+@dataclass
+class CacheEntry:
+    """A published cache entry.
+
+    Attributes:
+        path: The entry folder.
+        manifest: Its parsed ``manifest.json``.
+    """
+
+    path: Path
+    manifest: dict[str, Any]
+
+    @property
+    def key(self) -> str:
+        return self.path.name
+
+    @property
+    def dataset(self) -> str:
+        return self.manifest["inputs"]["dataset"]
+
+    def array(self, name: str) -> torch.Tensor:
+        """Memory-map one array as a (read-only backed) tensor, without copying."""
+        info = self.manifest["arrays"][name]
+        file = self.path / info["file"]
+        table = pa.ipc.open_file(pa.memory_map(str(file), "r"))
+        column = table.get_batch(0).column(0)
+        count = int(np.prod(info["shape"]))
+        if len(column) != count or column.null_count:
+            raise DatasetError(file, f"holds {len(column)} values, manifest says {count}")
+        if count == 0:
+            return torch.from_numpy(np.empty(info["shape"], dtype=info["dtype"]))
+        values = np.frombuffer(column.buffers()[1], dtype=info["dtype"], count=count)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "non-writable tensor": documented above
+            return torch.from_numpy(values.reshape(info["shape"]))
+
+    def open(self) -> CanonicalGraph:
+        """The cached canonical graph, every array memory-mapped."""
+        arrays = self.manifest["arrays"]
+        extra = {n.removeprefix("extra."): self.array(n) for n in arrays if n.startswith("extra.")}
+        return CanonicalGraph(
+            indptr=self.array("indptr"),
+            indices=self.array("indices"),
+            x=self.array("x") if "x" in arrays else None,
+            y=self.array("y"),
+            split={s: self.array(f"split.{s}") for s in ("train", "valid", "test")},
+            meta=dict(self.manifest["meta"]),
+            extra=extra,
+        )
+
+
+def _write_array(path: Path, array: np.ndarray) -> str:
+    """Write one flat Arrow IPC file; returns the SHA-256 of the array's bytes."""
+    flat = np.ascontiguousarray(array).reshape(-1)
+    column = pa.array(flat) if flat.size else pa.array([], type=pa.from_numpy_dtype(flat.dtype))
+    batch = pa.record_batch([column], names=["values"])
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return hashlib.sha256(memoryview(flat).cast("B")).hexdigest()
+
+
+def _fsync_tree(path: Path) -> None:
+    for file in path.rglob("*"):
+        if file.is_file():
+            with open(file, "rb") as handle:
+                os.fsync(handle.fileno())
+
+
+def publish(
+    cache_root: Path,
+    key: str,
+    inputs: dict[str, Any],
+    arrays: dict[str, np.ndarray],
+    meta: dict[str, Any],
+    stats: dict[str, Any] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> CacheEntry:
+    """Write ``arrays`` as a new entry and rename it into place.
+
+    Args:
+        cache_root: The cache folder.
+        key: The fingerprint of ``inputs``.
+        inputs: The declared inputs (recorded in the manifest).
+        arrays: Name -> numpy array (``indptr``, ``indices``, ``y``, ``split.*``, optional ``x``, ``extra.*``).
+        meta: Task meta recorded in the manifest (``num_classes``, ``eval_metric``, ...).
+        stats: Build statistics to record (time, memory).
+        progress: Called with a line per array written.
+
+    Returns:
+        The published entry (an existing one if another process published the same key first).
+    """
+    folder = cache_root / inputs["dataset"]
+    folder.mkdir(parents=True, exist_ok=True)
+    final = folder / key
+    tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{key}-", dir=folder))
+    try:
+        (tmp / "arrays").mkdir()
+        described = {}
+        for i, (name, array) in enumerate(arrays.items(), 1):
+            if progress:
+                progress(f"writing array {i}/{len(arrays)}: {name} {list(array.shape)} {array.dtype}")
+            file = f"arrays/{name}.arrow"
+            described[name] = {
+                "file": file,
+                "shape": list(array.shape),
+                "dtype": str(array.dtype),
+                "sha256": _write_array(tmp / file, array),
+                "bytes": int(array.nbytes),
+            }
+        manifest = {
+            "schema_version": SCHEMA_VERSION,
+            "key": key,
+            "inputs": inputs,
+            "arrays": described,
+            "meta": meta,
+            "stats": stats or {},
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        _fsync_tree(tmp)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not (final / MANIFEST).is_file():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)  # someone else published the same key
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return load_entry(final)
+
+
+def load_entry(path: Path) -> CacheEntry:
+    """Read an entry's manifest (no array is touched)."""
+    file = path / MANIFEST
+    try:
+        manifest = json.loads(file.read_text())
+    except (OSError, ValueError) as err:
+        raise DatasetError(file, f"unreadable manifest ({err})") from None
+    if manifest.get("schema_version") != SCHEMA_VERSION or manifest.get("key") != path.name:
+        raise DatasetError(file, f"not a schema-{SCHEMA_VERSION} entry for key {path.name}")
+    return CacheEntry(path, manifest)
+
+
+def lookup(cache_root: Path, dataset: str, key: str) -> CacheEntry | None:
+    """The published entry for ``(dataset, key)``, or ``None``."""
+    path = cache_root / dataset / key
+    if not (path / MANIFEST).is_file():
+        return None
+    return load_entry(path)
+
+
+def entries(cache_root: Path) -> list[CacheEntry | Path]:
+    """Every entry below ``cache_root``; unreadable ones are returned as their path."""
+    found: list[CacheEntry | Path] = []
+    if not cache_root.is_dir():
+        return found
+    for dataset in sorted(p for p in cache_root.iterdir() if p.is_dir()):
+        for path in sorted(p for p in dataset.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            try:
+                found.append(load_entry(path))
+            except DatasetError:
+                found.append(path)
+    return found
+
+
+def verify(entry: CacheEntry) -> list[str]:
+    """Recompute every array's checksum; returns the problems found (empty = intact)."""
+    problems = []
+    for name, info in entry.manifest["arrays"].items():
+        try:
+            tensor = entry.array(name)
+        except (OSError, pa.ArrowException, DatasetError, ValueError) as err:
+            problems.append(f"{info['file']}: unreadable ({str(err).splitlines()[0]})")
+            continue
+        digest = hashlib.sha256(memoryview(tensor.numpy().reshape(-1)).cast("B")).hexdigest()
+        if digest != info["sha256"]:
+            problems.append(f"{info['file']}: checksum mismatch")
+    return problems
+
+
+def clear(cache_root: Path, dataset: str | None = None) -> int:
+    """Delete all entries (or one dataset's) and leftover temp folders; returns folders removed."""
+    if not cache_root.is_dir():
+        return 0
+    targets = [cache_root / dataset] if dataset else [p for p in cache_root.iterdir() if p.is_dir()]
+    removed = 0
+    for target in targets:
+        if target.is_dir():
+            removed += sum(1 for p in target.iterdir() if p.is_dir())
+            shutil.rmtree(target)
+    return removed
+
+
+def stale_temps(cache_root: Path) -> list[Path]:
+    """Temp folders left behind by killed preprocess runs (never mistaken for entries)."""
+    if not cache_root.is_dir():
+        return []
+    return sorted(p for d in cache_root.iterdir() if d.is_dir() for p in d.glob(f"{TMP_PREFIX}*"))

@@ -1,0 +1,48 @@
+"""Preprocessing options: everything that changes the canonical graph, hence part of the cache key."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from pipeline.errors import DatasetError
+
+SELF_LOOP_MODES = ("keep", "remove")
+
+
+@dataclass(frozen=True)
+class PreprocessOptions:
+    """How raw edges become the canonical CSR.
+
+    Args:
+        undirected: Add the reverse of every edge and drop duplicate edges (OGB's GCN/SAGE
+            examples symmetrise ogbn-arxiv the same way). Default ``False``.
+        self_loops: ``"keep"`` self loops as stored, or ``"remove"`` them. Default ``"keep"``.
+    """
+
+    undirected: bool = False
+    self_loops: str = "keep"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.undirected, bool):
+            raise DatasetError("preprocess.undirected", f"expected true or false, got {self.undirected!r}")
+        if self.self_loops not in SELF_LOOP_MODES:
+            raise DatasetError(
+                "preprocess.self_loops", f"expected one of {list(SELF_LOOP_MODES)}, got {self.self_loops!r}"
+            )
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any] | None, where: str) -> PreprocessOptions:
+        """Build from a registry/recipe mapping, naming an unknown field in the error."""
+        values = dict(values or {})
+        known = {f.name for f in fields(cls)}
+        for key in values:
+            if key not in known:
+                raise DatasetError(f"{where}.{key}", f"unknown preprocessing option; expected one of {sorted(known)}")
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> PreprocessOptions:
+        """A copy with the non-``None`` values of ``changes`` applied."""
+        merged = asdict(self)
+        merged.update({k: v for k, v in changes.items() if v is not None})
+        return PreprocessOptions(**merged)

@@ -1,0 +1,31 @@
+"""Where gnnkit keeps raw datasets and the preprocessed cache.
+
+``GNNKIT_HOME`` (default ``$XDG_CACHE_HOME/gnnkit`` or ``~/.cache/gnnkit``) holds ``data/`` (raw OGB
+folders, downloaded or generated) and ``cache/`` (preprocessed Arrow entries). ``GNNKIT_DATA_ROOT``
+and ``GNNKIT_CACHE`` override each part.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def gnnkit_home() -> Path:
+    """The root of gnnkit's per-user state."""
+    if "GNNKIT_HOME" in os.environ:
+        return Path(os.environ["GNNKIT_HOME"]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "gnnkit"
+
+
+def data_root() -> Path:
+    """Folder of raw datasets in OGB's layout."""
+    env = os.environ.get("GNNKIT_DATA_ROOT")
+    return Path(env).expanduser() if env else gnnkit_home() / "data"
+
+
+def cache_root() -> Path:
+    """Folder of preprocessed cache entries."""
+    env = os.environ.get("GNNKIT_CACHE")
+    return Path(env).expanduser() if env else gnnkit_home() / "cache"

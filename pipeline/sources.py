@@ -1,0 +1,110 @@
+"""Where a registry entry's raw OGB folder comes from: OGB's download, the generator, or a path.
+
+Every source ends in the same thing, a folder in OGB's raw layout plus its normalised meta, which
+:mod:`pipeline.preprocess` reads with OGB's raw readers.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from pipeline.errors import DatasetError
+from pipeline.fingerprint import cache_key
+from pipeline.ogb_layout import normalise_meta, read_meta_json
+from pipeline.registry import DatasetSpec, synthetic_spec
+
+
+@dataclass(frozen=True)
+class SourceFolder:
+    """A located raw dataset.
+
+    Attributes:
+        folder: The OGB-layout folder (``raw/``, ``split/``).
+        meta: Normalised meta (:func:`pipeline.ogb_layout.normalise_meta`).
+        version: The source's version string (part of the cache key).
+    """
+
+    folder: Path
+    meta: dict[str, Any]
+    version: str
+
+
+def ogb_meta(name: str) -> dict[str, Any]:
+    """OGB's own meta_dict for an ``ogbn-*`` dataset, from the ``ogb`` package's master.csv."""
+    import ogb.nodeproppred as nodeproppred
+    import pandas as pd
+
+    master = pd.read_csv(
+        Path(nodeproppred.__file__).parent / "master.csv", index_col=0, keep_default_na=False
+    )
+    if name not in master:
+        raise DatasetError("dataset", f"'{name}' is not an OGB node-property dataset; OGB has {list(master)}")
+    return dict(master[name])
+
+
+def _download_ogb(name: str, info: dict[str, Any], folder: Path, say: Callable[[str], None]) -> None:
+    """Fetch and unpack OGB's zip into ``folder`` (no stdin prompt, atomic rename)."""
+    from ogb.utils.url import download_url, extract_zip
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.download-", dir=folder.parent))
+    try:
+        say(f"downloading {info['url']}")
+        try:
+            archive = download_url(info["url"], str(tmp), log=False)
+        except Exception as err:  # noqa: BLE001 - network errors come in many types
+            raise DatasetError(
+                folder, f"{name} is not on disk and could not be downloaded ({type(err).__name__}: {err}); "
+                f"place OGB's '{info['download_name']}' folder here"
+            ) from None
+        extract_zip(archive, str(tmp), log=False)
+        shutil.move(str(tmp / info["download_name"]), str(folder))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _ogb(spec: DatasetSpec, data_root: Path, say: Callable[[str], None]) -> SourceFolder:
+    info = ogb_meta(spec.name)
+    folder = data_root / spec.name.replace("-", "_")
+    meta = normalise_meta(info, f"ogb master.csv [{spec.name}]")
+    marker = "data.npz" if meta["binary"] else "edge.csv.gz"
+    if not (folder / "raw" / marker).exists():
+        _download_ogb(spec.name, info, folder, say)
+    return SourceFolder(folder, meta, f"ogb-{info.get('version', '1')}")
+
+
+def _synthetic(spec: DatasetSpec, data_root: Path, say: Callable[[str], None]) -> SourceFolder:
+    from pipeline import synthetic
+
+    gen = synthetic_spec(spec)
+    version = f"synthetic-{synthetic.GENERATOR_VERSION}"
+    folder = data_root / "synthetic" / f"{spec.name}-{cache_key({'v': version, **asdict(gen)})[:12]}"
+    if not (folder / "meta.json").is_file():
+        say(f"generating {spec.name} in OGB's raw layout at {folder}")
+        try:
+            synthetic.generate(folder, gen, progress=say)
+        except FileExistsError:
+            pass  # generated concurrently by another process
+    return SourceFolder(folder, read_meta_json(folder), version)
+
+
+def _ogb_dir(spec: DatasetSpec, data_root: Path, say: Callable[[str], None]) -> SourceFolder:
+    assert spec.path is not None
+    if not spec.path.is_dir():
+        raise DatasetError(spec.path, "no such folder (expected an OGB-format dataset folder)")
+    meta = read_meta_json(spec.path)
+    return SourceFolder(spec.path, meta, f"ogb-dir-{meta['ogb_meta'].get('version', '1')}")
+
+
+_LOCATORS = {"ogb": _ogb, "synthetic": _synthetic, "ogb-dir": _ogb_dir}
+
+
+def locate(
+    spec: DatasetSpec, data_root: Path, progress: Callable[[str], None] | None = None
+) -> SourceFolder:
+    """Make sure the raw folder of ``spec`` exists on disk and return it with its meta."""
+    return _LOCATORS[spec.source](spec, data_root, progress or (lambda _msg: None))
