@@ -187,7 +187,8 @@ def _read_split_pt(path: Path) -> dict[str, np.ndarray]:
     """``split_dict.pt`` as DatasetSaver writes it, loaded with the weights-only unpickler."""
     import torch
 
-    safe = [np.ndarray, np.dtype, np.core.multiarray._reconstruct]  # type: ignore[attr-defined]
+    reconstruct = np._core.multiarray._reconstruct  # numpy >= 2; pickles may name numpy.core too
+    safe: list = [np.ndarray, np.dtype, reconstruct, (reconstruct, "numpy.core.multiarray._reconstruct")]
     safe += [type(np.dtype(t)) for t in ("int64", "int32", "uint8")]
     try:
         with torch.serialization.safe_globals(safe):
@@ -272,7 +273,7 @@ def read_ogb_folder(folder: Path, meta: dict[str, Any]) -> RawGraph:
 
 
 def _to_csv_gz(path: Path, array: np.ndarray, float_format: str | None = None) -> None:
-    frame = pd.DataFrame(array.reshape(array.shape[0], -1))
+    frame = pd.DataFrame(array.reshape(array.shape[0], -1) if array.size else array.reshape(0, 1))
     frame.to_csv(
         path,
         header=False,

@@ -39,7 +39,10 @@ class PreprocessOptions:
         for key in values:
             if key not in known:
                 raise DatasetError(f"{where}.{key}", f"unknown preprocessing option; expected one of {sorted(known)}")
-        return cls(**values)
+        try:
+            return cls(**values)
+        except DatasetError as err:
+            raise DatasetError(f"{where}.{err.where.rsplit('.', 1)[-1]}", err.problem) from None
 
     def replace(self, **changes: Any) -> PreprocessOptions:
         """A copy with the non-``None`` values of ``changes`` applied."""

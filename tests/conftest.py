@@ -1,0 +1,75 @@
+"""Shared fixtures: an isolated GNNKIT_HOME per test session and small OGB-format folders."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+from pipeline.ogb_layout import write_ogb_folder
+
+
+@pytest.fixture(scope="session", autouse=True)
+def gnnkit_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every test session gets its own data and cache folders (never the user's)."""
+    home = tmp_path_factory.mktemp("gnnkit-home")
+    old = {k: os.environ.get(k) for k in ("GNNKIT_HOME", "GNNKIT_DATA_ROOT", "GNNKIT_CACHE", "GNNKIT_REGISTRY")}
+    os.environ["GNNKIT_HOME"] = str(home)
+    for key in ("GNNKIT_DATA_ROOT", "GNNKIT_CACHE", "GNNKIT_REGISTRY"):
+        os.environ.pop(key, None)
+    yield home
+    for key, value in old.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+OGB_META = {
+    "num tasks": 1,
+    "num classes": 4,
+    "task type": "multiclass classification",
+    "eval metric": "acc",
+    "add_inverse_edge": "False",
+    "split": "random",
+    "additional node files": "None",
+    "additional edge files": "None",
+    "is hetero": "False",
+    "version": 1,
+}
+
+
+def graph_arrays(num_nodes: int = 200, num_edges: int = 1000, num_features: int = 8, seed: int = 0) -> dict[str, Any]:
+    """A small random graph with community labels, as write_ogb_folder's arguments."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 4, num_nodes)
+    src = rng.integers(0, num_nodes, num_edges)
+    dst = rng.integers(0, num_nodes, num_edges)
+    perm = rng.permutation(num_nodes)
+    a, b = int(0.6 * num_nodes), int(0.8 * num_nodes)
+    x = (np.eye(4)[labels] @ rng.standard_normal((4, num_features)) + rng.standard_normal((num_nodes, num_features)))
+    return {
+        "edge_index": np.stack([src, dst]),
+        "num_nodes": num_nodes,
+        "labels": labels,
+        "split": {"train": perm[:a], "valid": perm[a:b], "test": perm[b:]},
+        "meta": dict(OGB_META),
+        "node_feat": x.astype(np.float32) if num_features else None,
+    }
+
+
+@pytest.fixture
+def make_ogb_folder(tmp_path: Path) -> Callable[..., Path]:
+    """Write an OGB-format folder; keyword arguments replace parts of :func:`graph_arrays`."""
+    counter = iter(range(10**6))
+
+    def make(binary: bool = False, meta_changes: dict[str, Any] | None = None, **changes: Any) -> Path:
+        parts = graph_arrays()
+        parts.update(changes)
+        parts["meta"] = {**parts["meta"], **(meta_changes or {})}
+        return write_ogb_folder(tmp_path / f"ogb-{next(counter)}", binary=binary, **parts)
+
+    return make

@@ -1,0 +1,51 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from gnnkit.cli import main
+
+
+def test_datasets_lists_the_registry(capsys):
+    assert main(["datasets"]) == 0
+    out = capsys.readouterr().out
+    assert "ogbn-products" in out and "synthetic-arxiv" in out and "cache:" in out
+
+
+def test_preprocess_then_hit_then_verify_then_clear(capsys, make_ogb_folder):
+    folder = make_ogb_folder()
+    assert main(["preprocess", str(folder)]) == 0
+    first = capsys.readouterr().out.strip().splitlines()
+    assert "200 nodes" in first[0] and "peak memory" in first[0]
+    assert main(["preprocess", str(folder)]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == first[-1]
+    assert main(["cache", "verify"]) == 0
+    assert "OK" in capsys.readouterr().out
+    arrays = list((__import__("pathlib").Path(first[-1]) / "arrays").iterdir())
+    arrays[0].write_bytes(arrays[0].read_bytes()[:-9] + b"corrupted")
+    assert main(["cache", "verify"]) == 1
+    assert "CORRUPT" in capsys.readouterr().out
+    assert main(["cache", "clear", folder.name]) == 0
+
+
+def test_unknown_dataset_is_one_clear_line(capsys):
+    assert main(["preprocess", "ogbn-prodcts"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "unknown dataset 'ogbn-prodcts'" in err and "did you mean 'ogbn-products'" in err
+
+
+def test_bad_folder_is_one_clear_line(capsys, make_ogb_folder):
+    folder = make_ogb_folder()
+    meta = json.loads((folder / "meta.json").read_text())
+    del meta["eval metric"]
+    (folder / "meta.json").write_text(json.dumps(meta))
+    assert main(["preprocess", str(folder)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"gnnkit: error: {folder}/meta.json: missing meta key 'eval metric'"
+
+
+def test_console_script_help():
+    out = subprocess.run([sys.executable, "-m", "gnnkit.cli", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "preprocess" in out.stdout

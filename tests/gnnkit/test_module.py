@@ -1,0 +1,56 @@
+import lightning.pytorch as pl
+import pytest
+import torch
+
+from gnnkit.data.datamodule import GraphDataModule
+from gnnkit.module import NodeClassifier
+
+
+def _module(dm, **kwargs):
+    return NodeClassifier(in_channels=dm.num_features, out_channels=dm.num_classes, num_nodes=dm.num_nodes,
+                          task=dm.task, full_batch=dm.full_batch, **kwargs)
+
+
+def _fit(dm, model, epochs):
+    trainer = pl.Trainer(max_epochs=epochs, accelerator="cpu", logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(model, datamodule=dm)
+    return trainer.test(model, datamodule=dm, verbose=False)[0]["test_metric"]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return GraphDataModule("synthetic-tiny")
+
+
+def test_gnn_beats_mlp_on_a_synthetic_graph(tiny):
+    pl.seed_everything(0)
+    sage = _fit(tiny, _module(tiny, model="sage", hidden_channels=64, num_layers=2), 40)
+    pl.seed_everything(0)
+    mlp = _fit(tiny, _module(tiny, model="mlp", hidden_channels=64, num_layers=2), 40)
+    assert sage > mlp + 0.05, (sage, mlp)
+
+
+def test_featureless_graph_needs_and_uses_an_embedding(tiny):
+    with pytest.raises(ValueError, match="model.embedding_dim"):
+        NodeClassifier(in_channels=0, out_channels=3, num_nodes=10)
+    model = NodeClassifier(in_channels=0, out_channels=tiny.num_classes, num_nodes=tiny.num_nodes,
+                           embedding_dim=16, task=tiny.task, model="gcn", full_batch=True)
+    batch = next(iter(tiny.train_dataloader()))
+    batch.x = None
+    assert model(batch).shape == (tiny.graph.split["train"].numel(), tiny.num_classes)
+
+
+def test_multitask_binary_loss_skips_missing_labels():
+    task = {"name": "x", "eval_metric": "rocauc", "num_tasks": 3, "task_type": "binary classification"}
+    model = NodeClassifier(in_channels=4, out_channels=3, task=task)
+    logits = torch.zeros(4, 3)
+    y = torch.tensor([[1.0, 0.0, float("nan")]] * 4)
+    assert torch.isfinite(model._loss(logits, y))
+
+
+def test_sampled_training_runs(tiny):
+    dm = GraphDataModule("synthetic-tiny", batch_size=256, num_neighbors=[5, 5])
+    pl.seed_everything(0)
+    acc = _fit(dm, _module(dm, model="sage", hidden_channels=32, num_layers=2), 3)
+    assert acc > 1.0 / dm.num_classes

@@ -1,0 +1,99 @@
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+
+from pipeline import DatasetError, cache
+
+
+def _publish(root, key="k1", dataset="g", **extra):
+    arrays = {
+        "indptr": np.array([0, 1, 3, 3], dtype=np.int64),
+        "indices": np.array([2, 0, 1], dtype=np.int64),
+        "y": np.array([0, 1, -1], dtype=np.int64),
+        "x": np.arange(12, dtype=np.float32).reshape(3, 4),
+        "split.train": np.array([0], dtype=np.int64),
+        "split.valid": np.array([1], dtype=np.int64),
+        "split.test": np.array([], dtype=np.int64),
+        **extra,
+    }
+    meta = {"num_classes": 2, "num_tasks": 1, "task_type": "multiclass classification", "eval_metric": "acc", "name": dataset}
+    return cache.publish(root, key, {"dataset": dataset}, arrays, meta)
+
+
+def test_publish_then_open_round_trips(tmp_path):
+    entry = _publish(tmp_path)
+    assert entry.path == tmp_path / "g" / "k1"
+    graph = entry.open()
+    assert graph.num_nodes == 3 and graph.num_edges == 3
+    assert torch.equal(graph.x, torch.arange(12, dtype=torch.float32).view(3, 4))
+    assert graph.split["test"].numel() == 0
+    manifest = json.loads((entry.path / "manifest.json").read_text())
+    assert manifest["arrays"]["x"]["shape"] == [3, 4] and manifest["arrays"]["x"]["dtype"] == "float32"
+    assert len(manifest["arrays"]["x"]["sha256"]) == 64
+    assert not cache.stale_temps(tmp_path)
+
+
+def test_open_is_zero_copy(tmp_path):
+    big = np.random.default_rng(0).standard_normal((20000, 64)).astype(np.float32)
+    entry = _publish(tmp_path, x=big, indptr=np.zeros(20001, dtype=np.int64),
+                     y=np.zeros(20000, dtype=np.int64), indices=np.zeros(0, dtype=np.int64))
+    before = pa.total_allocated_bytes()
+    tensor = entry.array("x")
+    assert pa.total_allocated_bytes() == before  # nothing was copied into Arrow's heap
+    assert np.array_equal(tensor.numpy(), big)
+    assert _mapped_file(tensor.data_ptr()) == str(entry.path / "arrays" / "x.arrow")
+
+
+def _mapped_file(address):
+    """The file whose memory mapping holds ``address`` (Linux /proc/self/maps)."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            lo, hi = (int(v, 16) for v in fields[0].split("-"))
+            if lo <= address < hi:
+                return fields[5] if len(fields) > 5 else None
+    return None
+
+
+def test_verify_detects_corruption(tmp_path):
+    entry = _publish(tmp_path)
+    assert cache.verify(entry) == []
+    path = entry.path / "arrays" / "x.arrow"
+    data = bytearray(path.read_bytes())
+    offset = data.find(np.float32(5).tobytes())
+    data[offset:offset + 4] = np.float32(99).tobytes()
+    path.write_bytes(bytes(data))
+    assert cache.verify(entry) == ["arrays/x.arrow: checksum mismatch"]
+
+
+def test_truncated_array_is_reported(tmp_path):
+    entry = _publish(tmp_path)
+    path = entry.path / "arrays" / "indices.arrow"
+    path.write_bytes(path.read_bytes()[:40])
+    problems = cache.verify(entry)
+    assert problems and problems[0].startswith("arrays/indices.arrow: unreadable")
+
+
+def test_temp_folders_are_never_entries(tmp_path):
+    (tmp_path / "g" / ".tmp-k1-abc" / "arrays").mkdir(parents=True)
+    assert cache.lookup(tmp_path, "g", "k1") is None
+    assert cache.entries(tmp_path) == []
+    assert cache.stale_temps(tmp_path) == [tmp_path / "g" / ".tmp-k1-abc"]
+    assert cache.clear(tmp_path) == 1 and not (tmp_path / "g").exists()
+
+
+def test_failed_write_leaves_nothing(tmp_path):
+    with pytest.raises(Exception):
+        _publish(tmp_path, **{"extra.bad": np.array([object()], dtype=object)})
+    assert cache.lookup(tmp_path, "g", "k1") is None
+    assert cache.stale_temps(tmp_path) == []
+
+
+def test_manifest_for_another_key_is_refused(tmp_path):
+    entry = _publish(tmp_path)
+    entry.path.rename(tmp_path / "g" / "k2")
+    with pytest.raises(DatasetError, match="manifest.json"):
+        cache.load_entry(tmp_path / "g" / "k2")

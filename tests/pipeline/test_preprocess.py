@@ -1,0 +1,92 @@
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from pipeline import DatasetError, PreprocessOptions, cache, preprocess
+
+
+def test_second_run_is_a_cache_hit(make_ogb_folder, tmp_path):
+    folder = make_ogb_folder()
+    root = tmp_path / "cache"
+    first = preprocess(str(folder), cache_root=root)
+    start = time.perf_counter()
+    second = preprocess(str(folder), cache_root=root)
+    assert time.perf_counter() - start < 1.0
+    assert second.path == first.path
+    assert first.manifest["stats"]["build_s"] >= 0 and first.manifest["stats"]["peak_rss_mb"] > 0
+
+
+def test_key_ignores_location_and_mtime_but_not_content_or_options(make_ogb_folder, tmp_path):
+    folder = make_ogb_folder()
+    root = tmp_path / "cache"
+    key = preprocess(str(folder), cache_root=root).key
+    moved = tmp_path / "elsewhere" / folder.name
+    shutil.copytree(folder, moved)
+    os.utime(moved / "raw" / "edge.csv.gz", (1, 1))
+    assert preprocess(str(moved), cache_root=root).key == key
+    assert preprocess(str(moved), PreprocessOptions(undirected=True), cache_root=root).key != key
+    other = make_ogb_folder(labels=np.ones(200, dtype=int))
+    dest = tmp_path / "third" / folder.name
+    shutil.copytree(other, dest)
+    assert preprocess(str(dest), cache_root=root).key != key
+
+
+def test_bad_folder_publishes_nothing(make_ogb_folder, tmp_path):
+    folder = make_ogb_folder(edge_index=np.array([[0, 500], [1, 2]]))
+    root = tmp_path / "cache"
+    with pytest.raises(DatasetError, match="edge.csv.gz"):
+        preprocess(str(folder), cache_root=root)
+    assert cache.entries(root) == [] and cache.stale_temps(root) == []
+
+
+def test_force_rebuilds(make_ogb_folder, tmp_path):
+    folder = make_ogb_folder()
+    root = tmp_path / "cache"
+    first = preprocess(str(folder), cache_root=root)
+    created = first.manifest["created"]
+    rebuilt = preprocess(str(folder), cache_root=root, force=True)
+    assert rebuilt.path == first.path and cache.verify(rebuilt) == []
+    assert created  # manifest kept its fields
+
+
+KILL_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from pipeline import preprocess
+    from pipeline.progress import setup_logging
+    setup_logging()
+    preprocess(sys.argv[1], cache_root=Path(sys.argv[2]))
+    """
+)
+
+
+def test_sigkill_during_preprocess_leaves_no_valid_entry(make_ogb_folder, tmp_path):
+    rng = np.random.default_rng(0)
+    n = 400_000
+    folder = make_ogb_folder(
+        binary=True, num_nodes=n, edge_index=rng.integers(0, n, (2, 2_000_000)),
+        labels=rng.integers(0, 4, n), node_feat=rng.standard_normal((n, 64)).astype(np.float32),
+        split={"train": np.arange(0, 1000), "valid": np.arange(1000, 2000), "test": np.arange(2000, 3000)},
+    )
+    root = tmp_path / "cache"
+    proc = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, str(folder), str(root)],
+                            stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        if "writing array 1/" in line:
+            proc.send_signal(signal.SIGKILL)
+            break
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert [e for e in cache.entries(root)] == []
+    assert cache.stale_temps(root), "the killed run's temp folder should be recognisable as stale"
+    entry = preprocess(str(folder), cache_root=root)
+    assert cache.verify(entry) == []
+    assert entry.open().num_nodes == n
