@@ -58,3 +58,20 @@ def test_a_users_ogb_folder_trains_with_only_the_dataset_changed(tmp_path, make_
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads((tmp_path / out.stdout.strip().splitlines()[-1] / "report.json").read_text())
     assert report["dataset"] == folder.name and report["data"]["num_nodes"] == 200
+
+
+def test_every_recipe_parses_with_lightningcli(tmp_path):
+    """Each shipped recipe is a valid LightningCLI config (checked without building the dataset)."""
+    from lightning.pytorch.cli import LightningArgumentParser
+
+    from gnnkit.data.datamodule import GraphDataModule
+    from gnnkit.module import NodeClassifier
+
+    for recipe in sorted((REPO / "recipes").glob("*.yaml")):
+        parser = LightningArgumentParser(exit_on_error=False)
+        parser.add_lightning_class_args(NodeClassifier, "model")
+        parser.add_lightning_class_args(GraphDataModule, "data")
+        parser.add_class_arguments(__import__("lightning").pytorch.Trainer, "trainer")
+        parser.add_argument("--seed_everything", type=int)
+        config = parser.parse_path(str(recipe))
+        assert config.data.dataset, recipe.name
