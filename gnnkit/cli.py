@@ -7,9 +7,17 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline import DatasetError, cache, load_registry, paths, preprocess, resolve
-from pipeline.fingerprint import tree_size
-from pipeline.progress import peak_rss_mb, setup_logging
+from pipeline import (
+    DatasetError,
+    cache,
+    load_registry,
+    paths,
+    peak_rss_mb,
+    preprocess,
+    resolve,
+    setup_logging,
+    tree_size,
+)
 
 
 def _datasets(args: argparse.Namespace) -> int:

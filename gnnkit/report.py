@@ -11,8 +11,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from pipeline.atomic import atomic_write_text
-from pipeline.progress import log, peak_rss_mb
+from pipeline import atomic_write_text, log, peak_rss_mb
 
 
 class EpochTimer(pl.Callback):

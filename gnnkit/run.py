@@ -20,7 +20,7 @@ from lightning.pytorch.loggers import CSVLogger
 from gnnkit.data.datamodule import GraphDataModule
 from gnnkit.module import NodeClassifier
 from gnnkit.report import EpochTimer, write_report
-from pipeline.progress import log, setup_logging
+from pipeline import log, setup_logging
 
 
 class GnnkitCLI(LightningCLI):

@@ -4,11 +4,14 @@ It knows nothing of Lightning or models; :mod:`gnnkit` reads data only through t
 """
 
 from pipeline import cache, paths
+from pipeline.atomic import atomic_write_text
 from pipeline.cache import CacheEntry
 from pipeline.errors import DatasetError
+from pipeline.fingerprint import tree_size
 from pipeline.graph import CanonicalGraph
 from pipeline.options import PreprocessOptions
 from pipeline.preprocess import preprocess
+from pipeline.progress import Stages, log, peak_rss_mb, setup_logging
 from pipeline.registry import DatasetSpec, load_registry, resolve
 
 __all__ = [
@@ -21,5 +24,11 @@ __all__ = [
     "PreprocessOptions",
     "load_registry",
     "preprocess",
+    "Stages",
+    "atomic_write_text",
+    "log",
+    "peak_rss_mb",
     "resolve",
+    "setup_logging",
+    "tree_size",
 ]
