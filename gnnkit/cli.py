@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import time
 from pathlib import Path
@@ -81,6 +82,10 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Modules that add their own subcommands: each has ``add_parser(subparsers)``.
+PLUGINS: tuple[str, ...] = ()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gnnkit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -101,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["list", "verify", "clear"])
     p.add_argument("dataset", nargs="?", help="limit to one dataset")
     p.set_defaults(func=_cache)
+    for name in PLUGINS:
+        importlib.import_module(name).add_parser(sub)
     return parser
 
 
