@@ -17,6 +17,7 @@ from pipeline.graph import (
 )
 from pipeline.ogb_layout import RawGraph
 from pipeline.options import PreprocessOptions
+from pipeline.reorder import node_order
 
 
 def build_csr(
@@ -98,7 +99,8 @@ def canonicalize(
 
     Returns:
         ``(arrays, meta)``: arrays named as the cache stores them (``indptr``, ``indices``, ``x``,
-        ``y``, ``split.<name>``, ``extra.<name>``) and the task meta.
+        ``y``, ``split.<name>``, ``extra.<name>``; ``extra.node_order`` with ``options.reorder``)
+        and the task meta.
 
     Raises:
         DatasetError: Anything that breaks the canonical-graph contract, naming the file.
@@ -125,6 +127,9 @@ def canonicalize(
         if values.shape[0] != n:
             raise DatasetError(f"raw/{name}", f"expected {n} rows, got {values.shape[0]}")
         arrays[f"extra.{name}"] = np.ascontiguousarray(values.reshape(n, -1)[:, 0] if values.ndim == 2 and values.shape[1] == 1 else values)
+    if options.reorder != "none":
+        say(f"ordering nodes ({options.reorder})")
+        arrays["extra.node_order"] = node_order(indptr, indices, options.reorder)
     meta = {
         "num_nodes": n,
         "num_edges": int(indices.size),

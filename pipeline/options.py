@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from pipeline.errors import DatasetError
+from pipeline.reorder import REORDER_METHODS
 
 SELF_LOOP_MODES = ("keep", "remove")
 
@@ -18,10 +19,14 @@ class PreprocessOptions:
         undirected: Add the reverse of every edge and drop duplicate edges (OGB's GCN/SAGE
             examples symmetrise ogbn-arxiv the same way). Default ``False``.
         self_loops: ``"keep"`` self loops as stored, or ``"remove"`` them. Default ``"keep"``.
+        reorder: Graph-aware node numbering stored beside the graph as ``extra.node_order``
+            (``order[v]`` = new number of node ``v``; node ids stay as they are): ``"rcm"``
+            (reverse Cuthill-McKee, :mod:`pipeline.reorder`) or ``"none"``. Default ``"none"``.
     """
 
     undirected: bool = False
     self_loops: str = "keep"
+    reorder: str = "none"
 
     def __post_init__(self) -> None:
         if not isinstance(self.undirected, bool):
@@ -29,6 +34,10 @@ class PreprocessOptions:
         if self.self_loops not in SELF_LOOP_MODES:
             raise DatasetError(
                 "preprocess.self_loops", f"expected one of {list(SELF_LOOP_MODES)}, got {self.self_loops!r}"
+            )
+        if self.reorder not in REORDER_METHODS:
+            raise DatasetError(
+                "preprocess.reorder", f"expected one of {list(REORDER_METHODS)}, got {self.reorder!r}"
             )
 
     @classmethod
