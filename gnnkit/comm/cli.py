@@ -1,0 +1,50 @@
+"""``gnnkit comm plan``: which communication mode wins for a model size, rank count and network."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from gnnkit.comm.costmodel import MODES, Calibration, explain, plan
+
+
+def _plan(args: argparse.Namespace) -> int:
+    cal = Calibration.load(args.calibration, args.network) if args.calibration else Calibration()
+    cal = cal.with_bandwidth(args.bandwidth, args.latency)
+    options = dict(density=args.density, streams=args.streams, powersgd_rank=args.powersgd_rank,
+                   compute_s=args.compute_ms / 1e3)
+    rows = plan(args.params, args.ranks, cal, modes=args.modes, **options)
+    base = next(r for r in rows if r.mode == "allreduce") if "allreduce" in args.modes else rows[-1]
+    link = f"{args.bandwidth:g} Gb/s" if args.bandwidth else f"{8 / cal.beta / 1e9:.2f} Gb/s (calibrated)"
+    print(f"{args.params:,.0f} float32 gradients on {args.ranks} ranks, link {link}, "
+          f"latency {cal.alpha * 1e6:.0f} us, "
+          f"density {args.density}, {args.streams} streams")
+    print(f"{'mode':<16}{'total ms':>10}{'latency':>10}{'bandwidth':>11}{'compute':>10}"
+          f"{'MiB/rank':>10}{'vs allreduce':>14}")
+    for r in rows:
+        print(f"{r.mode:<16}{r.total * 1e3:>10.2f}{r.latency * 1e3:>10.2f}{r.bandwidth * 1e3:>11.2f}"
+              f"{r.compute * 1e3:>10.2f}{r.bytes_per_rank / 2**20:>10.2f}{r.total / base.total:>13.2f}x")
+    print(explain(rows[0], base, args.params, args.ranks, args.density))
+    return 0
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``comm plan`` to the ``gnnkit`` command."""
+    comm = subparsers.add_parser("comm", help="gradient communication tools")
+    sub = comm.add_subparsers(dest="comm_command", required=True)
+    p = sub.add_parser("plan", help="project each mode's communication time per step")
+    p.add_argument("--params", type=float, required=True, help="gradient elements (model parameters)")
+    p.add_argument("--ranks", type=int, required=True, help="number of data-parallel ranks (2..1024)")
+    p.add_argument("--bandwidth", type=float, default=None, help="link bandwidth in Gb/s")
+    p.add_argument("--latency", type=float, default=None, help="per-message latency in seconds")
+    p.add_argument("--density", type=float, default=0.01, help="top-k density")
+    p.add_argument("--streams", type=int, default=2, help="multistream streams")
+    p.add_argument("--powersgd-rank", type=int, default=1)
+    p.add_argument("--compute-ms", type=float, default=0.0, help="forward+backward time DeAR overlaps")
+    p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    p.add_argument("--calibration", type=Path, default=None,
+                   help="JSON from `bench/comm.py --json` (its 'calibration') or Calibration.save")
+    p.add_argument("--network", default=None,
+                   help="which of the benchmark's calibrations (loopback, 1gbit, 10gbit); default the first")
+    p.set_defaults(func=_plan)

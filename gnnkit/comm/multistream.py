@@ -1,0 +1,99 @@
+"""Multi-stream all-reduce: each bucket's parts reduced concurrently on several process groups."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch.futures import Future
+
+from gnnkit.comm.base import Communicator, Slot
+
+
+def split_parts(numel: int, streams: int, min_part: int) -> list[tuple[int, int]]:
+    """``(offset, length)`` of the parts a bucket of ``numel`` elements is cut into.
+
+    Policy: as many near-equal contiguous parts as there are streams, but never parts smaller than
+    ``min_part`` elements (a small bucket goes whole to one stream: its cost is latency, which
+    splitting only multiplies).
+    """
+    count = max(1, min(streams, numel // max(1, min_part)))
+    base, extra = divmod(numel, count)
+    parts, offset = [], 0
+    for i in range(count):
+        length = base + (i < extra)
+        parts.append((offset, length))
+        offset += length
+    return parts
+
+
+class MultiStreamAllReduce(Communicator):
+    """All-reduce each bucket as several parts in flight at once, one process group per stream.
+
+    Multi-stream communication from Qiu's thesis (a worker takes part in several collectives at
+    once; up to 13.4x throughput) and Horovod's several NCCL streams
+    (<https://horovod.readthedocs.io/en/stable/api.html>, ``HOROVOD_NUM_NCCL_STREAMS``). On GPU each
+    NCCL process group runs on its own CUDA stream; on CPU each gloo group has its own connections
+    and worker thread, so the parts proceed concurrently.
+
+    Assignment policy: a bucket is cut into ``streams`` contiguous near-equal parts (none smaller
+    than ``min_part_kb``); part ``i`` goes to stream ``(first + i) % streams``, where ``first``
+    advances by the number of parts after every bucket, so small buckets taking one part each still
+    spread round-robin over the streams. The order is the same on every rank because DDP launches
+    buckets in the same order everywhere.
+
+    Args:
+        streams: Number of concurrent process groups (>= 1).
+        min_part_kb: Smallest part worth a stream of its own, in KiB.
+    """
+
+    name = "multistream"
+
+    def __init__(self, streams: int = 2, min_part_kb: float = 256.0) -> None:
+        super().__init__()
+        if streams < 1:
+            raise ValueError(f"streams must be >= 1, got {streams}")
+        if min_part_kb <= 0:
+            raise ValueError(f"min_part_kb must be > 0, got {min_part_kb}")
+        self.streams = streams
+        self.min_part_kb = min_part_kb
+        self.groups: list[dist.ProcessGroup | None] = []
+        self._next = 0
+
+    def setup(self, group: dist.ProcessGroup | None) -> None:
+        """Create one process group per stream (collective: every rank calls it in the same order)."""
+        super().setup(group)
+        ranks = dist.get_process_group_ranks(group) if group is not None else None
+        backend = dist.get_backend(group)
+        self.groups = [dist.new_group(ranks=ranks, backend=backend) for _ in range(self.streams)]
+
+    def launch(self, flat: Tensor, layout: list[Slot]) -> Future[Tensor]:
+        if not self.groups:
+            raise RuntimeError("MultiStreamAllReduce.setup() was not called: no process groups")
+        flat.div_(self.world_size)
+        min_part = max(1, int(self.min_part_kb * 1024) // flat.element_size())
+        parts = split_parts(flat.numel(), self.streams, min_part)
+        futures = []
+        for i, (offset, length) in enumerate(parts):
+            group = self.groups[(self._next + i) % self.streams]
+            work = dist.all_reduce(flat.narrow(0, offset, length), group=group, async_op=True)
+            futures.append(work.get_future())
+        self._next = (self._next + len(parts)) % self.streams
+        p = self.world_size
+        self.bytes_sent += 2 * flat.numel() * flat.element_size() * (p - 1) // p
+        return torch.futures.collect_all(futures).then(lambda _: flat)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "next_stream": self._next}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._next = int(state.get("next_stream", 0)) % self.streams
+
+    def info(self) -> dict[str, Any]:
+        return {**super().info(), "streams": self.streams, "min_part_kb": self.min_part_kb}
+
+    def extra_repr(self) -> str:
+        return f"streams={self.streams}, min_part_kb={self.min_part_kb}"

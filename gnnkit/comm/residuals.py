@@ -1,0 +1,58 @@
+"""Error feedback: per-parameter residuals of a lossy compressor."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from gnnkit.comm.base import Slot
+
+
+class Residuals:
+    """What a compressor did not send, added back to the next step's gradient.
+
+    Error feedback (residual accumulation) from "1-Bit Stochastic Gradient Descent and its
+    Application to Data-Parallel Distributed Training of Speech DNNs" (Seide et al., Interspeech
+    2014) and "Sparsified SGD with Memory" (Stich et al., NeurIPS 2018,
+    <https://arxiv.org/abs/1809.07599>). Kept per parameter name, flat, in float32.
+    """
+
+    def __init__(self) -> None:
+        self.memory: dict[str, Tensor] = {}
+
+    def add_to(self, flat: Tensor, layout: list[Slot]) -> Tensor:
+        """``flat`` (any float dtype) plus the stored residuals, as a new float32 tensor."""
+        acc = flat.to(torch.float32, copy=True)
+        for slot in layout:
+            res = self.memory.get(slot.name)
+            if res is not None:
+                acc[slot.offset:slot.offset + slot.numel] += res.to(acc.device)
+        return acc
+
+    def store(self, residual: Tensor, layout: list[Slot]) -> None:
+        """Keep ``residual`` (flat, laid out as ``layout``) for the next step; views, not copies:
+        the caller must not modify ``residual`` afterwards."""
+        for slot in layout:
+            self.memory[slot.name] = residual[slot.offset:slot.offset + slot.numel]
+
+    def gather(self, layout: list[Slot]) -> Tensor:
+        """The stored residuals of ``layout`` as one flat tensor (zeros where none)."""
+        out = torch.zeros(sum(s.numel for s in layout))
+        for slot in layout:
+            if slot.name in self.memory:
+                out[slot.offset:slot.offset + slot.numel] = self.memory[slot.name].cpu()
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {name: t.detach().cpu().clone() for name, t in self.memory.items()}
+
+    def load_state_dict(self, state: dict[str, Any], device: torch.device | None = None) -> None:
+        self.memory = {name: t.to(device) if device is not None else t for name, t in state.items()}
+
+    def __len__(self) -> int:
+        return len(self.memory)
+
+    def __repr__(self) -> str:
+        return f"Residuals({len(self.memory)} parameters)"

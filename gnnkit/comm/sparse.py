@@ -1,0 +1,63 @@
+"""Top-k selection and (value, index) pairs packed into one float32 tensor."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+
+def topk_count(numel: int, density: float) -> int:
+    """How many elements a top-k at ``density`` keeps of ``numel`` (at least one of a non-empty)."""
+    if numel == 0:
+        return 0
+    return min(numel, max(1, math.ceil(density * numel)))
+
+
+#: Inputs at least this long use the sampled-threshold fast path of :func:`topk_indices`.
+FAST_TOPK_MIN = 1 << 16
+_SAMPLE = 1 << 16
+
+
+def topk_indices(x: Tensor, k: int) -> Tensor:
+    """Indices (int64) of ``k`` largest-magnitude elements of 1-D ``x``; all of them, in order,
+    when ``k == numel`` (so density 1.0 is exactly dense).
+
+    Exact, but faster than ``torch.topk`` on long CPU tensors: a strided sample of ``|x|`` gives a
+    threshold that about ``2k`` elements pass; ``torch.topk`` then runs on those candidates only.
+    If fewer than ``k`` pass (an unlucky sample), it falls back to ``torch.topk`` on all of ``x``.
+    Among equal magnitudes the choice may differ from ``torch.topk``'s; the selected magnitudes do not.
+    """
+    n = x.numel()
+    if k >= n:
+        return torch.arange(n, device=x.device)
+    magnitude = x.abs()
+    if n >= FAST_TOPK_MIN and 8 * k < n:
+        stride = max(1, n // _SAMPLE)
+        sample = magnitude[::stride]
+        rank = min(sample.numel(), 2 * k * sample.numel() // n + 8)
+        threshold = torch.topk(sample, rank, sorted=True).values[-1]
+        candidates = (magnitude >= threshold).nonzero().flatten()
+        if candidates.numel() >= k:
+            return candidates[torch.topk(magnitude[candidates], k, sorted=False).indices]
+    return torch.topk(magnitude, k, sorted=False).indices
+
+
+def pack(values: Tensor, indices: Tensor) -> Tensor:
+    """``[values | indices]`` as one float32 tensor of length ``2k``: the int32 indices travel as
+    their raw bits (a float32 view), so one collective carries both.
+
+    Args:
+        values: ``[k]`` float values (cast to float32).
+        indices: ``[k]`` integer indices, ``< 2**31``.
+    """
+    return torch.cat([values.to(torch.float32), indices.to(torch.int32).view(torch.float32)])
+
+
+def unpack(packed: Tensor) -> tuple[Tensor, Tensor]:
+    """Inverse of :func:`pack` on ``[..., 2k]``: values ``[..., k]`` and int64 indices ``[..., k]``."""
+    k = packed.shape[-1] // 2
+    values = packed[..., :k]
+    indices = packed[..., k:].contiguous().view(torch.int32).to(torch.int64)
+    return values, indices

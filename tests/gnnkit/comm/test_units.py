@@ -1,0 +1,178 @@
+"""Single-process tests of the pieces: packing, splitting, tuning, registry, strategy options."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from lightning.pytorch.strategies import StrategyRegistry
+
+import gnnkit  # noqa: F401
+from gnnkit.comm import FusionTuner, GnnkitStrategy, MultiStreamAllReduce, PowerSGD, TopKA2A, resolve_mode
+from gnnkit.comm.base import make_layout
+from gnnkit.comm.multistream import split_parts
+from gnnkit.comm.residuals import Residuals
+from gnnkit.comm.signsgd import pack_signs, unpack_signs
+from gnnkit.comm.sparse import pack, topk_count, topk_indices, unpack
+from gnnkit.comm.topk_a2a import gather_plan, shard_sizes
+
+
+def test_pack_roundtrip_keeps_index_bits() -> None:
+    values = torch.randn(5)
+    indices = torch.tensor([0, 3, 2**31 - 1, 77, 123456789])
+    v, i = unpack(pack(values, indices))
+    assert torch.equal(v, values) and torch.equal(i, indices)
+
+
+def test_topk_count_and_indices() -> None:
+    assert topk_count(0, 0.5) == 0 and topk_count(10, 0.01) == 1 and topk_count(10, 1.0) == 10
+    x = torch.tensor([0.1, -5.0, 2.0, 0.0, -3.0])
+    assert sorted(topk_indices(x, 2).tolist()) == [1, 4]
+    assert topk_indices(x, 5).tolist() == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("n", [1, 8, 13, 1000])
+def test_sign_packing_matches_reference(n: int) -> None:
+    x = torch.randn(n)
+    packed = pack_signs(x)
+    assert packed.dtype == torch.uint8 and packed.numel() == (n + 7) // 8
+    assert torch.equal(unpack_signs(packed, n), torch.where(x >= 0, 1, -1).to(torch.int8))
+
+
+def test_split_parts_covers_bucket() -> None:
+    for numel, streams, min_part in [(10, 3, 1), (100, 4, 30), (5, 8, 1), (7, 2, 100)]:
+        parts = split_parts(numel, streams, min_part)
+        assert sum(length for _, length in parts) == numel
+        assert [o for o, _ in parts] == [sum(l for _, l in parts[:i]) for i in range(len(parts))]
+        assert len(parts) <= streams and (len(parts) == 1 or min(l for _, l in parts) >= min_part)
+
+
+def test_shards_and_gather_plan() -> None:
+    assert shard_sizes(10, 4) == [3, 3, 2, 2]
+    assert gather_plan([250, 250, 250, 250], 0.01, "auto") == (True, 2 * 4 * 3)
+    assert gather_plan([250, 250, 250, 250], 0.5, "auto") == (False, 250)
+    assert gather_plan([250] * 4, 0.01, "dense") == (False, 250)
+
+
+def test_residuals_roundtrip() -> None:
+    layout = make_layout([("a", (2, 3)), ("b", (4,))])
+    res = Residuals()
+    res.store(torch.arange(10.0), layout)
+    assert torch.equal(res.add_to(torch.ones(10), layout), torch.arange(10.0) + 1)
+    moved = make_layout([("b", (4,)), ("a", (2, 3))])  # another bucket order: keyed by name
+    assert torch.equal(res.gather(moved), torch.cat([torch.arange(6.0, 10.0), torch.arange(6.0)]))
+    other = Residuals()
+    other.load_state_dict(res.state_dict())
+    assert torch.equal(other.gather(layout), torch.arange(10.0))
+
+
+def test_fusion_tuner_finds_minimum() -> None:
+    cost = {1.0: 9.0, 2.0: 5.0, 4.0: 3.0, 8.0: 4.0, 16.0: 6.0, 32.0: 8.0, 64.0: 9.0}
+    tuner = FusionTuner(total_mb=60, steps=2, skip=1)
+    assert tuner.candidates == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]
+    tuned = 0
+    while not tuner.done:
+        tuner.record(cost[tuner.current_mb])
+        tuned += 1
+        assert tuned < 100
+    assert tuner.result == 4.0
+    assert len(tuner.times) < len(cost)  # binary search, not a sweep
+    assert FusionTuner(total_mb=0.5).done
+
+
+def test_registry_and_resolver() -> None:
+    for name in ("gnnkit", "gnnkit_multistream", "gnnkit_topk_a2a", "gnnkit_topk_allgather",
+                 "gnnkit_signsgd", "gnnkit_powersgd", "gnnkit_dear"):
+        assert name in StrategyRegistry
+    assert StrategyRegistry["gnnkit_topk_a2a"]["init_params"] == {"comm": "topk_a2a"}
+    assert resolve_mode("TopK-A2A") == "topk_a2a"
+    with pytest.raises(ValueError, match="Could not resolve comm 'ring' among choices"):
+        resolve_mode("ring")
+
+
+def test_strategy_repr_and_options() -> None:
+    s = GnnkitStrategy(comm="topk_a2a", density=0.05, bucket_mb="auto")
+    assert repr(s) == ("GnnkitStrategy(comm='topk_a2a', streams=2, density=0.05, gather='auto', "
+                       "warmup_steps=0, powersgd_rank=1, bucket_mb='auto', tune_steps=3)")
+    assert repr(s.communicator) == "TopKA2A(density=0.05, gather='auto')"
+    assert repr(MultiStreamAllReduce(streams=4)) == "MultiStreamAllReduce(streams=4, min_part_kb=256.0)"
+    assert repr(PowerSGD(rank=2)) == "PowerSGD(rank=2, seed=0)"
+    assert s._ddp_kwargs["bucket_cap_mb"] == 1.0
+    for kwargs, message in [({"comm": "topk_a2a", "density": 0.0}, "density"),
+                            ({"comm": "multistream", "streams": 0}, "streams"),
+                            ({"bucket_mb": -1}, "bucket_mb"), ({"gather": "x"}, "gather"),
+                            ({"warmup_steps": -1}, "warmup_steps"), ({"comm": "nope"}, "Could not resolve")]:
+        with pytest.raises(ValueError, match=message):
+            GnnkitStrategy(**kwargs)
+    assert TopKA2A(0.1).info()["density"] == 0.1
+
+
+def test_recipes_build_their_strategy() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    recipes = sorted((Path(__file__).parents[3] / "recipes").glob("comm_*.yaml"))
+    assert {r.stem[5:] for r in recipes} == {"allreduce", "multistream", "topk_a2a", "topk_allgather",
+                                             "signsgd", "powersgd", "dear"}
+    for recipe in recipes:
+        config = yaml.safe_load(recipe.read_text())
+        spec = config["trainer"]["strategy"]
+        assert spec["class_path"] == "gnnkit.comm.GnnkitStrategy"
+        assert config["trainer"]["devices"] == 2 and config["data"]["dataset"] == "synthetic-arxiv"
+        strategy = GnnkitStrategy(**spec["init_args"])
+        assert strategy.comm == recipe.stem[5:]
+
+
+@pytest.mark.parametrize("kind", ["normal", "ties", "sparse", "sorted"])
+def test_fast_topk_matches_torch_topk(kind: str) -> None:
+    n, k = 300_000, 1500
+    gen = torch.Generator().manual_seed(3)
+    x = {"normal": torch.randn(n, generator=gen),
+         "ties": torch.randint(-3, 4, (n,), generator=gen).float(),
+         "sparse": torch.randn(n, generator=gen) * (torch.rand(n, generator=gen) < 0.001),
+         "sorted": torch.linspace(-1, 1, n)}[kind]
+    got = topk_indices(x, k)
+    assert got.numel() == k and got.unique().numel() == k
+    expected = torch.topk(x.abs(), k).values
+    assert torch.equal(x[got].abs().sort().values, expected.sort().values)
+
+
+def test_vote_signs_matches_unpacked_sum() -> None:
+    from gnnkit.comm.signsgd import vote_signs
+
+    rows = torch.stack([pack_signs(torch.randn(37, generator=torch.Generator().manual_seed(r))) for r in range(5)])
+    assert torch.equal(vote_signs(rows, 37), unpack_signs(rows, 37).sum(0, dtype=torch.int32))
+
+
+def test_register_refuses_duplicates() -> None:
+    from gnnkit.comm.registry import register
+
+    with pytest.raises(ValueError, match="already registered"):
+        register("TopK-A2A")(TopKA2A)
+
+
+def test_every_mode_on_a_single_rank_group() -> None:
+    import torch.distributed as dist
+
+    from gnnkit.comm import MODES
+
+    if dist.is_initialized():
+        pytest.skip("a process group already exists in this process")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        layout = make_layout([("w", (64, 32)), ("b", (33,))])  # sign bytes not a multiple of 4
+        grad = torch.randn(64 * 32 + 33, generator=torch.Generator().manual_seed(0))
+        options = {"topk_a2a": {"density": 1.0}, "topk_allgather": {"density": 1.0}, "powersgd": {"rank": 32}}
+        for name, cls in MODES.items():
+            comm = cls(**options.get(name, {}))
+            comm.setup(None)
+            out = comm.launch(grad.clone(), layout).wait()
+            if name == "signsgd":
+                expected = torch.where(grad >= 0, 1.0, -1.0) * grad.abs().mean()
+            else:
+                expected = grad
+            assert torch.allclose(out, expected, atol=1e-5), name
+            if name == "dear":
+                comm.finish_backward()
+    finally:
+        dist.destroy_process_group()
