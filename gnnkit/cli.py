@@ -83,7 +83,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 #: Modules that add their own subcommands: each has ``add_parser(subparsers)``.
-PLUGINS: tuple[str, ...] = ()
+PLUGINS: tuple[str, ...] = ("gnnkit.comm.cli", "gnnkit.sparse.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,8 +11,10 @@ from torch_geometric.data import Data
 
 from gnnkit.metrics import evaluate, make_evaluator
 from gnnkit.models.node_gnn import NodeGNN, resolve_model
+from gnnkit.tt import TTEmbedding, auto_config
 
 STAGES = ("train", "val", "test")
+EMBEDDINGS = ("full", "tt")
 
 
 def batch_targets(batch: Data) -> Tensor:
@@ -49,6 +51,24 @@ class NodeClassifier(pl.LightningModule):
             (or replacing them when there are none); 0 = none.
         task: ``{"name", "eval_metric", "num_tasks", "task_type"}`` of the dataset.
         full_batch: Train on the whole graph each step (enables GCN's normalisation cache).
+        aggregation: ``"pyg"`` (PyG's layers) or ``"gnnkit"`` (aggregation through
+            :func:`gnnkit.sparse.spmm`, GCN/SAGE/GIN).
+        format: SpMM format of ``"gnnkit"`` aggregation: ``"auto"`` (learned selector, per layer)
+            or a format name.
+        embedding: Kind of the learnable table when ``embedding_dim > 0``: ``"full"`` (an
+            ``nn.Embedding``) or ``"tt"`` (a :class:`~gnnkit.tt.TTEmbedding`, shapes and ranks
+            chosen by :func:`~gnnkit.tt.auto_config`). Default ``"full"``.
+        replace_features: Feed only the embedding to the GNN, ignoring node features.
+        tt_compression: TT: smallest compression ratio (dense / TT parameters) to reach; the
+            largest rank that meets it is used. ``None`` uses ``tt_rank``.
+        tt_rank: TT: uniform rank when ``tt_compression`` is ``None`` (default 16).
+        tt_num_cores: TT: number of cores.
+        tt_init: TT: ``"orthogonal"`` or ``"normal"``.
+        tt_hot_rows: TT: cache the decompressed rows of this many highest-degree nodes (needs the
+            datamodule's graph at ``setup``).
+        tt_reorder: TT: store node ``v`` in TT row ``order[v]`` from the dataset's
+            ``extra.node_order`` (preprocess with ``reorder: rcm``); the order is saved in
+            checkpoints.
     """
 
     def __init__(
@@ -67,24 +87,45 @@ class NodeClassifier(pl.LightningModule):
         embedding_dim: int = 0,
         task: dict[str, Any] | None = None,
         full_batch: bool = False,
+        aggregation: str = "pyg",
+        format: str = "auto",
+        embedding: str = "full",
+        replace_features: bool = False,
+        tt_compression: float | None = None,
+        tt_rank: int | None = None,
+        tt_num_cores: int = 3,
+        tt_init: str = "orthogonal",
+        tt_hot_rows: int = 0,
+        tt_reorder: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.task = task or {"name": "unknown", "eval_metric": "acc", "num_tasks": 1,
                              "task_type": "multiclass classification"}
         self.multiclass = self.task["task_type"] == "multiclass classification"
-        if in_channels == 0 and embedding_dim == 0:
+        if (in_channels == 0 or replace_features) and embedding_dim == 0:
             raise ValueError(
-                "model.embedding_dim: the dataset has no node features; set an embedding width "
-                "(e.g. --model.embedding_dim 64)"
+                "model.embedding_dim: the dataset has no node features (or they are replaced); set an "
+                "embedding width (e.g. --model.embedding_dim 64)"
             )
         if embedding_dim and num_nodes <= 0:
             raise ValueError("model.num_nodes: a learnable embedding needs the number of nodes")
-        self.embedding = nn.Embedding(num_nodes, embedding_dim) if embedding_dim else None
+        if embedding not in EMBEDDINGS:
+            raise ValueError(f"model.embedding: expected one of {list(EMBEDDINGS)}, got {embedding!r}")
+        self.embedding: nn.Module | None = None
+        if embedding_dim and embedding == "tt":
+            config = auto_config(
+                num_nodes, embedding_dim, num_cores=tt_num_cores, compression=tt_compression,
+                rank=None if tt_compression is not None else tt_rank, init=tt_init, hot_rows=tt_hot_rows,
+            )
+            self.embedding = TTEmbedding(config, order=torch.arange(num_nodes) if tt_reorder else None)
+        elif embedding_dim:
+            self.embedding = nn.Embedding(num_nodes, embedding_dim)
+        features = 0 if replace_features else in_channels
         self.gnn = NodeGNN(
-            resolve_model(model), in_channels + embedding_dim, hidden_channels, out_channels,
+            resolve_model(model), features + embedding_dim, hidden_channels, out_channels,
             num_layers=num_layers, dropout=dropout, batch_norm=batch_norm, heads=heads,
-            cached=full_batch,
+            cached=full_batch, aggregation=aggregation, format=format,
         )
         self.evaluator = make_evaluator(self.task["name"], self.task["eval_metric"], self.task["num_tasks"])
         self._outputs: dict[str, list[tuple[Tensor, Tensor]]] = {s: [] for s in STAGES}
@@ -94,10 +135,51 @@ class NodeClassifier(pl.LightningModule):
         """Number of trainable parameters."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
+    def report_info(self) -> dict[str, Any]:
+        """Keys this model adds to the run's ``report.json``.
+
+        ``formats``: the SpMM formats of each ``aggregation="gnnkit"`` layer: its latest plan and
+        how often each pair ran (``{"layer0": {"forward", "backward", "width", "source", "counts"}}``).
+        ``embedding``: the learnable table's ``kind`` (``"none"``, ``"full"``, ``"tt"``),
+        ``num_params`` and ``compression`` (TT: also shapes, ranks, order and memory).
+        """
+        info: dict[str, Any] = {}
+        if self.hparams.aggregation == "gnnkit":
+            info["formats"] = self.gnn.format_report()
+        info.update(self._embedding_info())
+        return info
+
+    def setup(self, stage: str) -> None:
+        """Give a TT table the dataset's node order and hot (highest-degree) nodes."""
+        if not isinstance(self.embedding, TTEmbedding):
+            return
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        graph = getattr(datamodule, "graph", None)
+        if self.hparams.tt_reorder:
+            order = None if graph is None else graph.extra.get("node_order")
+            if order is None:
+                raise ValueError(
+                    "model.tt_reorder: the dataset has no node order; preprocess it with reorder: rcm "
+                    "(PreprocessOptions.reorder)"
+                )
+            self.embedding.set_order(order)
+        if self.hparams.tt_hot_rows and graph is not None:
+            self.embedding.set_hot_nodes_by_degree(graph.degree())
+
+    def _embedding_info(self) -> dict[str, Any]:
+        """``{"embedding": {"kind", "num_params", "compression", ...}}`` of the learnable table."""
+        if self.embedding is None:
+            return {"embedding": {"kind": "none", "num_params": 0, "compression": None}}
+        if isinstance(self.embedding, TTEmbedding):
+            return {"embedding": self.embedding.describe()}
+        return {"embedding": {"kind": "full", "num_params": self.embedding.weight.numel(), "compression": 1.0,
+                              "num_embeddings": self.embedding.num_embeddings,
+                              "embedding_dim": self.embedding.embedding_dim}}
+
     def node_input(self, batch: Data) -> Tensor:
         """Features of the batch's nodes, with the learnable embedding attached if any."""
         parts = []
-        if batch.x is not None and self.hparams.in_channels:
+        if batch.x is not None and self.hparams.in_channels and not self.hparams.replace_features:
             parts.append(batch.x)
         if self.embedding is not None:
             parts.append(self.embedding(batch.n_id))
@@ -105,7 +187,7 @@ class NodeClassifier(pl.LightningModule):
 
     def forward(self, batch: Data) -> Tensor:
         """Logits for the batch's target nodes."""
-        out = self.gnn(self.node_input(batch), batch.edge_index)
+        out = self.gnn(self.node_input(batch), batch.edge_index, adj=getattr(batch, "adj", None))
         return out[batch_targets(batch)]
 
     def _loss(self, logits: Tensor, y: Tensor) -> Tensor:

@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import DataLoader
 from torch_geometric.data import Data
 
+from gnnkit.sparse import Adjacency
 from pipeline import CacheEntry, CanonicalGraph, PreprocessOptions, preprocess, resolve
 
 SPLIT_OF_STAGE = {"train": "train", "val": "valid", "test": "test"}
@@ -31,6 +32,8 @@ class GraphDataModule(pl.LightningDataModule):
         dataset: Registry name or path of an OGB-format folder.
         undirected: Override the registry's preprocessing choice (``None`` = keep it).
         self_loops: ``"keep"`` or ``"remove"`` (``None`` = registry's choice).
+        reorder: Graph-aware node order stored with the graph, ``"rcm"`` or ``"none"`` (``None`` =
+            registry's choice); used by TT embeddings with ``tt_reorder``.
         batch_size: Seed nodes per mini-batch; ``0`` trains full-batch on the whole graph.
         num_neighbors: Fan-out per layer for neighbour sampling (``-1`` = all neighbours).
         eval_num_neighbors: Fan-out for validation/test batches (default: ``num_neighbors``).
@@ -46,6 +49,7 @@ class GraphDataModule(pl.LightningDataModule):
         dataset: str = "synthetic-tiny",
         undirected: bool | None = None,
         self_loops: str | None = None,
+        reorder: str | None = None,
         batch_size: int = 0,
         num_neighbors: list[int] | None = None,
         eval_num_neighbors: list[int] | None = None,
@@ -58,7 +62,7 @@ class GraphDataModule(pl.LightningDataModule):
         super().__init__()
         self.save_hyperparameters()
         spec = resolve(dataset)
-        options = spec.preprocess.replace(undirected=undirected, self_loops=self_loops)
+        options = spec.preprocess.replace(undirected=undirected, self_loops=self_loops, reorder=reorder)
         self.entry: CacheEntry = preprocess(
             spec, options,
             data_root=Path(data_root) if data_root else None,
@@ -108,8 +112,10 @@ class GraphDataModule(pl.LightningDataModule):
     def _full_graph(self) -> Data:
         if self._full is None:
             g = self.graph
+            # adj: the CSR for gnnkit.sparse aggregation; one object for the whole run, so its
+            # format conversions are cached across steps and epochs.
             self._full = Data(x=g.x, y=g.y, edge_index=g.edge_index(), num_nodes=g.num_nodes,
-                              n_id=torch.arange(g.num_nodes))
+                              n_id=torch.arange(g.num_nodes), adj=Adjacency(g.indptr, g.indices))
         return self._full
 
     def _full_loader(self, stage: str) -> DataLoader:

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
-from torch_geometric.nn import GATConv, GCNConv, SAGEConv
+from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
+
+from gnnkit.sparse import Adjacency
+
+#: Where message-passing layers aggregate: PyG's own layers, or gnnkit.sparse.spmm per layer.
+AGGREGATIONS = ("pyg", "gnnkit")
 
 #: Architecture name -> paper, for docs and reports.
 MODELS = {
     "gcn": "Kipf & Welling, Semi-Supervised Classification with GCNs <https://arxiv.org/abs/1609.02907>",
     "sage": "Hamilton et al., Inductive Representation Learning on Large Graphs <https://arxiv.org/abs/1706.02216>",
     "gat": "Velickovic et al., Graph Attention Networks <https://arxiv.org/abs/1710.10903>",
+    "gin": "Xu et al., How Powerful are Graph Neural Networks? <https://arxiv.org/abs/1810.00826>",
     "mlp": "multi-layer perceptron baseline (ignores the graph)",
 }
 
@@ -18,7 +24,7 @@ MODELS = {
 def resolve_model(name: str) -> str:
     """Normalise an architecture name (case, ``-``/``_``), with a helpful error."""
     key = name.lower().replace("-", "").replace("_", "")
-    aliases = {"graphsage": "sage", "gcnconv": "gcn", "sageconv": "sage", "gatconv": "gat"}
+    aliases = {"graphsage": "sage", "gcnconv": "gcn", "sageconv": "sage", "gatconv": "gat", "ginconv": "gin"}
     key = aliases.get(key, key)
     if key not in MODELS:
         raise ValueError(f"Could not resolve model '{name}' among choices {sorted(MODELS)}")
@@ -26,13 +32,13 @@ def resolve_model(name: str) -> str:
 
 
 class NodeGNN(nn.Module):
-    """``num_layers`` layers of GCN / GraphSAGE / GAT / Linear with BatchNorm, ReLU and dropout.
+    """``num_layers`` layers of GCN / GraphSAGE / GAT / GIN / Linear with BatchNorm, ReLU and dropout.
 
     The layer stack of the OGB reference models for ogbn-arxiv and ogbn-products
     (see :data:`MODELS` for the papers).
 
     Args:
-        model: ``"gcn"``, ``"sage"``, ``"gat"`` or ``"mlp"``.
+        model: ``"gcn"``, ``"sage"``, ``"gat"``, ``"gin"`` or ``"mlp"``.
         in_channels: Input feature width.
         hidden_channels: Hidden width.
         out_channels: Number of classes / tasks.
@@ -41,6 +47,11 @@ class NodeGNN(nn.Module):
         batch_norm: BatchNorm after each hidden layer.
         heads: Attention heads for GAT hidden layers (the hidden width is split across heads).
         cached: Cache GCN's normalised adjacency (full-batch training only).
+        aggregation: ``"pyg"`` (PyG's layers) or ``"gnnkit"`` (layers of
+            :mod:`gnnkit.models.sparse_conv` aggregating with :func:`gnnkit.sparse.spmm`; GCN, SAGE
+            and GIN only).
+        format: SpMM format of the ``"gnnkit"`` layers: ``"auto"`` (chosen per layer by the
+            learned selector) or a format name of :data:`gnnkit.sparse.FORMATS`.
     """
 
     def __init__(
@@ -54,11 +65,20 @@ class NodeGNN(nn.Module):
         batch_norm: bool = True,
         heads: int = 1,
         cached: bool = False,
+        aggregation: str = "pyg",
+        format: str = "auto",
     ) -> None:
         super().__init__()
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+        if aggregation not in AGGREGATIONS:
+            raise ValueError(f"Could not resolve aggregation '{aggregation}' among choices {list(AGGREGATIONS)}")
         self.model = resolve_model(model)
+        if aggregation == "gnnkit" and self.model == "gat":
+            raise ValueError("aggregation='gnnkit' supports gcn, sage and gin (GAT learns its edge weights); "
+                             "use aggregation='pyg' for gat")
+        self.aggregation = aggregation
+        self.format = format
         self.dropout = dropout
         dims = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
         self.layers = nn.ModuleList(
@@ -70,10 +90,21 @@ class NodeGNN(nn.Module):
         )
         self._repr = (
             f"NodeGNN({self.model}, {in_channels}, {hidden_channels}, {out_channels}, "
-            f"num_layers={num_layers}, dropout={dropout}, batch_norm={batch_norm})"
+            f"num_layers={num_layers}, dropout={dropout}, batch_norm={batch_norm}"
+            + (f", aggregation={aggregation}, format={format})" if aggregation != "pyg" else ")")
         )
 
     def _layer(self, fan_in: int, fan_out: int, last: bool, heads: int, cached: bool) -> nn.Module:
+        if self.aggregation == "gnnkit" and self.model != "mlp":
+            from gnnkit.models.sparse_conv import SparseGCNConv, SparseGINConv, SparseSAGEConv
+
+            if self.model == "gcn":
+                return SparseGCNConv(fan_in, fan_out, format=self.format)
+            if self.model == "sage":
+                return SparseSAGEConv(fan_in, fan_out, format=self.format)
+            return SparseGINConv(_gin_mlp(fan_in, fan_out), format=self.format)
+        if self.model == "gin":
+            return GINConv(_gin_mlp(fan_in, fan_out))
         if self.model == "gcn":
             return GCNConv(fan_in, fan_out, cached=cached)
         if self.model == "sage":
@@ -91,22 +122,42 @@ class NodeGNN(nn.Module):
             if hasattr(module, "reset_parameters"):
                 module.reset_parameters()
 
-    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
+    def forward(self, x: Tensor, edge_index: Tensor, adj: Adjacency | None = None) -> Tensor:
         """Node scores.
 
         Args:
             x: ``[N, in_channels]`` node features.
             edge_index: ``[2, E]`` (source, destination) edges; ignored by the MLP.
+            adj: The same graph as an :class:`~gnnkit.sparse.Adjacency` for ``aggregation="gnnkit"``
+                (pass one that lives across steps, e.g. the full graph's, to keep its format
+                conversions cached); built from ``edge_index`` when omitted, as a single-use
+                matrix (the selector then avoids formats that need a conversion).
 
         Returns:
             ``[N, out_channels]`` logits.
         """
+        graph: Tensor | Adjacency = edge_index
+        if self.aggregation == "gnnkit" and self.model != "mlp":
+            graph = adj if adj is not None else Adjacency.from_edge_index(edge_index, x.size(0), single_use=True)
         for i, layer in enumerate(self.layers):
-            x = layer(x) if self.model == "mlp" else layer(x, edge_index)
+            x = layer(x) if self.model == "mlp" else layer(x, graph)
             if i < len(self.layers) - 1:
                 x = torch.relu(self.norms[i](x))
                 x = nn.functional.dropout(x, p=self.dropout, training=self.training)
         return x
 
+    def format_report(self) -> dict[str, dict[str, object]]:
+        """SpMM formats of each ``"gnnkit"`` layer: ``{"layer0": {"forward", "backward", "width",
+        "source", "counts"}, ...}``, the latest plan and how often each ``forward/backward`` pair ran
+        (empty for PyG layers or before the first forward)."""
+        reports = {f"layer{i}": layer.format_report() for i, layer in enumerate(self.layers)
+                   if hasattr(layer, "format_report")}
+        return {k: v for k, v in reports.items() if v is not None}
+
     def __repr__(self) -> str:
         return self._repr
+
+
+def _gin_mlp(fan_in: int, fan_out: int) -> nn.Module:
+    """GIN's update network: Linear, ReLU, Linear (as in the GIN paper's node tasks)."""
+    return nn.Sequential(nn.Linear(fan_in, fan_out), nn.ReLU(), nn.Linear(fan_out, fan_out))

@@ -22,8 +22,8 @@ def test_repr_echoes_arguments():
 
 def test_resolver_normalises_and_explains():
     assert resolve_model("GraphSAGE") == "sage" and resolve_model("G-C-N") == "gcn"
-    with pytest.raises(ValueError, match=r"Could not resolve model 'gin' among choices \['gat', 'gcn', 'mlp', 'sage'\]"):
-        resolve_model("gin")
+    with pytest.raises(ValueError, match=r"Could not resolve model 'gcn2' among choices \['gat', 'gcn', 'gin', 'mlp', 'sage'\]"):
+        resolve_model("gcn2")
 
 
 def test_mlp_ignores_edges():

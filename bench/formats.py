@@ -1,0 +1,368 @@
+"""Benchmark gnnkit's learned SpMM format selection against the oracle, always-CSR and PyG.
+
+Reproduces the comparison of Qiu, You and Wang, "Optimizing Sparse Matrix Multiplications for
+Graph Neural Networks", LCPC 2021 <https://arxiv.org/abs/2111.00352> on matrices the selector never
+saw in training: held-out graph kinds (2-D grids, small-world rings), corpus kinds with unseen
+seeds and larger sizes, the synthetic-arxiv twin's adjacency and sampled mini-batch blocks of it.
+
+Per matrix and width, forward plus backward (``A @ X`` and ``A^T @ dY``):
+
+- every format's time (the same format in both passes; product + conversion / 100, measured
+  interleaved, fastest of the rounds, by :func:`gnnkit.sparse.measure.measure_formats`);
+- ``selected``: the selector's forward and backward formats; ``oracle``: the best format of each
+  pass; ``csr``: gnnkit's CSR with cached transpose (the strong always-CSR baseline);
+- PyG, timed end to end with autograd against gnnkit's ``spmm`` with the selected formats:
+  ``EdgeIndex.matmul`` and ``torch.sparse.mm`` on a CSR tensor (PyG's fast paths; the best of them
+  is "PyG") and the gather-scatter default beside them.
+
+The end-to-end part times training steps on synthetic-arxiv: GCN full-batch and GraphSAGE on
+neighbour-sampled batches, with gnnkit ``auto``, gnnkit ``csr`` and PyG's stock layers.
+
+Example::
+
+    python bench/formats.py --json bench/results/formats.json --png bench/results/formats.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gnnkit.sparse import Adjacency, plan, spmm  # noqa: E402
+from gnnkit.sparse.corpus import MatrixSpec  # noqa: E402
+from gnnkit.sparse.formats import FORMATS  # noqa: E402
+from gnnkit.sparse.measure import measure_formats  # noqa: E402
+from gnnkit.sparse.selector import current_selector, model_path  # noqa: E402
+
+warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
+
+#: Held-out matrices: kinds never in the corpus, and corpus kinds at unseen seeds and sizes.
+HELD_OUT = [
+    MatrixSpec("grid", 40_000, 40_000, 4, 10_001),
+    MatrixSpec("grid", 250_000, 250_000, 4, 10_002),
+    MatrixSpec("small_world", 30_000, 30_000, 10, 10_003),
+    MatrixSpec("small_world", 150_000, 150_000, 4, 10_004),
+    MatrixSpec("rmat", 60_000, 60_000, 12, 10_005),
+    MatrixSpec("chung_lu", 120_000, 120_000, 6, 10_006),
+    MatrixSpec("communities", 40_000, 40_000, 16, 10_007),
+    MatrixSpec("banded", 80_000, 80_000, 8, 10_008),
+    MatrixSpec("bipartite", 8_000, 60_000, 12, 10_009),
+    MatrixSpec("hubs", 50_000, 50_000, 5, 10_010),
+    MatrixSpec("erdos_renyi", 100_000, 100_000, 4, 10_011),
+]
+
+
+def geomean(values: list[float]) -> float:
+    return float(math.exp(sum(math.log(v) for v in values) / len(values))) if values else float("nan")
+
+
+def fastest_autograd(fns: dict[str, Callable[[torch.Tensor], torch.Tensor]], x0: torch.Tensor, grad: torch.Tensor,
+                     rounds: int) -> dict[str, float]:
+    """Fastest forward + backward seconds of each function, rounds interleaved (after a warm-up).
+
+    The order rotates every round, so no path always runs right after another's large
+    allocations (the gather-scatter message tensor) or always first.
+    """
+    best = {name: math.inf for name in fns}
+    names = list(fns)
+    for round_ in range(rounds + 1):
+        for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+            fn = fns[name]
+            x = x0.detach().requires_grad_(True)
+            start = time.perf_counter()
+            fn(x).backward(grad)
+            elapsed = time.perf_counter() - start
+            if round_:
+                best[name] = min(best[name], elapsed)
+    return best
+
+
+def pyg_paths(adj: Adjacency) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+    """PyG's ways of computing ``A @ X`` with autograd (rows = destinations)."""
+    from torch_geometric import EdgeIndex
+    from torch_geometric.utils import scatter
+
+    dst, src = adj.rows(), adj.indices
+    edge_index = EdgeIndex(torch.stack([dst, src]), sparse_size=adj.shape, sort_order="row")
+    csr = torch.sparse_csr_tensor(adj.indptr, adj.indices, torch.ones(adj.nnz), adj.shape)
+    return {
+        "pyg_edgeindex": lambda x: edge_index.matmul(x),
+        "pyg_sparse_mm": lambda x: torch.sparse.mm(csr, x),
+        "pyg_gather_scatter": lambda x: scatter(x[src], dst, 0, dim_size=adj.num_rows, reduce="sum"),
+    }
+
+
+def bench_matrix(name: str, adj: Adjacency, width: int, repeats: int) -> dict[str, Any]:
+    """One table row: all format times, selection, oracle, baselines."""
+    fwd = measure_formats(adj, width, repeats=repeats)
+    bwd = measure_formats(adj.t(), width, repeats=repeats)
+    cost_f = {n: t.cost() for n, t in fwd.items()}
+    cost_b = {n: t.cost() for n, t in bwd.items()}
+    p = plan(adj, width)
+    selected = cost_f[p.forward] + cost_b[p.backward]
+    oracle_f, oracle_b = min(cost_f, key=cost_f.get), min(cost_b, key=cost_b.get)
+    oracle = cost_f[oracle_f] + cost_b[oracle_b]
+    csr = cost_f["csr"] + cost_b["csr"]
+
+    x0 = torch.randn(adj.num_cols, width)
+    grad = torch.randn(adj.num_rows, width)
+    paths = pyg_paths(adj)
+    ours = {"gnnkit_selected": lambda x: spmm(adj, x, format=p.forward, backward_format=p.backward),
+            "gnnkit_csr": lambda x: spmm(adj, x, format="csr")}
+    check = x0[:, :4].contiguous()  # every path computes the same product
+    expected = spmm(adj, check, format="csr")
+    for label, fn in {**paths, **ours}.items():
+        torch.testing.assert_close(fn(check).detach(), expected, atol=1e-4, rtol=1e-4, msg=label)
+    autograd = fastest_autograd({**paths, **ours}, x0, grad, rounds=max(5, repeats))
+    pyg_best_name = min(paths, key=autograd.get)
+    row = {
+        "matrix": name, "rows": adj.num_rows, "cols": adj.num_cols, "nnz": adj.nnz, "width": width,
+        "format_ms": {n: round((cost_f[n] + cost_b.get(n, math.inf)) * 1e3, 4) for n in cost_f if n in cost_b},
+        "selected": f"{p.forward}/{p.backward}", "oracle": f"{oracle_f}/{oracle_b}",
+        "selected_ms": selected * 1e3, "oracle_ms": oracle * 1e3, "csr_ms": csr * 1e3,
+        "autograd_ms": {k: v * 1e3 for k, v in autograd.items()}, "pyg_best": pyg_best_name,
+    }
+    row["selected_over_oracle"] = selected / oracle
+    row["speedup_vs_csr"] = csr / selected
+    row["speedup_vs_pyg"] = autograd[pyg_best_name] / autograd["gnnkit_selected"]
+    row["speedup_vs_pyg_gather_scatter"] = autograd["pyg_gather_scatter"] / autograd["gnnkit_selected"]
+    return row
+
+
+def twin_matrices(dataset: str, batch_size: int) -> list[tuple[str, Adjacency]]:
+    """The twin's adjacency and two neighbour-sampled mini-batch blocks of it (if it is available)."""
+    from gnnkit.data.sampler import neighbor_loader
+    from pipeline import preprocess, resolve
+    from torch_geometric.data import Data
+
+    spec = resolve(dataset)
+    graph = preprocess(spec, spec.preprocess).open()
+    out = [(f"{dataset}", Adjacency(graph.indptr, graph.indices))]
+    loader = neighbor_loader(Data(num_nodes=graph.num_nodes), graph.indptr, graph.indices, num_neighbors=[15, 10, 5],
+                             input_nodes=graph.split["train"], batch_size=batch_size, shuffle=True, seed=0)
+    batch = next(iter(loader))
+    out.append((f"{dataset}-sampled-{batch_size}", Adjacency.from_edge_index(batch.edge_index, batch.num_nodes)))
+    return out
+
+
+def epoch_times(dataset: str, steps: int, batches: int, hidden: int) -> list[dict[str, Any]]:
+    """Training-step times of GCN full-batch and SAGE sampled: gnnkit auto / csr vs PyG."""
+    from gnnkit.data.sampler import neighbor_loader
+    from gnnkit.models.node_gnn import NodeGNN
+    from pipeline import preprocess, resolve
+    from torch_geometric.data import Data
+
+    spec = resolve(dataset)
+    graph = preprocess(spec, spec.preprocess).open()
+    n = graph.num_nodes
+    x = graph.x if graph.x is not None else torch.randn(n, 128)
+    classes = int(graph.meta.get("num_classes", 40))
+    y = graph.y.view(-1).clamp(min=0) % classes
+    edge_index = graph.edge_index()
+    adj = Adjacency(graph.indptr, graph.indices)
+    train = graph.split["train"]
+    loader = neighbor_loader(Data(num_nodes=n), graph.indptr, graph.indices, num_neighbors=[15, 10, 5],
+                             input_nodes=train, batch_size=1024, shuffle=True, seed=0)
+    sampled = []
+    for i, batch in enumerate(loader):  # the same batches for every configuration
+        if i == batches:
+            break
+        sampled.append((batch.n_id, batch.edge_index, batch.batch_size))
+    full_epoch_batches = math.ceil(train.numel() / 1024)
+    rows = []
+    for model, mode in (("gcn", "full-batch"), ("sage", "sampled")):
+        times: dict[str, float] = {}
+        chosen: dict[str, Any] = {}
+        for config in ("gnnkit-auto", "gnnkit-csr", "pyg"):
+            torch.manual_seed(0)
+            aggregation = "pyg" if config == "pyg" else "gnnkit"
+            fmt = "csr" if config == "gnnkit-csr" else "auto"
+            net = NodeGNN(model, x.size(1), hidden, classes, num_layers=3, aggregation=aggregation, format=fmt,
+                          cached=mode == "full-batch")
+            opt = torch.optim.Adam(net.parameters(), lr=0.01)
+
+            def step(xb: torch.Tensor, ei: torch.Tensor, a: Adjacency | None, target: torch.Tensor,
+                     labels: torch.Tensor) -> None:
+                opt.zero_grad()
+                out = net(xb, ei, adj=a)[target]
+                torch.nn.functional.cross_entropy(out, labels).backward()
+                opt.step()
+
+            samples = []
+            if mode == "full-batch":
+                for i in range(steps + 1):  # the first step builds caches (conversions, GCN norm)
+                    start = time.perf_counter()
+                    step(x, edge_index, adj, train, y[train])
+                    if i:
+                        samples.append(time.perf_counter() - start)
+                times[config] = min(samples)
+            else:
+                for i, (n_id, ei, size) in enumerate(sampled):
+                    start = time.perf_counter()
+                    a = (Adjacency.from_edge_index(ei, n_id.numel(), single_use=True)
+                         if aggregation == "gnnkit" else None)
+                    step(x[n_id], ei, a, torch.arange(size), y[n_id[:size]])
+                    if i:
+                        samples.append(time.perf_counter() - start)
+                times[config] = sorted(samples)[len(samples) // 2] * full_epoch_batches
+            if config == "gnnkit-auto":
+                chosen = net.format_report()
+        rows.append({"model": model, "mode": mode, "epoch_s": times, "auto_formats": chosen,
+                     "auto_vs_csr": times["gnnkit-csr"] / times["gnnkit-auto"],
+                     "auto_vs_pyg": times["pyg"] / times["gnnkit-auto"],
+                     "note": ("one full-graph training step = one epoch; fastest of the steps" if mode == "full-batch"
+                              else f"median step over {batches - 1} pre-sampled batches x {full_epoch_batches} "
+                                   "batches per epoch (sampling excluded)")})
+    return rows
+
+
+def print_table(rows: list[dict[str, Any]], formats: list[str]) -> None:
+    short = {"gather_scatter": "gs", "segment": "seg", "bsr16": "bsr16", "bsr4": "bsr4", "dense": "dense"}
+    head = ["matrix", "F"] + [short.get(f, f) for f in formats] + [
+        "selected", "oracle", "sel/orc", "csr/sel", "pyg/sel", "pyggs/sel"]
+    lines = [head]
+    for r in rows:
+        cells = [r["matrix"][:34], str(r["width"])]
+        cells += [f"{r['format_ms'][f]:.2f}" if f in r["format_ms"] else "-" for f in formats]
+        cells += [r["selected"], r["oracle"], f"{r['selected_over_oracle']:.2f}", f"{r['speedup_vs_csr']:.2f}",
+                  f"{r['speedup_vs_pyg']:.2f}", f"{r['speedup_vs_pyg_gather_scatter']:.2f}"]
+        lines.append(cells)
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    for line in lines:
+        print("  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(line, widths))))
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['matrix'][:28]} F={r['width']}" for r in rows]
+    fig, ax = plt.subplots(figsize=(10, 0.32 * len(rows) + 1.5))
+    ys = range(len(rows))
+    h = 0.27
+    ax.barh([y - h for y in ys], [r["speedup_vs_csr"] for r in rows], h, label="vs always-CSR (cached transpose)")
+    ax.barh(list(ys), [r["speedup_vs_pyg"] for r in rows], h, label="vs PyG fastest path")
+    ax.barh([y + h for y in ys], [1 / r["selected_over_oracle"] for r in rows], h, label="oracle / selected")
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_yticks(list(ys), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("speedup of the selected formats (forward + backward), log scale")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def bench_matrices(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Measure every held-out matrix at every width and print the table."""
+    matrices: list[tuple[str, Adjacency]] = []
+    for spec in HELD_OUT:
+        if args.quick:
+            spec = MatrixSpec(spec.kind, max(1000, spec.n_rows // 10), max(1000, spec.n_cols // 10),
+                              spec.avg_deg, spec.seed)
+        matrices.append((spec.name, spec.build()))
+    try:
+        matrices += twin_matrices(args.dataset, 1024)
+    except Exception as err:  # the twin is optional: report, go on with the synthetic set
+        print(f"(skipping {args.dataset}: {err})")
+    rows = []
+    for name, adj in matrices:
+        for width in args.widths:
+            start = time.perf_counter()
+            rows.append(bench_matrix(name, adj, width, args.repeats))
+            print(f"  measured {name} F={width} in {time.perf_counter() - start:.1f}s", flush=True)
+    formats = [f for f in FORMATS if any(f in r["format_ms"] for r in rows)]
+    print("\nforward + backward ms per format (same format both passes), selection and ratios:")
+    print_table(rows, formats)
+    return rows
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``summary`` object: geomeans over the rows, best and worst cases."""
+    best = max(rows, key=lambda r: r["speedup_vs_csr"])
+    worst = min(rows, key=lambda r: r["speedup_vs_csr"])
+    return {
+        "selected_over_oracle": geomean([r["selected_over_oracle"] for r in rows]),
+        "speedup_vs_csr": geomean([r["speedup_vs_csr"] for r in rows]),
+        "speedup_vs_pyg": geomean([r["speedup_vs_pyg"] for r in rows]),
+        "speedup_vs_pyg_gather_scatter": geomean([r["speedup_vs_pyg_gather_scatter"] for r in rows]),
+        "oracle_speedup_vs_csr": geomean([r["csr_ms"] / r["oracle_ms"] for r in rows]),
+        "exact_picks": sum(r["selected"] == r["oracle"] for r in rows) / len(rows),
+        "best_vs_csr": {"matrix": best["matrix"], "width": best["width"], "speedup": best["speedup_vs_csr"]},
+        "worst_vs_csr": {"matrix": worst["matrix"], "width": worst["width"], "speedup": worst["speedup_vs_csr"]},
+        "rows": len(rows),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", type=Path, help="write the results and the summary here")
+    parser.add_argument("--png", type=Path, help="per-matrix speedup plot (default: beside --json)")
+    parser.add_argument("--widths", type=int, nargs="+", default=[32, 128])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--dataset", default="synthetic-arxiv", help="twin for the adjacency and the epoch times")
+    parser.add_argument("--steps", type=int, default=3, help="timed full-batch steps per configuration")
+    parser.add_argument("--batches", type=int, default=6, help="sampled batches per configuration")
+    parser.add_argument("--hidden", type=int, default=128, help="hidden width of the end-to-end models")
+    parser.add_argument("--no-e2e", action="store_true", help="skip the end-to-end epoch times")
+    parser.add_argument("--e2e-only", action="store_true", help="only the end-to-end epoch times")
+    parser.add_argument("--quick", action="store_true", help="held-out synthetic matrices at 1/10 size")
+    args = parser.parse_args(argv)
+
+    selector = current_selector()
+    print(f"selector: {model_path()} ({selector.meta.get('matrices', '?')} training matrices); "
+          f"threads {torch.get_num_threads()}")
+    rows: list[dict[str, Any]] = []
+    summary: dict[str, Any] = {}
+    if not args.e2e_only:
+        rows = bench_matrices(args)
+        summary = summarise(rows)
+        print("\nsummary (geomeans over rows):")
+        for key, value in summary.items():
+            print(f"  {key:32s} {value:.3f}" if isinstance(value, float) else f"  {key:32s} {value}")
+    e2e = []
+    if not args.no_e2e:
+        try:
+            e2e = epoch_times(args.dataset, args.steps, args.batches, args.hidden)
+        except Exception as err:
+            print(f"(skipping end-to-end epoch times: {err})")
+        if e2e:
+            print("\nend-to-end epoch time (s) on", args.dataset)
+            print(f"  {'model':6s} {'mode':11s} {'gnnkit-auto':>12s} {'gnnkit-csr':>11s} {'pyg':>8s} "
+                  f"{'csr/auto':>9s} {'pyg/auto':>9s}  auto formats")
+            for r in e2e:
+                t = r["epoch_s"]
+                fmts = ", ".join(f"{k}:{v['forward']}/{v['backward']}@{v['width']}" for k, v in r["auto_formats"].items())
+                print(f"  {r['model']:6s} {r['mode']:11s} {t['gnnkit-auto']:12.3f} {t['gnnkit-csr']:11.3f} "
+                      f"{t['pyg']:8.3f} {r['auto_vs_csr']:9.2f} {r['auto_vs_pyg']:9.2f}  {fmts}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        meta = {"threads": torch.get_num_threads(), "torch": torch.__version__, "selector": str(model_path()),
+                "selector_meta": selector.meta, "widths": args.widths, "repeats": args.repeats,
+                "quick": args.quick, "loadavg_at_end": os.getloadavg()}
+        args.json.write_text(json.dumps({"summary": summary, "rows": rows, "end_to_end": e2e, "meta": meta},
+                                        indent=2, default=float) + "\n")
+        print(f"\nwrote {args.json}")
+    png = args.png or (args.json.with_suffix(".png") if args.json else None)
+    if png and rows:
+        plot(rows, png)
+        print(f"wrote {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

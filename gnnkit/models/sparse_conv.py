@@ -1,0 +1,162 @@
+"""GCN, GraphSAGE and GIN layers whose aggregation is one :func:`gnnkit.sparse.spmm` per layer.
+
+Each layer computes exactly what PyG's ``GCNConv`` / ``SAGEConv`` / ``GINConv`` compute (same
+parameter names, so state dicts load either way), but aggregates through
+``message_and_aggregate(adj, x)`` = ``spmm(adj, x)`` on a :class:`~gnnkit.sparse.Adjacency`, with
+the storage format chosen per layer for the width it aggregates at (Qiu, You and Wang,
+"Optimizing Sparse Matrix Multiplications for Graph Neural Networks", LCPC 2021
+<https://arxiv.org/abs/2111.00352>). ``last_plan`` records the formats of the latest call.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from gnnkit.sparse import Adjacency, SpmmPlan, plan, resolve_format, spmm
+from gnnkit.sparse.normalize import gcn_normalized
+
+
+def _check_format(format: str) -> str:
+    return "auto" if format == "auto" else resolve_format(format)
+
+
+class SparseAggregation(nn.Module):
+    """Base of the layers: one ``spmm`` per call, in a fixed format or ``"auto"``.
+
+    Args:
+        format: ``"auto"`` (the selector decides per width) or a format name.
+    """
+
+    reduce = "sum"
+
+    def __init__(self, format: str = "auto") -> None:
+        super().__init__()
+        self.format = _check_format(format)
+        self.last_plan: SpmmPlan | None = None
+        self.plan_counts: Counter[str] = Counter()
+
+    def message_and_aggregate(self, adj: Adjacency, x: Tensor) -> Tensor:
+        """``reduce`` over each row's neighbours of ``x``: ``spmm(adj, x)`` in the planned formats."""
+        self.last_plan = plan(adj, x.size(1), self.format)
+        self.plan_counts[f"{self.last_plan.forward}/{self.last_plan.backward}"] += 1
+        return spmm(adj, x, reduce=self.reduce, format=self.last_plan.forward,
+                    backward_format=self.last_plan.backward)
+
+    def format_report(self) -> dict[str, Any] | None:
+        """The latest plan plus how often each ``forward/backward`` pair ran (``None`` before any call)."""
+        if self.last_plan is None:
+            return None
+        return {**self.last_plan.as_dict(), "counts": dict(self.plan_counts)}
+
+
+class SparseGCNConv(SparseAggregation):
+    """The graph convolution of Kipf & Welling, "Semi-Supervised Classification with Graph
+    Convolutional Networks" <https://arxiv.org/abs/1609.02907>: ``\\hat A (X W^T) + b`` with
+    ``\\hat A = D^-1/2 (A + I) D^-1/2`` (cached on the adjacency).
+
+    Args:
+        in_channels: Input width.
+        out_channels: Output width (the width it aggregates at).
+        format: ``"auto"`` or a format name.
+        bias: Add a learnable bias.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, format: str = "auto", bias: bool = True) -> None:
+        super().__init__(format)
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.lin = nn.Linear(in_channels, out_channels, bias=False)
+        self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.xavier_uniform_(self.lin.weight)  # PyG's glorot
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def forward(self, x: Tensor, adj: Adjacency) -> Tensor:
+        """``[N, in] -> [N, out]`` on a square ``adj``."""
+        out = self.message_and_aggregate(gcn_normalized(adj), self.lin(x))
+        return out if self.bias is None else out + self.bias
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, format={self.format})"
+
+
+class SparseSAGEConv(SparseAggregation):
+    """The GraphSAGE operator of Hamilton et al., "Inductive Representation Learning on Large
+    Graphs" <https://arxiv.org/abs/1706.02216>: ``lin_l(mean_j x_j) + lin_r(x_i)``.
+
+    ``adj`` may be rectangular ``[N_dst, N_src]`` (sampled blocks): the first ``N_dst`` rows of
+    ``x`` are the destination nodes, as in PyG.
+
+    Args:
+        in_channels: Input width (the width it aggregates at).
+        out_channels: Output width.
+        format: ``"auto"`` or a format name.
+        root_weight: Add the transformed root features.
+        bias: Bias of ``lin_l``.
+    """
+
+    reduce = "mean"
+
+    def __init__(self, in_channels: int, out_channels: int, format: str = "auto", root_weight: bool = True,
+                 bias: bool = True) -> None:
+        super().__init__(format)
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.lin_l = nn.Linear(in_channels, out_channels, bias=bias)
+        self.lin_r = nn.Linear(in_channels, out_channels, bias=False) if root_weight else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for lin in (self.lin_l, self.lin_r):
+            if lin is not None:
+                lin.reset_parameters()
+
+    def forward(self, x: Tensor, adj: Adjacency) -> Tensor:
+        """``[N_src, in] -> [N_dst, out]``."""
+        out = self.lin_l(self.message_and_aggregate(adj, x))
+        if self.lin_r is not None:
+            out = out + self.lin_r(x[: adj.num_rows])
+        return out
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, format={self.format})"
+
+
+class SparseGINConv(SparseAggregation):
+    """The graph isomorphism operator of Xu et al., "How Powerful are Graph Neural Networks?"
+    <https://arxiv.org/abs/1810.00826>: ``nn((1 + eps) x_i + sum_j x_j)``.
+
+    Args:
+        nn: The update network (e.g. a two-layer MLP).
+        eps: Initial ``eps``.
+        train_eps: Learn ``eps``.
+        format: ``"auto"`` or a format name.
+    """
+
+    def __init__(self, nn: nn.Module, eps: float = 0.0, train_eps: bool = False, format: str = "auto") -> None:
+        super().__init__(format)
+        self.nn = nn
+        self.initial_eps = eps
+        if train_eps:
+            self.eps = torch.nn.Parameter(torch.tensor([eps]))
+        else:
+            self.register_buffer("eps", torch.tensor([eps]))
+
+    def reset_parameters(self) -> None:
+        for module in self.nn.modules():
+            if module is not self.nn and hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+        self.eps.data.fill_(self.initial_eps)
+
+    def forward(self, x: Tensor, adj: Adjacency) -> Tensor:
+        """``[N_src, in] -> [N_dst, out]``."""
+        out = self.message_and_aggregate(adj, x)
+        return self.nn(out + (1 + self.eps) * x[: adj.num_rows])
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(nn={self.nn}, format={self.format})"

@@ -1,0 +1,196 @@
+"""The sparse adjacency matrix of a graph, caching every storage format it has been converted to."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+
+def _as_index(t: Tensor, name: str) -> Tensor:
+    """``t`` as int64 without touching the original (which may be a read-only memory map)."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"Adjacency: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != 1:
+        raise ValueError(f"Adjacency: {name} must be 1-D, got shape {tuple(t.shape)}")
+    return t if t.dtype == torch.int64 else t.to(torch.int64)
+
+
+class Adjacency:
+    r"""A graph's adjacency matrix ``A [num_rows, num_cols]`` in CSR form, rows = destinations.
+
+    ``(A @ X)[i] = sum_{e in row i} values[e] * X[indices[e]]``: messages flow from the nodes in
+    ``indices`` into their row, as in gnnkit's canonical graph. Other storage formats (COO, CSC,
+    BSR, dense, the transpose, ...) are materialised on first use by :func:`gnnkit.sparse.spmm`
+    and cached on the object, so a training loop converts once, never per step. The input tensors
+    are never written to, so they may be read-only memory maps.
+
+    Format selection follows Qiu, You and Wang, "Optimizing Sparse Matrix Multiplications for
+    Graph Neural Networks", LCPC 2021 <https://arxiv.org/abs/2111.00352>.
+
+    Args:
+        indptr: ``int [num_rows + 1]`` row pointer (``indptr[0] == 0``, non-decreasing).
+        indices: ``int [nnz]`` column (source node) of every entry, grouped by row. Duplicates and
+            self-loops are allowed; duplicates add up.
+        num_cols: Number of columns (default: ``num_rows``, a square graph adjacency).
+        values: Optional ``float [nnz]`` entry weights (default: all ones). Treated as constants:
+            :func:`~gnnkit.sparse.spmm` does not differentiate with respect to them.
+        validate: Check the CSR invariants (O(nnz)); turn off only for trusted, checked input.
+        single_use: The matrix serves one training step only (a sampled mini-batch block): the
+            selector then considers only formats that need no conversion, since nothing would
+            amortise one.
+    """
+
+    def __init__(
+        self,
+        indptr: Tensor,
+        indices: Tensor,
+        num_cols: int | None = None,
+        values: Tensor | None = None,
+        validate: bool = True,
+        single_use: bool = False,
+    ) -> None:
+        self.indptr = _as_index(indptr, "indptr")
+        self.indices = _as_index(indices, "indices")
+        self.num_rows = int(self.indptr.numel()) - 1
+        self.num_cols = self.num_rows if num_cols is None else int(num_cols)
+        if values is not None:
+            values = values.detach()
+            if not values.is_floating_point():
+                values = values.to(torch.float32)
+        self.values = values
+        self.single_use = single_use
+        if validate:
+            self._validate()
+        self._cache: dict[str, Any] = {}
+
+    def _validate(self) -> None:
+        if self.num_rows < 0:
+            raise ValueError("Adjacency: indptr must have at least one element")
+        nnz = self.indices.numel()
+        if self.num_cols < 0:
+            raise ValueError(f"Adjacency: num_cols must be >= 0, got {self.num_cols}")
+        if int(self.indptr[0]) != 0 or int(self.indptr[-1]) != nnz:
+            raise ValueError(
+                f"Adjacency: indptr must start at 0 and end at nnz={nnz}, "
+                f"got {int(self.indptr[0])}..{int(self.indptr[-1])}"
+            )
+        if self.num_rows and bool((self.indptr.diff() < 0).any()):
+            raise ValueError("Adjacency: indptr must be non-decreasing")
+        if nnz and (int(self.indices.min()) < 0 or int(self.indices.max()) >= self.num_cols):
+            raise ValueError(f"Adjacency: indices must lie in [0, {self.num_cols})")
+        if self.values is not None and self.values.shape != (nnz,):
+            raise ValueError(f"Adjacency: values must have shape ({nnz},), got {tuple(self.values.shape)}")
+
+    # -- construction --------------------------------------------------------------------------
+    @classmethod
+    def from_edge_index(
+        cls, edge_index: Tensor, num_nodes: int | None = None, values: Tensor | None = None,
+        num_dst: int | None = None, single_use: bool = False,
+    ) -> Adjacency:
+        """The adjacency of a PyG ``[2, E]`` ``(source, destination)`` edge list.
+
+        Args:
+            edge_index: ``[2, E]`` edges; messages flow from ``edge_index[0]`` to ``edge_index[1]``.
+            num_nodes: Number of source nodes (default: largest id + 1).
+            values: Optional ``[E]`` edge weights.
+            num_dst: Number of destination nodes (default: ``num_nodes``).
+            single_use: See :class:`Adjacency`.
+
+        Returns:
+            An :class:`Adjacency` with one row per destination node.
+        """
+        if edge_index.dim() != 2 or edge_index.size(0) != 2:
+            raise ValueError(f"Adjacency.from_edge_index: edge_index must be [2, E], got {tuple(edge_index.shape)}")
+        src, dst = edge_index[0].to(torch.int64), edge_index[1].to(torch.int64)
+        if num_nodes is None:
+            num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 0
+        num_dst = num_nodes if num_dst is None else num_dst
+        if dst.numel() and int(dst.max()) >= num_dst:
+            raise ValueError(f"Adjacency.from_edge_index: destination ids must be < {num_dst}")
+        if dst.numel() > 1 and not bool((dst[1:] >= dst[:-1]).all()):
+            order = torch.argsort(dst, stable=True)
+            src, dst = src[order], dst[order]
+            values = None if values is None else values[order]
+        counts = torch.bincount(dst, minlength=num_dst)
+        indptr = torch.zeros(num_dst + 1, dtype=torch.int64)
+        torch.cumsum(counts, 0, out=indptr[1:])
+        return cls(indptr, src, num_cols=num_nodes, values=values, single_use=single_use)
+
+    # -- shape and basic views -----------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.num_rows, self.num_cols)
+
+    @property
+    def nnz(self) -> int:
+        return int(self.indices.numel())
+
+    def row_counts(self) -> Tensor:
+        """Entries per row (the in-degree, duplicates counted), int64 ``[num_rows]``."""
+        return self.cached("row_counts", lambda: self.indptr.diff())
+
+    def rows(self) -> Tensor:
+        """Row (destination) of every entry, int64 ``[nnz]`` (the COO row array)."""
+        return self.cached("rows", lambda: torch.repeat_interleave(
+            torch.arange(self.num_rows, dtype=torch.int64), self.row_counts(), output_size=self.nnz))
+
+    def weights(self) -> Tensor:
+        """Entry values, float32 ``[nnz]`` (ones when the matrix is unweighted)."""
+        if self.values is not None:
+            return self.values
+        return self.cached("ones", lambda: torch.ones(self.nnz, dtype=torch.float32))
+
+    def inv_row_counts(self) -> Tensor:
+        """``1 / max(row count, 1)`` as float32 ``[num_rows, 1]``, the scale of ``reduce="mean"``."""
+        return self.cached("inv_row_counts",
+                           lambda: (1.0 / self.row_counts().clamp(min=1).to(torch.float32)).unsqueeze(1))
+
+    def t(self) -> Adjacency:
+        """The transpose ``A^T`` (rows = sources) as its own CSR :class:`Adjacency`, cached.
+
+        Its own conversions are cached on it, so the backward pass of :func:`~gnnkit.sparse.spmm`
+        picks and keeps its own format. ``A.t().t()`` is ``A``.
+        """
+        def build() -> Adjacency:
+            order = torch.argsort(self.indices, stable=True)
+            counts = torch.bincount(self.indices, minlength=self.num_cols)
+            indptr = torch.zeros(self.num_cols + 1, dtype=torch.int64)
+            torch.cumsum(counts, 0, out=indptr[1:])
+            values = None if self.values is None else self.values[order]
+            transposed = Adjacency(indptr, self.rows()[order], num_cols=self.num_rows,
+                                   values=values, validate=False, single_use=self.single_use)
+            transposed._cache["t"] = self
+            return transposed
+        return self.cached("t", build)
+
+    def to_dense(self, dtype: torch.dtype = torch.float32) -> Tensor:
+        """The dense ``[num_rows, num_cols]`` matrix (duplicates summed)."""
+        dense = torch.zeros(self.num_rows, self.num_cols, dtype=dtype)
+        dense.index_put_((self.rows(), self.indices), self.weights().to(dtype), accumulate=True)
+        return dense
+
+    # -- cache ---------------------------------------------------------------------------------
+    def cached(self, key: str, build: Callable[[], Any]) -> Any:
+        """``build()``'s result, computed once per key and kept on the object."""
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
+
+    def cached_keys(self) -> list[str]:
+        """Names of the materialised conversions (for tests and ``formats explain``)."""
+        return sorted(self._cache)
+
+    def uncache(self, prefix: str) -> None:
+        """Drop the cached conversions whose key starts with ``prefix`` (frees their memory)."""
+        for key in [k for k in self._cache if k.startswith(prefix)]:
+            del self._cache[key]
+
+    def clear_cache(self) -> None:
+        """Drop every cached conversion (e.g. to re-measure conversion costs)."""
+        self._cache.clear()
+
+    def __repr__(self) -> str:
+        flags = (", weighted" if self.values is not None else "") + (", single_use" if self.single_use else "")
+        return f"Adjacency(num_rows={self.num_rows}, num_cols={self.num_cols}, nnz={self.nnz}{flags})"

@@ -1,0 +1,115 @@
+"""``gnnkit formats list|explain|calibrate``: inspect and retrain the SpMM format selector."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from gnnkit.sparse.adjacency import Adjacency
+
+
+def _load_adjacency(dataset: str) -> tuple[str, Adjacency]:
+    """The canonical CSR of a registry dataset or OGB-format folder (preprocessed if needed)."""
+    from pipeline import preprocess, resolve
+
+    spec = resolve(dataset)
+    graph = preprocess(spec, spec.preprocess).open()
+    return graph.meta.get("name", dataset), Adjacency(graph.indptr, graph.indices)
+
+
+def _list(args: argparse.Namespace) -> int:
+    from gnnkit.sparse.formats import FORMATS
+    from gnnkit.sparse.selector import current_selector, model_path
+
+    for name, fmt in FORMATS.items():
+        doc = (type(fmt).__doc__ or "").strip().splitlines()[0]
+        print(f"  {name:15s} {doc}")
+    selector = current_selector()
+    meta = selector.meta
+    print(f"\nselector model: {model_path()}  ({meta.get('matrices', '?')} matrices, "
+          f"{meta.get('samples', '?')} samples, trained {meta.get('trained', '?')} on {meta.get('machine', '?')})")
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from gnnkit.sparse.features import describe, matrix_features, transposed_features
+    from gnnkit.sparse.measure import AMORTIZE_STEPS, best_format, measure_formats
+    from gnnkit.sparse.selector import current_selector, model_path
+
+    name, adj = _load_adjacency(args.dataset)
+    selector = current_selector()
+    print(f"{name}: {adj}\nmodel: {model_path()}\n\nfeatures (A, forward pass):")
+    print(describe(matrix_features(adj)))
+    for label, transpose in (("forward  A @ X", False), ("backward A^T @ dY", True)):
+        matrix = adj.t() if transpose else adj
+        ranked = selector.rank(adj, args.width, transpose=transpose)
+        chosen = ranked[0][0] if ranked else "csr"
+        print(f"\n{label} (width {args.width}): selector picks {chosen}")
+        if transpose:
+            feats = transposed_features(matrix_features(adj))
+            print(f"  (A^T: {feats['n_rows']:.0f} rows, row nnz max {feats['row_max']:.0f}, cv {feats['row_cv']:.3g})")
+        timings = {} if args.no_measure else measure_formats(matrix, args.width, repeats=args.repeats)
+        best = best_format(timings) if timings else None
+        print(f"  {'format':15s} {'predicted':>10s} {'spmm ms':>10s} {'convert ms':>11s} {'cost ms':>10s}")
+        for fmt, predicted in ranked:
+            t = timings.get(fmt)
+            cells = ([f"{t.spmm_s * 1e3:10.3f}", f"{t.convert_s * 1e3:11.2f}", f"{t.cost() * 1e3:10.3f}"]
+                     if t else [f"{'-':>10s}", f"{'-':>11s}", f"{'-':>10s}"])
+            marks = (" <- selected" if fmt == chosen else "") + (" <- fastest" if fmt == best else "")
+            print(f"  {fmt:15s} {predicted:10.3f} {' '.join(cells)}{marks}")
+    if not args.no_measure:
+        print(f"\npredicted = log(cost / best cost); cost = spmm + convert / {AMORTIZE_STEPS} (conversion amortised)")
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from gnnkit.sparse.calibrate import label_corpus, train_and_save
+    from gnnkit.sparse.corpus import sample_specs
+    from gnnkit.sparse.selector import calibrated_path
+
+    out = Path(args.out) if args.out else calibrated_path()
+    labels = Path(args.labels) if args.labels else out.with_name("calibration_labels.jsonl")
+    if labels.exists() and not args.resume:
+        labels.unlink()
+    specs = sample_specs(args.count, seed=args.seed, max_rows=args.max_rows, max_nnz=args.max_nnz,
+                         large_fraction=args.large_fraction)
+    start = time.perf_counter()
+    records = label_corpus(
+        specs, labels, widths_per_matrix=args.widths_per_matrix, repeats=args.repeats, seed=args.seed,
+        progress=lambda i, n, s, sec: print(f"[{i}/{n}] {s.name} {sec:.1f}s", flush=True),
+    )
+    selector = train_and_save(records, out, folds=args.folds, meta={"calibrated": True, "corpus": str(labels)})
+    quality: dict[str, Any] = {k: round(v, 3) for k, v in selector.meta.items()
+                               if k.startswith("cv_") and isinstance(v, float)}
+    print(f"measured {len(records)} samples in {time.perf_counter() - start:.0f}s; "
+          f"held-out quality {quality}\nsaved {out} (used from now on; delete it to return to the shipped model)")
+    return 0
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``gnnkit formats ...`` to the ``gnnkit`` command."""
+    p = subparsers.add_parser("formats", help="SpMM formats: list, explain a dataset, calibrate the selector")
+    sub = p.add_subparsers(dest="formats_command", required=True)
+    q = sub.add_parser("list", help="the formats and the selector model in use")
+    q.set_defaults(func=_list)
+    q = sub.add_parser("explain", help="features, predicted and measured format times for a dataset")
+    q.add_argument("dataset", help="registry name or OGB-format folder path")
+    q.add_argument("--width", type=int, default=128, help="feature width F (default 128)")
+    q.add_argument("--repeats", type=int, default=3, help="timed rounds per format")
+    q.add_argument("--no-measure", action="store_true", help="only features and predictions")
+    q.set_defaults(func=_explain)
+    q = sub.add_parser("calibrate", help="re-measure a small corpus on this machine and retrain the selector")
+    q.add_argument("--count", type=int, default=60, help="corpus matrices (default 60)")
+    q.add_argument("--max-rows", type=int, default=200_000)
+    q.add_argument("--max-nnz", type=int, default=500_000)
+    q.add_argument("--large-fraction", type=float, default=0.1)
+    q.add_argument("--widths-per-matrix", type=int, default=2)
+    q.add_argument("--repeats", type=int, default=2)
+    q.add_argument("--folds", type=int, default=5, help="cross-validation folds reported (0 = skip)")
+    q.add_argument("--seed", type=int, default=1)
+    q.add_argument("--out", help="model path (default: the user's cache folder, used automatically)")
+    q.add_argument("--labels", help="JSON-lines measurements (default: beside the model)")
+    q.add_argument("--resume", action="store_true", help="keep earlier measurements in --labels")
+    q.set_defaults(func=_calibrate)

@@ -1,0 +1,9 @@
+"""SpMM storage formats, one module each, registered by name in :data:`FORMATS`.
+
+Importing this package registers every built-in format.
+"""
+
+from gnnkit.sparse.formats.base import FORMATS, SpmmFormat, register, resolve_format
+from gnnkit.sparse.formats import bsr, coo, csc, csr, dense, gather_scatter, segment  # noqa: F401  (register)
+
+__all__ = ["FORMATS", "SpmmFormat", "register", "resolve_format"]

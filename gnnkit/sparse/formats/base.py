@@ -1,0 +1,109 @@
+"""The interface every SpMM storage format implements, and the registry that names them."""
+
+from __future__ import annotations
+
+import warnings
+from abc import ABC, abstractmethod
+from typing import Any, Callable, TypeVar
+
+import torch
+from torch import Tensor
+
+from gnnkit.sparse.adjacency import Adjacency
+
+#: Format name -> format instance; filled by :func:`register` as the format modules are imported.
+FORMATS: dict[str, "SpmmFormat"] = {}
+
+_F = TypeVar("_F", bound=type)
+
+
+def register(name: str) -> Callable[[_F], _F]:
+    """Class decorator adding a format to :data:`FORMATS` under ``name``; refuses duplicates."""
+    def wrap(cls: _F) -> _F:
+        if name in FORMATS:
+            raise ValueError(f"SpMM format '{name}' is already registered")
+        FORMATS[name] = cls()
+        FORMATS[name].name = name
+        return cls
+    return wrap
+
+
+#: Alternative spellings accepted by :func:`resolve_format`.
+ALIASES = {"gs": "gather_scatter", "pyg": "gather_scatter", "scatter": "gather_scatter",
+           "segment_csr": "segment", "coo": "coo", "sparse_csr": "csr", "sparse_csc": "csc"}
+
+
+def resolve_format(name: str) -> str:
+    """Normalise a format name (case, ``-``), with a helpful error.
+
+    Example:
+        >>> resolve_format("Gather-Scatter")
+        'gather_scatter'
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"format must be a string, got {type(name).__name__}")
+    key = name.lower().replace("-", "_")
+    key = ALIASES.get(key, key)
+    if key not in FORMATS:
+        raise ValueError(f"Could not resolve format '{name}' among choices {sorted(FORMATS)} (or 'auto')")
+    return key
+
+
+# torch announces its beta sparse layouts once per process; gnnkit uses them deliberately.
+_BETA = "Sparse (CSR|CSC|BSR|BSC) tensor support is in beta"
+
+
+class SpmmFormat(ABC):
+    """A storage format of an :class:`Adjacency` and its product with a dense matrix.
+
+    Subclasses implement :meth:`convert` (once per adjacency and dtype, cached on the adjacency
+    by :meth:`prepare`) and :meth:`multiply` (every call, no autograd: :func:`gnnkit.sparse.spmm`
+    provides the gradient through the transpose).
+    """
+
+    name: str = ""
+    #: Works on the CSR arrays as they are (no conversion to pay for a single-use matrix).
+    conversion_free: bool = False
+
+    def applicable(self, adj: Adjacency) -> bool:
+        """Whether this format can hold ``adj`` at a sensible memory cost."""
+        return True
+
+    @abstractmethod
+    def convert(self, adj: Adjacency, dtype: torch.dtype) -> Any:
+        """Build this format's representation of ``adj`` with values of ``dtype``."""
+
+    @abstractmethod
+    def multiply(self, state: Any, adj: Adjacency, x: Tensor) -> Tensor:
+        """``A @ x`` for ``x [num_cols, F]``, given :meth:`convert`'s result ``state``."""
+
+    def prepare(self, adj: Adjacency, dtype: torch.dtype = torch.float32) -> Any:
+        """The cached conversion of ``adj`` (built on first use)."""
+        def build() -> Any:
+            with warnings.catch_warnings():  # torch's one-off "beta" notice for CSR/CSC/BSR
+                warnings.filterwarnings("ignore", message=_BETA)
+                return self.convert(adj, dtype)
+        return adj.cached(f"format:{self.name}:{dtype}", build)
+
+    def is_prepared(self, adj: Adjacency, dtype: torch.dtype = torch.float32) -> bool:
+        return f"format:{self.name}:{dtype}" in adj.cached_keys()
+
+    def __call__(self, adj: Adjacency, x: Tensor) -> Tensor:
+        """``A @ x`` in this format (converting on first use)."""
+        if not self.applicable(adj):
+            raise ValueError(f"SpMM format '{self.name}' cannot hold {adj}")
+        if x.dim() != 2 or x.size(0) != adj.num_cols:
+            raise ValueError(f"spmm: x must be [{adj.num_cols}, F] for {adj}, got {tuple(x.shape)}")
+        state = self.prepare(adj, x.dtype)
+        if adj.nnz == 0 or x.size(1) == 0:
+            return x.new_zeros(adj.num_rows, x.size(1))
+        return self.multiply(state, adj, x.contiguous())
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+def weights_as(adj: Adjacency, dtype: torch.dtype) -> Tensor:
+    """The adjacency's entry values in ``dtype`` (cached per dtype)."""
+    w = adj.weights()
+    return w if w.dtype == dtype else adj.cached(f"weights:{dtype}", lambda: w.to(dtype))

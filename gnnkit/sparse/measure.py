@@ -1,0 +1,120 @@
+"""Timing SpMM formats on one matrix: the measurements the selector learns from.
+
+A format's cost for a training run is its product time plus its one-off conversion time
+amortised over :data:`AMORTIZE_STEPS` products (the conversion is cached on the
+:class:`~gnnkit.sparse.Adjacency`, so a training run pays it once). The forward product ``A @ X``
+and the backward product ``A^T @ dY`` are separate measurements, because :func:`~gnnkit.sparse.spmm`
+chooses their formats separately.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from gnnkit.sparse.adjacency import Adjacency
+from gnnkit.sparse.formats import FORMATS
+
+#: Products a conversion is amortised over when labelling (e.g. 50 epochs x 2 layers).
+AMORTIZE_STEPS = 100
+
+
+@dataclass(frozen=True)
+class FormatTiming:
+    """Measured seconds of one format on one matrix and width.
+
+    Attributes:
+        convert_s: One-off conversion from CSR.
+        spmm_s: One product (the fastest of ``repeats``).
+        repeats: Number of timed products behind ``spmm_s``.
+    """
+
+    convert_s: float
+    spmm_s: float
+    repeats: int
+
+    def cost(self, amortize: int = AMORTIZE_STEPS) -> float:
+        """Product time plus the conversion spread over ``amortize`` products."""
+        return self.spmm_s + self.convert_s / amortize
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"convert_s": self.convert_s, "spmm_s": self.spmm_s, "repeats": self.repeats}
+
+
+def _seconds(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def measure_formats(
+    adj: Adjacency,
+    width: int,
+    formats: list[str] | None = None,
+    repeats: int = 3,
+    slow_factor: float = 4.0,
+    seed: int = 0,
+    max_rounds: int = 10,
+    min_seconds: float = 0.2,
+) -> dict[str, FormatTiming]:
+    """Time every applicable format's conversion and product ``adj @ X`` for ``X [num_cols, width]``.
+
+    Rounds are interleaved (every format once per round) and a format's time is its fastest
+    product: on a shared machine, interference only ever adds time, and interleaving spreads it
+    over all formats instead of penalising whichever ran during a burst. At least ``repeats``
+    rounds follow the warm-up, more (up to ``max_rounds``) while they take under ``min_seconds``
+    in all, so fast products get more samples. After each round, formats whose fastest time is
+    ``slow_factor`` times the best are dropped (their time stands), which keeps labelling fast
+    without changing the winner. The transpose and the
+    COO row array are built beforehand, since every training run needs them anyway; conversions
+    are freed at the end.
+
+    Args:
+        adj: The matrix.
+        width: Feature width.
+        formats: Names to time (default: all registered).
+        repeats: Least timed rounds after the warm-up round.
+        slow_factor: Threshold for dropping clearly losing formats from the repeats.
+        seed: Seed of the random input.
+        max_rounds: Most timed rounds.
+        min_seconds: Keep adding rounds (up to ``max_rounds``) until this much time has passed.
+
+    Returns:
+        ``{format: FormatTiming}`` for the applicable formats.
+    """
+    names = [n for n in (list(FORMATS) if formats is None else formats) if FORMATS[n].applicable(adj)]
+    x = torch.randn(adj.num_cols, width, generator=torch.Generator().manual_seed(seed))
+    adj.rows()
+    adj.t()
+    convert: dict[str, float] = {}
+    fastest: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    try:
+        with torch.no_grad():
+            for name in names:
+                adj.uncache(f"format:{name}:")
+                convert[name] = _seconds(lambda: FORMATS[name].prepare(adj, x.dtype))
+            for name in names:  # warm-up round
+                fastest[name] = _seconds(lambda: FORMATS[name](adj, x))
+                counts[name] = 1
+            active, start = list(names), time.perf_counter()
+            for round_ in range(max_rounds):
+                if round_ >= repeats and time.perf_counter() - start >= min_seconds:
+                    break
+                for name in active:
+                    fastest[name] = min(fastest[name], _seconds(lambda: FORMATS[name](adj, x)))
+                    counts[name] += 1
+                best = min(fastest.values(), default=0.0)
+                active = [n for n in active if fastest[n] <= slow_factor * best]
+    finally:
+        for name in names:
+            adj.uncache(f"format:{name}:")
+    return {n: FormatTiming(convert[n], fastest[n], counts[n]) for n in names}
+
+
+def best_format(timings: dict[str, FormatTiming], amortize: int = AMORTIZE_STEPS) -> str:
+    """The format of least amortised cost."""
+    return min(timings, key=lambda n: timings[n].cost(amortize))

@@ -1,0 +1,111 @@
+import pytest
+import torch
+from torch import nn
+from torch_geometric.nn import GCNConv, GINConv, SAGEConv
+
+from gnnkit.models.node_gnn import NodeGNN
+from gnnkit.models.sparse_conv import SparseGCNConv, SparseGINConv, SparseSAGEConv
+from gnnkit.sparse import FORMATS, Adjacency
+from gnnkit.sparse.normalize import gcn_normalized
+
+
+def graph(n: int = 40, e: int = 160, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    ei = torch.randint(0, n - 5, (2, e), generator=g)  # last 5 nodes isolated
+    extra = torch.tensor([[3, 3, 7, 1, 1], [3, 3, 7, 2, 2]])  # repeated self-loops and a duplicate edge
+    return torch.cat([ei, extra], 1)
+
+
+def pair(kind: str, fmt: str) -> tuple[nn.Module, nn.Module]:
+    torch.manual_seed(0)
+    if kind == "gcn":
+        ref, ours = GCNConv(8, 6), SparseGCNConv(8, 6, format=fmt)
+    elif kind == "sage":
+        ref, ours = SAGEConv(8, 6), SparseSAGEConv(8, 6, format=fmt)
+    else:
+        mlp = nn.Sequential(nn.Linear(8, 6), nn.ReLU(), nn.Linear(6, 6))
+        ref, ours = GINConv(mlp), SparseGINConv(nn.Sequential(nn.Linear(8, 6), nn.ReLU(), nn.Linear(6, 6)), format=fmt)
+    ours.load_state_dict(ref.state_dict())
+    return ref, ours
+
+
+@pytest.mark.parametrize("fmt", ["auto", *sorted(FORMATS)])
+@pytest.mark.parametrize("kind", ["gcn", "sage", "gin"])
+def test_layers_match_pyg_values_and_gradients(kind, fmt):
+    ei = graph()
+    adj = Adjacency.from_edge_index(ei, 40)
+    ref, ours = pair(kind, fmt)
+    x = torch.randn(40, 8, requires_grad=True)
+    out_ref = ref(x, ei)
+    (g_ref,) = torch.autograd.grad(out_ref.square().sum(), x)
+    out = ours(x, adj)
+    (g,) = torch.autograd.grad(out.square().sum(), x)
+    torch.testing.assert_close(out, out_ref, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(g, g_ref, atol=1e-5, rtol=1e-4)
+    assert ours.last_plan is not None
+    if fmt != "auto":
+        assert (ours.last_plan.forward, ours.last_plan.backward) == (fmt, fmt)
+
+
+def test_sage_on_a_rectangular_sampled_block_matches_pyg():
+    g = torch.Generator().manual_seed(1)
+    ei = torch.stack([torch.randint(0, 30, (80,), generator=g), torch.randint(0, 10, (80,), generator=g)])
+    ref, ours = pair("sage", "csr")
+    x = torch.randn(30, 8)
+    adj = Adjacency.from_edge_index(ei, 30, num_dst=10)
+    torch.testing.assert_close(ours(x, adj), ref((x, x[:10]), ei), atol=1e-5, rtol=1e-4)
+
+
+def test_gcn_normalisation_matches_pyg_and_is_cached():
+    from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+    ei = graph()
+    adj = Adjacency.from_edge_index(ei, 40)
+    norm = gcn_normalized(adj)
+    assert gcn_normalized(adj) is norm
+    index, weight = gcn_norm(ei, None, 40)
+    expected = torch.zeros(40, 40).index_put_((index[1], index[0]), weight, accumulate=True)
+    torch.testing.assert_close(norm.to_dense(), expected)
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage", "gin"])
+def test_node_gnn_gnnkit_aggregation_equals_pyg_aggregation(model):
+    torch.manual_seed(0)
+    ref = NodeGNN(model, 8, 16, 3, num_layers=3).eval()
+    ours = NodeGNN(model, 8, 16, 3, num_layers=3, aggregation="gnnkit", format="auto").eval()
+    ours.load_state_dict(ref.state_dict())
+    ei = graph()
+    x = torch.randn(40, 8)
+    adj = Adjacency.from_edge_index(ei, 40)
+    torch.testing.assert_close(ours(x, ei, adj=adj), ref(x, ei), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(ours(x, ei), ref(x, ei), atol=1e-4, rtol=1e-4)  # adjacency built from edges
+    report = ours.format_report()
+    assert sorted(report) == ["layer0", "layer1", "layer2"]
+    assert all(r["forward"] in FORMATS and r["backward"] in FORMATS for r in report.values())
+    widths = [r["width"] for r in report.values()]
+    assert widths == ([16, 16, 3] if model == "gcn" else [8, 16, 16])  # GCN aggregates after its linear map
+    assert ref.format_report() == {}
+
+
+def test_node_gnn_honours_a_forced_format_and_trains():
+    torch.manual_seed(0)
+    net = NodeGNN("sage", 8, 16, 3, num_layers=2, aggregation="gnnkit", format="segment")
+    x, ei = torch.randn(40, 8), graph()
+    net(x, ei).sum().backward()
+    assert all(p.grad is not None for p in net.parameters())
+    assert {(r["forward"], r["backward"], r["source"]) for r in net.format_report().values()} == {
+        ("segment", "segment", "forced")}
+
+
+def test_reprs_and_errors():
+    assert repr(SparseGCNConv(8, 16)) == "SparseGCNConv(8, 16, format=auto)"
+    assert repr(SparseSAGEConv(8, 16, format="CSR")) == "SparseSAGEConv(8, 16, format=csr)"
+    assert repr(SparseGINConv(nn.Linear(2, 2), format="gs")).startswith("SparseGINConv(nn=Linear(")
+    assert str(NodeGNN("gin", 8, 16, 3, aggregation="gnnkit")) == (
+        "NodeGNN(gin, 8, 16, 3, num_layers=3, dropout=0.5, batch_norm=True, aggregation=gnnkit, format=auto)")
+    with pytest.raises(ValueError, match="Could not resolve format 'fast'"):
+        SparseSAGEConv(8, 16, format="fast")
+    with pytest.raises(ValueError, match="aggregation='gnnkit' supports gcn, sage and gin"):
+        NodeGNN("gat", 8, 16, 3, aggregation="gnnkit")
+    with pytest.raises(ValueError, match="Could not resolve aggregation 'dgl'"):
+        NodeGNN("gcn", 8, 16, 3, aggregation="dgl")

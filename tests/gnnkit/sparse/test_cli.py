@@ -1,0 +1,36 @@
+from gnnkit.cli import main
+from gnnkit.sparse import FORMATS
+from gnnkit.sparse import selector as selector_module
+from gnnkit.sparse.selector import SHIPPED_MODEL, calibrated_path, current_selector, model_path
+
+
+def test_list_shows_formats_and_model(capsys):
+    assert main(["formats", "list"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in FORMATS) and str(SHIPPED_MODEL) in out
+
+
+def test_explain_prints_features_prediction_and_measured_times(capsys, make_ogb_folder):
+    folder = make_ogb_folder()
+    assert main(["formats", "explain", str(folder), "--width", "8", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "row_cv" in out and "dia_fill" in out and "ell_fill" in out
+    assert out.count("selector picks") == 2 and "backward A^T @ dY" in out
+    assert "<- selected" in out and "<- fastest" in out
+    for name in ("csr", "coo", "segment", "gather_scatter"):
+        assert f"\n  {name} " in out
+
+
+def test_calibrate_writes_a_model_that_is_used_from_then_on(capsys):
+    assert not calibrated_path().exists()
+    try:
+        assert main(["formats", "calibrate", "--count", "3", "--max-rows", "1500", "--max-nnz", "5000",
+                     "--widths-per-matrix", "1", "--repeats", "1", "--folds", "0"]) == 0
+        out = capsys.readouterr().out
+        assert "[3/3]" in out and str(calibrated_path()) in out
+        assert model_path() == calibrated_path()
+        assert current_selector().meta["calibrated"] is True and current_selector().meta["matrices"] == 3
+    finally:
+        calibrated_path().unlink(missing_ok=True)
+        selector_module._loaded.clear()
+    assert model_path() == SHIPPED_MODEL

@@ -1,0 +1,136 @@
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from gnnkit.sparse import FORMATS, Adjacency, plan
+from gnnkit.sparse import selector as selector_module
+from gnnkit.sparse.calibrate import fit_selector, label_corpus, selection_quality
+from gnnkit.sparse.corpus import GENERATORS, MatrixSpec, sample_specs
+from gnnkit.sparse.features import FEATURE_NAMES
+from gnnkit.sparse.forest import TreeEnsemble
+from gnnkit.sparse.selector import SHIPPED_MODEL, Selector, current_selector, set_selector
+
+
+def stump(feature: int, threshold: float, low: list[float], high: list[float]) -> dict:
+    return {"feature": [feature, 0, 0], "threshold": [threshold, 0.0, 0.0], "left": [1, -1, -1],
+            "right": [2, -1, -1], "value": [[0.0] * len(low), low, high]}
+
+
+def test_tree_ensemble_matches_sklearn_predictions():
+    ensemble_mod = pytest.importorskip("sklearn.ensemble")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 5))
+    y = np.stack([x[:, 0] > 0.3, x[:, 1] * x[:, 2]], 1).astype(float)
+    forest = ensemble_mod.RandomForestRegressor(n_estimators=7, max_depth=6, random_state=0).fit(x, y)
+    ours = TreeEnsemble.from_sklearn(forest)
+    ours = TreeEnsemble(json.loads(json.dumps(ours.to_json())), 5, 2)  # through JSON
+    for row in x[:50]:
+        np.testing.assert_allclose(ours.predict(row), forest.predict(row[None])[0], atol=1e-5)
+
+
+def test_tree_ensemble_rejects_malformed_models():
+    with pytest.raises(ValueError, match="outside"):
+        TreeEnsemble([stump(9, 0.5, [1.0], [2.0])], num_features=3, num_outputs=1)
+    with pytest.raises(ValueError, match="outputs"):
+        TreeEnsemble([stump(0, 0.5, [1.0], [2.0])], num_features=3, num_outputs=2)
+    cyclic = stump(0, 0.5, [1.0], [2.0]) | {"left": [1, 0, -1]}
+    with pytest.raises(ValueError, match="cycle"):
+        TreeEnsemble([cyclic], num_features=3, num_outputs=1)
+
+
+def test_shipped_model_loads_without_pickle_and_is_plain_json():
+    data = json.loads(SHIPPED_MODEL.read_text())
+    assert data["kind"] == "gnnkit-spmm-selector" and data["features"] == list(FEATURE_NAMES)
+    selector = Selector.load(SHIPPED_MODEL)
+    assert set(selector.formats) <= set(FORMATS)
+    assert selector.meta["matrices"] >= 300 and selector.meta["samples"] >= 300  # the corpus size
+
+
+def test_shipped_selector_gives_a_valid_format_for_any_matrix():
+    selector = Selector.load(SHIPPED_MODEL)
+    matrices = [MatrixSpec(kind, 300, 200 if kind == "bipartite" else 300, 5, 1).build() for kind in GENERATORS]
+    matrices.append(Adjacency(torch.zeros(4, dtype=torch.long), torch.zeros(0, dtype=torch.long)))
+    for adj in matrices:
+        for width in (1, 16, 256, 4096):
+            for transpose in (False, True):
+                name = selector.select(adj, width, transpose=transpose)
+                assert name in FORMATS and FORMATS[name].applicable(adj)
+
+
+def test_selector_follows_its_model_and_skips_inapplicable_formats():
+    # dense predicted best below 100 columns, bsr16 (never applicable here) best above
+    formats = ["csr", "dense", "bsr16"]
+    col = FEATURE_NAMES.index("n_cols")
+    tree = stump(col, 100.0, [1.0, 0.0, 2.0], [1.0, 2.0, 0.0])
+    selector = Selector(TreeEnsemble([tree], len(FEATURE_NAMES), 3), formats)
+    small = MatrixSpec("erdos_renyi", 50, 50, 3, 0).build()
+    large = MatrixSpec("erdos_renyi", 3000, 3000, 1.5, 0).build()
+    assert selector.select(small, 16) == "dense"
+    assert not FORMATS["bsr16"].applicable(large)
+    assert selector.select(large, 16) == "csr"
+    cautious = Selector(selector.ensemble, formats, margin=1.5)  # dense must win by more than 1.5
+    assert cautious.select(small, 16) == "csr"
+    assert Selector(selector.ensemble, formats, margin=0.9).select(small, 16) == "dense"
+    with pytest.raises(ValueError, match="margin must be >= 0"):
+        Selector(selector.ensemble, formats, margin=-1)
+    set_selector(selector)
+    try:
+        assert current_selector() is selector
+        assert plan(small, 8).forward == "dense" and plan(small, 8, "segment").forward == "segment"
+    finally:
+        set_selector(None)
+    assert current_selector() is not selector
+
+
+def test_single_use_matrices_only_get_conversion_free_formats():
+    formats = ["csr", "coo", "segment"]
+    tree = stump(0, 1e12, [2.0, 0.0, 1.0], [2.0, 0.0, 1.0])  # coo predicted best, then segment
+    selector = Selector(TreeEnsemble([tree], len(FEATURE_NAMES), 3), formats)
+    spec = MatrixSpec("rmat", 200, 200, 4, 0)
+    assert selector.select(spec.build(), 16) == "coo"
+    one_off = spec.build()
+    one_off.single_use = True
+    assert selector.select(one_off, 16) == "segment" and selector.select(one_off, 16, transpose=True) == "segment"
+    assert [name for name, _ in selector.rank(one_off, 16)] == ["segment", "csr"]
+
+
+def test_model_file_round_trip_and_environment_override(tmp_path, monkeypatch):
+    formats = ["csr", "segment"]
+    selector = Selector(TreeEnsemble([stump(0, 1.0, [0.0, 1.0], [1.0, 0.0])], len(FEATURE_NAMES), 2), formats,
+                        {"note": "test"})
+    path = selector.save(tmp_path / "model.json")
+    monkeypatch.setenv("GNNKIT_SELECTOR", str(path))
+    loaded = current_selector()
+    assert loaded.formats == formats and loaded.meta["note"] == "test"
+    assert repr(loaded) == "Selector(formats=['csr', 'segment'], trees=1, default=csr, margin=0)"
+    (tmp_path / "bad.json").write_text(json.dumps({"kind": "something-else", "version": 1}))
+    with pytest.raises(ValueError, match="not a gnnkit selector model"):
+        Selector.load(tmp_path / "bad.json")
+    monkeypatch.setenv("GNNKIT_SELECTOR", str(tmp_path / "missing.json"))
+    with pytest.raises(FileNotFoundError, match="gnnkit formats calibrate"):
+        current_selector()
+    selector_module._loaded.clear()
+
+
+def test_prediction_is_cheap_compared_with_its_inputs():
+    # not a timing assertion: the ensemble is a bounded number of array steps per prediction
+    selector = Selector.load(SHIPPED_MODEL)
+    assert selector.ensemble._depth <= 16 and len(selector.ensemble.trees) <= 128
+
+
+def test_label_fit_and_evaluate_a_tiny_corpus(tmp_path):
+    specs = sample_specs(4, seed=3, min_rows=200, max_rows=800)
+    path = tmp_path / "labels.jsonl"
+    records = label_corpus(specs, path, widths_per_matrix=1, repeats=1)
+    assert {r["matrix"] for r in records} == {s.name for s in specs}
+    assert all("csr" in r["times"] and r["times"]["csr"]["spmm_s"] > 0 for r in records)
+    again = label_corpus(specs, path, widths_per_matrix=1, repeats=1)  # resumes: nothing re-measured
+    assert len(again) == len(records)
+    selector = fit_selector(records, n_trees=3, max_depth=3)
+    quality = selection_quality(selector, records)
+    assert quality["selected_over_oracle"] >= 1.0 and 0.0 <= quality["accuracy"] <= 1.0
+    loaded = Selector.load(selector.save(tmp_path / "sel.json"))
+    adj = specs[0].build()
+    assert loaded.select(adj, 32) == selector.select(adj, 32)

@@ -1,0 +1,186 @@
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from gnnkit.sparse import FORMATS, Adjacency, plan, resolve_format, spmm
+from gnnkit.sparse.corpus import MatrixSpec
+from gnnkit.sparse.formats.bsr import csr_to_bsr
+
+ALL = sorted(FORMATS)
+
+
+def reference(adj: Adjacency, x: torch.Tensor, reduce: str) -> torch.Tensor:
+    """Plain dense product with autograd: the ground truth every format must match."""
+    out = adj.to_dense(x.dtype) @ x
+    if reduce == "mean":
+        out = out / adj.row_counts().clamp(min=1).to(x.dtype).unsqueeze(1)
+    return out
+
+
+def adversarial() -> dict[str, Adjacency]:
+    """Empty rows, isolated nodes, self-loops, duplicates, rectangular, empty and tiny graphs."""
+    g = torch.Generator().manual_seed(0)
+    src = torch.randint(0, 37, (200,), generator=g)
+    dst = torch.randint(0, 30, (200,), generator=g)  # rows 30..36 empty, some columns unused
+    loops = torch.tensor([[5, 5, 5, 9], [5, 5, 5, 9]])  # repeated self-loop
+    dups = torch.tensor([[1, 1, 1], [2, 2, 2]])  # duplicate edge 1 -> 2
+    ei = torch.cat([torch.stack([src, dst]), loops, dups], 1)
+    return {
+        "random-square": Adjacency.from_edge_index(ei, 37),
+        "weighted": Adjacency.from_edge_index(ei, 37, values=torch.rand(ei.size(1), generator=g)),
+        "rectangular": Adjacency.from_edge_index(torch.stack([src, dst]), 37, num_dst=30),
+        "wide": Adjacency.from_edge_index(torch.stack([dst, src % 13]), 30, num_dst=13),
+        "empty-graph": Adjacency(torch.zeros(8, dtype=torch.long), torch.zeros(0, dtype=torch.long)),
+        "no-nodes": Adjacency(torch.zeros(1, dtype=torch.long), torch.zeros(0, dtype=torch.long)),
+        "single-loop": Adjacency(torch.tensor([0, 1]), torch.tensor([0])),
+        "hub": MatrixSpec("hubs", 300, 300, 6, 3).build(),
+        "banded": MatrixSpec("banded", 257, 257, 9, 4).build(),
+        "bipartite": MatrixSpec("bipartite", 120, 500, 5, 5).build(),
+    }
+
+
+CASES = adversarial()
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_format_matches_dense_values_and_gradients(case, reduce):
+    adj = CASES[case]
+    g = torch.Generator().manual_seed(1)
+    x0 = torch.randn(adj.num_cols, 6, generator=g)
+    weight = torch.randn(adj.num_rows, 6, generator=g)
+    x = x0.clone().requires_grad_(True)
+    expected = reference(adj, x, reduce)
+    (grad_expected,) = torch.autograd.grad((expected * weight).sum(), x)
+    for name in ALL:
+        if not FORMATS[name].applicable(adj):
+            continue
+        x = x0.clone().requires_grad_(True)
+        out = spmm(adj, x, reduce=reduce, format=name)
+        (grad,) = torch.autograd.grad((out * weight).sum(), x)
+        assert out.shape == expected.shape
+        torch.testing.assert_close(out, expected.detach(), atol=1e-5, rtol=1e-5, msg=f"{name} values")
+        torch.testing.assert_close(grad, grad_expected, atol=1e-5, rtol=1e-5, msg=f"{name} gradients")
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_float64_gradcheck(name):
+    adj = MatrixSpec("chung_lu", 24, 24, 4, 11).build()
+    x = torch.randn(24, 2, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: spmm(adj, t, reduce="mean", format=name), (x,), fast_mode=True)
+
+
+def test_from_edge_index_keeps_each_weight_with_its_edge():
+    g = torch.Generator().manual_seed(5)
+    ei = torch.randint(0, 20, (2, 90), generator=g)  # unsorted, with duplicates
+    values = torch.rand(90, generator=g)
+    expected = torch.zeros(20, 20).index_put_((ei[1], ei[0]), values, accumulate=True)
+    adj = Adjacency.from_edge_index(ei, 20, values=values)
+    torch.testing.assert_close(adj.to_dense(), expected)
+    torch.testing.assert_close(adj.t().to_dense(), expected.t())
+    torch.testing.assert_close(spmm(adj, torch.eye(20), format="gather_scatter"), expected)
+
+
+def test_backward_uses_its_own_format_on_the_cached_transpose():
+    adj = MatrixSpec("erdos_renyi", 50, 60, 3, 1).build()
+    x = torch.randn(60, 4, requires_grad=True)
+    spmm(adj, x, format="csr", backward_format="gather_scatter").sum().backward()
+    transposed = adj.t()
+    assert transposed is adj.t() and transposed.t() is adj
+    assert any(k.startswith("format:gather_scatter") for k in transposed.cached_keys())
+    assert not any(k.startswith("format:gather_scatter") for k in adj.cached_keys())
+    assert any(k.startswith("format:csr") for k in adj.cached_keys())
+    torch.testing.assert_close(x.grad, adj.to_dense().sum(0, keepdim=True).t().expand(60, 4))
+
+
+def test_conversions_are_cached_not_redone():
+    adj = MatrixSpec("banded", 64, 64, 4, 2).build()
+    x = torch.randn(64, 8)
+    spmm(adj, x, format="bsr4")
+    state = FORMATS["bsr4"].prepare(adj)
+    spmm(adj, x, format="bsr4")
+    assert FORMATS["bsr4"].prepare(adj) is state
+
+
+def test_forced_format_is_honoured_and_plan_records_it():
+    adj = MatrixSpec("rmat", 80, 80, 5, 3).build()
+    p = plan(adj, 16, "segment")
+    assert (p.forward, p.backward, p.width, p.source) == ("segment", "segment", 16, "forced")
+    p = plan(adj, 16, "coo", backward_format="csc")
+    assert (p.forward, p.backward) == ("coo", "csc")
+
+
+def test_auto_plan_gives_applicable_formats():
+    for adj in CASES.values():
+        for width in (1, 16, 300):
+            p = plan(adj, width)
+            assert p.source == "selector"
+            assert FORMATS[p.forward].applicable(adj) and FORMATS[p.backward].applicable(adj.t())
+
+
+def test_read_only_memory_mapped_input_is_never_written(tmp_path):
+    adj0 = MatrixSpec("communities", 200, 200, 6, 7).build()
+    arrays = {}
+    for key, t in (("indptr", adj0.indptr), ("indices", adj0.indices)):
+        path = tmp_path / f"{key}.npy"
+        np.save(path, t.numpy())
+        arrays[key] = np.load(path, mmap_mode="r")
+    assert not arrays["indices"].flags.writeable
+    with warnings.catch_warnings():  # torch warns (once per process) that the arrays are read-only
+        warnings.simplefilter("ignore")
+        indptr = torch.from_numpy(arrays["indptr"])
+        indices = torch.from_numpy(arrays["indices"])
+    adj = Adjacency(indptr, indices)
+    x = torch.randn(200, 5, requires_grad=True)
+    expected = reference(adj0, x, "sum")
+    for name in ALL:
+        if FORMATS[name].applicable(adj):
+            torch.testing.assert_close(spmm(adj, x, format=name), expected)
+            spmm(adj, x, reduce="mean", format=name).sum().backward()
+    np.testing.assert_array_equal(np.load(tmp_path / "indices.npy"), adj0.indices.numpy())
+
+
+def test_bsr_conversion_matches_scipy():
+    sp = pytest.importorskip("scipy.sparse")
+    adj = MatrixSpec("communities", 96, 96, 5, 9).build()
+    m = sp.csr_matrix((np.ones(adj.nnz, np.float32), adj.indices.numpy(), adj.indptr.numpy()), shape=adj.shape)
+    m.sum_duplicates()
+    ref = m.tobsr(blocksize=(4, 4))
+    ref.sort_indices()
+    crow, col, values = csr_to_bsr(adj, 4)
+    np.testing.assert_array_equal(crow.numpy(), ref.indptr)
+    np.testing.assert_array_equal(col.numpy(), ref.indices)
+    np.testing.assert_allclose(values.numpy(), ref.data)
+
+
+def test_bsr_and_dense_refuse_matrices_they_would_blow_up():
+    sparse_random = MatrixSpec("erdos_renyi", 5000, 5000, 2, 0).build()
+    assert not FORMATS["bsr16"].applicable(sparse_random)  # ~1 entry per 256-slot block
+    assert not FORMATS["dense"].applicable(sparse_random)  # 25M slots for 10k entries
+    with pytest.raises(ValueError, match="format 'dense' cannot hold"):
+        spmm(sparse_random, torch.randn(5000, 2), format="dense")
+
+
+def test_errors_are_one_clear_line():
+    adj = CASES["random-square"]
+    with pytest.raises(ValueError, match=r"Could not resolve format 'ellpack' among choices \['bsr16'"):
+        spmm(adj, torch.randn(37, 2), format="ellpack")
+    with pytest.raises(ValueError, match=r"reduce must be one of \['sum', 'mean'\], got 'max'"):
+        spmm(adj, torch.randn(37, 2), reduce="max")
+    with pytest.raises(ValueError, match=r"x must be \[37, F\]"):
+        spmm(adj, torch.randn(36, 2))
+    with pytest.raises(ValueError, match="indices must lie in"):
+        Adjacency(torch.tensor([0, 1]), torch.tensor([3]))
+    with pytest.raises(ValueError, match="non-decreasing"):
+        Adjacency(torch.tensor([0, 2, 1, 2]), torch.tensor([0, 0]))
+    assert resolve_format("Gather-Scatter") == "gather_scatter" and resolve_format("pyg") == "gather_scatter"
+
+
+def test_repr():
+    adj = Adjacency(torch.tensor([0, 1, 3]), torch.tensor([1, 0, 1]), num_cols=3, values=torch.ones(3))
+    assert repr(adj) == "Adjacency(num_rows=2, num_cols=3, nnz=3, weighted)"
+    one_off = Adjacency.from_edge_index(torch.tensor([[0], [1]]), 2, single_use=True)
+    assert repr(one_off) == "Adjacency(num_rows=2, num_cols=2, nnz=1, single_use)" and one_off.t().single_use
+    assert repr(FORMATS["bsr16"]) == "BSR16Format(block=16)" and repr(FORMATS["csr"]) == "CSRFormat()"
