@@ -1,0 +1,597 @@
+"""Deterministic synthetic node-classification graphs, written in OGB's raw on-disk layout.
+
+A graph is generated from a :class:`SyntheticSpec` (sizes, seed, split scheme, layout and a few
+calibration knobs) and written through :func:`pipeline.ogb_layout.write_ogb_folder`, so it is read
+back by the same OGB raw readers as real data. Same spec -> byte-identical files.
+
+The model (vectorised numpy, memory-frugal, chunked over edges and nodes):
+
+* **Classes** have very different sizes (log-normal quantiles, like OGB's skewed label
+  distributions) and are grouped into *fields* of ``classes_per_group`` related classes; every class
+  is split into *communities* of about ``community_size`` nodes.
+* **Degrees** follow a power law: every node gets a propensity ``theta`` (Pareto with exponent
+  ``degree_exponent``). Each node owns one edge (no isolated nodes when ``num_edges >= num_nodes``);
+  the remaining edges are shared out multinomially in proportion to ``theta``. Partners are drawn
+  in proportion to ``theta`` too, so a node's expected degree grows linearly with it.
+* **Edges** (a degree-corrected hierarchical block model): the owner's partner is drawn, weighted by
+  ``theta``, from the owner's community with probability ``p_community`` (of these, a part
+  ``label_affinity`` among the community's nodes of the owner's label), from its class with
+  ``p_class``, from its field with ``p_group`` and from the whole graph otherwise. Edges are made in
+  fixed-size chunks with one random stream per chunk, so memory stays at one copy of the edge list.
+* **Labels**: a node's latent class drives its edges and features; its observed label is the latent
+  class, except that every community mixes in one other class of its field, for ``label_noise`` of
+  its nodes on average (interdisciplinary topics, ambiguous products). That caps what any model can
+  reach, like the label ambiguity of real citation and product graphs.
+* **Features** (float32): ``feature_signal * centroid of the latent class + N(0, 1) noise``;
+  centroids of one field share a ``feature_group_share`` part, so the classes a model confuses are
+  the related ones. Aggregating neighbours averages the noise away but not the label ambiguity: a GNN
+  beats an MLP clearly but stays well below 100%. (There is deliberately no per-community feature
+  offset: in 128 dimensions it would make communities separable, and an MLP could memorise them.)
+* **Splits**: ``time`` (like ogbn-arxiv) ranks nodes by a latent year: oldest ~54% train, next ~18%
+  valid, newest ~28% test; edges point from the newer to the older node (a citation), the class
+  prior drifts over time (``time_drift``) and recent nodes attract fewer edges (``recency_decay``).
+  ``sales_ranking`` (like ogbn-products) ranks nodes by popularity (``theta`` times log-normal noise
+  ``rank_noise``): top 8% train, next 1.6% valid, rest test. ``random``: 60/20/20.
+
+:func:`presets` gives the named configurations of ``datasets.yaml``; their knobs are calibrated with
+``bench/calibrate_synthetic.py`` (MLP vs GCN/GraphSAGE accuracies near the OGB leaderboard's).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from pipeline.ogb_layout import write_ogb_folder
+
+#: Bump when the output for the same spec changes (it is part of the synthetic source's cache key).
+GENERATOR_VERSION: int = 1
+
+SPLIT_SCHEMES = ("time", "sales_ranking", "random")
+LAYOUTS = ("csv", "binary")
+
+#: Fractions of nodes in (train, valid); test is the rest.
+SPLIT_FRACTIONS = {
+    "time": (0.54, 0.18),
+    "sales_ranking": (0.08, 0.016),
+    "random": (0.6, 0.2),
+}
+
+_EDGE_CHUNK = 1 << 21  # edges per chunk (fixed: each chunk has its own random stream)
+_NODE_CHUNK = 1 << 16  # feature rows per chunk
+
+# One independent random stream per stage, so e.g. the featureless twin has the same graph.
+_STREAM = {
+    "classes": 1,
+    "communities": 2,
+    "degrees": 3,
+    "time": 4,
+    "edges": 5,
+    "labels": 6,
+    "centroids": 7,
+    "features": 8,
+    "rank": 9,
+    "owners": 10,
+}
+
+
+@dataclass(frozen=True)
+class SyntheticSpec:
+    """What to generate. Every field is validated on construction (``ValueError`` names it).
+
+    Attributes:
+        num_nodes: N (at least 3, and at least ``num_classes``).
+        num_edges: Edges as stored in the raw file (before OGB adds inverse edges, if it does), >= 1.
+        num_features: Feature dimension; 0 = featureless (no node-feat file, ``has_node_attr``
+            False), with the same graph and labels as the featured twin of the same seed.
+        num_classes: Number of classes (at least 2).
+        seed: Non-negative integer seed.
+        split: ``"time"``, ``"sales_ranking"`` or ``"random"`` (see the module docstring).
+        layout: ``"csv"`` (like ogbn-arxiv) or ``"binary"`` (``data.npz``, like ogbn-papers100M).
+        add_inverse_edge: Store each edge once and let OGB's reader add the reverse (CSV only).
+        degree_exponent: Power-law exponent of the degree propensity (``P(theta) ~ theta^-a``), > 1.
+        max_degree: Cap on the expected degree of the biggest hubs (0 = the power law's natural
+            maximum).
+        class_size_spread: Log-normal sigma of class sizes (0 = equal sizes).
+        classes_per_group: Classes per field of related (confusable, interlinked) classes.
+        community_size: Mean nodes per community within a class.
+        p_community: Probability that an edge stays within the owner's community.
+        p_class: Probability that it goes elsewhere within the owner's class.
+        p_group: Probability that it goes elsewhere within the owner's field.
+        label_noise: Mean fraction of nodes labelled with another class of their field (mixed in
+            per community, see :func:`_labels`).
+        label_affinity: Part of the within-community edges that join nodes of the same label
+            (raises label homophily without making labels easier to predict from features).
+        feature_signal: Scale of the class centroid (noise has unit variance per dimension).
+        feature_group_share: Part of a class centroid shared by its whole field, in [0, 1].
+        time_drift: How much class priors drift over time (``time`` split only).
+        recency_decay: How much fewer edges recent nodes attract, in [0, 1) (``time`` split only).
+        rank_noise: Log-normal noise of the popularity rank (``sales_ranking`` split only).
+    """
+
+    num_nodes: int
+    num_edges: int
+    num_features: int
+    num_classes: int
+    seed: int = 0
+    split: str = "time"
+    layout: str = "csv"
+    add_inverse_edge: bool = False
+    degree_exponent: float = 2.5
+    max_degree: int = 0
+    class_size_spread: float = 1.3
+    classes_per_group: int = 4
+    community_size: int = 64
+    p_community: float = 0.4
+    p_class: float = 0.3
+    p_group: float = 0.15
+    label_noise: float = 0.28
+    label_affinity: float = 1.0
+    feature_signal: float = 0.265
+    feature_group_share: float = 0.5
+    time_drift: float = 0.5
+    recency_decay: float = 0.5
+    rank_noise: float = 0.5
+
+    def __post_init__(self) -> None:
+        def integer(name: str, low: int) -> int:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}")
+            if value < low:
+                raise ValueError(f"{name}: expected an integer >= {low}, got {value}")
+            return int(value)
+
+        def number(name: str, low: float, high: float, *, open_low: bool = False,
+                   open_high: bool = False) -> float:
+            value = getattr(self, name)
+            lo_s, hi_s = ("(" if open_low else "["), (")" if open_high else "]")
+            expected = f"a number in {lo_s}{low}, {high}{hi_s}"
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+                raise ValueError(f"{name}: expected {expected}, got {value!r}")
+            value = float(value)
+            if (
+                not math.isfinite(value)
+                or value < low or (open_low and value == low)
+                or value > high or (open_high and value == high)
+            ):
+                raise ValueError(f"{name}: expected {expected}, got {value}")
+            return value
+
+        num_nodes = integer("num_nodes", 3)
+        integer("num_edges", 1)
+        integer("num_features", 0)
+        num_classes = integer("num_classes", 2)
+        if num_classes > num_nodes:
+            raise ValueError(f"num_classes: expected at most num_nodes ({num_nodes}), got {num_classes}")
+        integer("seed", 0)
+        if self.split not in SPLIT_SCHEMES:
+            raise ValueError(f"split: expected one of {list(SPLIT_SCHEMES)}, got {self.split!r}")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout: expected one of {list(LAYOUTS)}, got {self.layout!r}")
+        if not isinstance(self.add_inverse_edge, bool):
+            raise ValueError(f"add_inverse_edge: expected true or false, got {self.add_inverse_edge!r}")
+        if self.add_inverse_edge and self.layout == "binary":
+            raise ValueError(
+                "add_inverse_edge: OGB's binary reader cannot add inverse edges; "
+                "expected false with layout 'binary'"
+            )
+        number("degree_exponent", 1.0, 100.0, open_low=True)
+        integer("max_degree", 0)
+        number("class_size_spread", 0.0, 5.0)
+        integer("classes_per_group", 1)
+        integer("community_size", 1)
+        p = [number(name, 0.0, 1.0) for name in ("p_community", "p_class", "p_group")]
+        if sum(p) > 1.0 + 1e-9:
+            raise ValueError(
+                f"p_group: expected p_community + p_class + p_group <= 1, got {sum(p):.6g}"
+            )
+        number("label_noise", 0.0, 1.0)
+        number("label_affinity", 0.0, 1.0)
+        number("feature_signal", 0.0, 1e6)
+        number("feature_group_share", 0.0, 1.0)
+        number("time_drift", 0.0, 10.0)
+        number("recency_decay", 0.0, 1.0, open_high=True)
+        number("rank_noise", 0.0, 10.0)
+
+
+def presets() -> dict[str, SyntheticSpec]:
+    """The named configurations of ``datasets.yaml`` (fresh objects each call).
+
+    Returns:
+        ``synthetic-tiny``, ``synthetic-arxiv``, ``synthetic-arxiv-nofeat``, ``synthetic-products``
+        and ``synthetic-products-nofeat``.
+    """
+    tiny = SyntheticSpec(
+        num_nodes=3000, num_edges=15000, num_features=32, num_classes=8,
+        split="time", layout="csv", classes_per_group=2, community_size=32,
+        class_size_spread=1.0, label_noise=0.2, feature_signal=0.4,
+    )
+    arxiv = SyntheticSpec(
+        num_nodes=169_343, num_edges=1_166_243, num_features=128, num_classes=40,
+        split="time", layout="csv", add_inverse_edge=False,
+    )
+    products = SyntheticSpec(
+        num_nodes=2_449_029, num_edges=61_859_140, num_features=100, num_classes=47,
+        split="sales_ranking", layout="binary", add_inverse_edge=False,
+        degree_exponent=2.3, max_degree=17_481, class_size_spread=1.6,
+        p_community=0.6, p_class=0.25, p_group=0.1, label_noise=0.2, feature_signal=0.29,
+    )
+    return {
+        "synthetic-tiny": tiny,
+        "synthetic-arxiv": arxiv,
+        "synthetic-arxiv-nofeat": dataclasses.replace(arxiv, num_features=0),
+        "synthetic-products": products,
+        "synthetic-products-nofeat": dataclasses.replace(products, num_features=0),
+    }
+
+
+def _rng(seed: int, stream: str, *extra: int) -> np.random.Generator:
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, _STREAM[stream], *extra])))
+
+
+def _class_sizes(spec: SyntheticSpec) -> np.ndarray:
+    """Node count per class: log-normal quantiles, at least one node each, summing to N."""
+    from statistics import NormalDist
+
+    c, n = spec.num_classes, spec.num_nodes
+    q = np.array([NormalDist().inv_cdf((k + 0.5) / c) for k in range(c)])
+    weights = np.exp(spec.class_size_spread * q)
+    share = weights / weights.sum() * (n - c)
+    sizes = np.floor(share).astype(np.int64)
+    remainder = (n - c) - int(sizes.sum())
+    sizes[np.argsort(-(share - sizes), kind="stable")[:remainder]] += 1  # largest remainders
+    sizes += 1
+    # Class ids in random order, so class 0 is not always the biggest.
+    return sizes[_rng(spec.seed, "classes").permutation(c)]
+
+
+@dataclass
+class _Structure:
+    """Per-node latent structure, with nodes sorted by (field, class, community) in ``order``."""
+
+    latent: np.ndarray  # latent class per node (int64)
+    community: np.ndarray  # global community id per node (int64)
+    order: np.ndarray  # node ids sorted by community (so fields and classes are contiguous too)
+    comm_bounds: np.ndarray  # [K+1] start of each community in ``order``
+    class_bounds: np.ndarray  # [C, 2] start/end of each class in ``order``
+    group_bounds: np.ndarray  # [C, 2] start/end of the field of each class in ``order``
+    group_of_class: np.ndarray  # [C]
+    class_of_comm: np.ndarray  # [K]
+    # Filled in once labels exist: ``order`` is refined so that, within each community, the nodes
+    # labelled with the latent class come first and the others after (two sub-blocks per community).
+    sub_block: np.ndarray | None = None  # [N] 2 * community + (label != latent class)
+    sub_bounds: np.ndarray | None = None  # [2K+1] start of each sub-block in ``order``
+
+    def refine(self, labels: np.ndarray) -> None:
+        self.sub_block = 2 * self.community + (labels != self.latent)
+        self.order = np.argsort(self.sub_block, kind="stable").astype(np.int64)
+        counts = np.bincount(self.sub_block, minlength=2 * self.class_of_comm.size)
+        self.sub_bounds = np.zeros(counts.size + 1, dtype=np.int64)
+        np.cumsum(counts, out=self.sub_bounds[1:])
+
+
+def _structure(spec: SyntheticSpec) -> _Structure:
+    c = spec.num_classes
+    sizes = _class_sizes(spec)
+    rng = _rng(spec.seed, "classes", 1)
+    latent = np.repeat(np.arange(c, dtype=np.int64), sizes)
+    rng.shuffle(latent)
+    group_of_class = rng.permutation(c) // spec.classes_per_group
+    # Class order along ``order``: by field, then class id.
+    class_rank = np.lexsort((np.arange(c), group_of_class))
+    comms_per_class = np.maximum(1, np.rint(sizes / spec.community_size)).astype(np.int64)
+    comm_offset = np.zeros(c, dtype=np.int64)
+    comm_offset[class_rank] = np.concatenate(([0], np.cumsum(comms_per_class[class_rank])[:-1]))
+    num_comms = int(comms_per_class.sum())
+    # Community sizes vary: each class's nodes pick communities with Dirichlet-like weights.
+    rng_c = _rng(spec.seed, "communities")
+    comm_weight = rng_c.gamma(2.0, size=num_comms)
+    class_of_comm = np.repeat(class_rank, comms_per_class[class_rank])
+    cum = np.cumsum(comm_weight)
+    start = np.concatenate(([0.0], cum))[comm_offset]
+    end = cum[comm_offset + comms_per_class - 1]
+    u = rng_c.random(spec.num_nodes)
+    community = np.searchsorted(cum, start[latent] + u * (end - start)[latent], side="right")
+    community = np.clip(community, comm_offset[latent], comm_offset[latent] + comms_per_class[latent] - 1)
+    del u
+    order = np.argsort(community, kind="stable")
+    counts = np.bincount(community, minlength=num_comms)
+    comm_bounds = np.zeros(num_comms + 1, dtype=np.int64)
+    np.cumsum(counts, out=comm_bounds[1:])
+    class_bounds = np.stack(
+        [comm_bounds[comm_offset], comm_bounds[comm_offset + comms_per_class]], axis=1
+    )
+    group_bounds = np.empty_like(class_bounds)
+    for g in np.unique(group_of_class):
+        members = np.flatnonzero(group_of_class == g)
+        group_bounds[members] = (class_bounds[members, 0].min(), class_bounds[members, 1].max())
+    return _Structure(
+        latent=latent,
+        community=community.astype(np.int64),
+        order=order.astype(np.int64),
+        comm_bounds=comm_bounds,
+        class_bounds=class_bounds,
+        group_bounds=group_bounds,
+        group_of_class=group_of_class,
+        class_of_comm=class_of_comm,
+    )
+
+
+def _propensity(spec: SyntheticSpec) -> np.ndarray:
+    """Power-law degree propensity ``theta >= 1`` (Pareto), capped at N^(1/(a-1)).
+
+    With ``max_degree`` set, ``theta`` is also capped where the expected degree of a node
+    (about ``2 E theta / sum(theta)``) would exceed it.
+    """
+    a = spec.degree_exponent
+    u = _rng(spec.seed, "degrees").random(spec.num_nodes)
+    theta = np.power(1.0 - u, -1.0 / (a - 1.0))
+    np.minimum(theta, float(spec.num_nodes) ** (1.0 / (a - 1.0)), out=theta)
+    if spec.max_degree:
+        for _ in range(4):  # the cap lowers sum(theta), which raises the others' share: iterate
+            cap = max(1.0, spec.max_degree * float(theta.sum()) / (2.0 * spec.num_edges))
+            np.minimum(theta, cap, out=theta)
+    return theta
+
+
+def _time(spec: SyntheticSpec, latent: np.ndarray) -> np.ndarray:
+    """Latent year rank in [0, 1): 0 = oldest. Class priors drift with ``time_drift``."""
+    rng = _rng(spec.seed, "time")
+    skew = np.exp(spec.time_drift * rng.standard_normal(spec.num_classes))
+    t = np.power(rng.random(spec.num_nodes), skew[latent])
+    rank = np.empty(spec.num_nodes, dtype=np.float64)
+    rank[np.argsort(t, kind="stable")] = np.arange(spec.num_nodes) / spec.num_nodes
+    return rank
+
+
+def _owner_counts(spec: SyntheticSpec, theta: np.ndarray) -> np.ndarray:
+    """Edges owned by each node: one each (when E >= N), the rest multinomial in ``theta``."""
+    n, e = spec.num_nodes, spec.num_edges
+    base = 1 if e >= n else 0
+    p = theta / theta.sum()
+    return _rng(spec.seed, "owners").multinomial(e - base * n, p) + base
+
+
+def _edges(
+    spec: SyntheticSpec,
+    st: _Structure,
+    theta: np.ndarray,
+    partner_weight: np.ndarray,
+    time_rank: np.ndarray | None,
+    progress: Callable[[str], None],
+) -> np.ndarray:
+    """Edges in owner order (chunked): one owner's edges are contiguous, partners drawn per level."""
+    assert st.sub_block is not None and st.sub_bounds is not None
+    n, e = spec.num_nodes, spec.num_edges
+    edge_index = np.empty((2, e), dtype=np.int64)
+    counts = _owner_counts(spec, theta)
+    ends = np.cumsum(counts)
+    # Partners: cumulative weight along ``order``, so every block is a contiguous range of it.
+    cw = np.zeros(n + 1, dtype=np.float64)
+    np.cumsum(partner_weight[st.order], out=cw[1:])
+    # Block ranges per level: [label sub-block, community, class, field]; a sub-block with fewer
+    # than two nodes falls back to its community.
+    comm_of_sub = np.arange(st.sub_bounds.size - 1) // 2
+    sub_lo, sub_hi = st.sub_bounds[:-1].copy(), st.sub_bounds[1:].copy()
+    lonely = sub_hi - sub_lo < 2
+    sub_lo[lonely] = st.comm_bounds[comm_of_sub[lonely]]
+    sub_hi[lonely] = st.comm_bounds[comm_of_sub[lonely] + 1]
+    del comm_of_sub, lonely
+    blocks = [
+        (st.sub_block, sub_lo, sub_hi),
+        (st.community, st.comm_bounds[:-1], st.comm_bounds[1:]),
+        (st.latent, st.class_bounds[:, 0], st.class_bounds[:, 1]),
+        (st.latent, st.group_bounds[:, 0], st.group_bounds[:, 1]),
+    ]
+    aff = spec.label_affinity
+    thresholds = np.cumsum([spec.p_community * aff, spec.p_community * (1 - aff), spec.p_class, spec.p_group])
+    chunks = (e + _EDGE_CHUNK - 1) // _EDGE_CHUNK
+    for i in range(chunks):
+        lo, hi = i * _EDGE_CHUNK, min(e, (i + 1) * _EDGE_CHUNK)
+        m = hi - lo
+        rng = _rng(spec.seed, "edges", i)
+        first = int(np.searchsorted(ends, lo, side="right"))
+        last = int(np.searchsorted(ends, hi - 1, side="right"))
+        owner = np.repeat(np.arange(first, last + 1, dtype=np.int64), counts[first:last + 1])
+        skip = lo - int(ends[first] - counts[first])
+        owner = owner[skip:skip + m]
+        level = np.searchsorted(thresholds, rng.random(m), side="right")  # 0..4; 4 = anywhere
+        b_lo = np.zeros(m, dtype=np.int64)
+        b_hi = np.full(m, n, dtype=np.int64)
+        for lvl, (key, start, end) in enumerate(blocks):
+            sel = np.flatnonzero(level == lvl)
+            block = key[owner[sel]]
+            b_lo[sel], b_hi[sel] = start[block], end[block]
+        del level, sel, block
+        target = cw[b_lo]
+        target += rng.random(m) * (cw[b_hi] - target)
+        # Binary searches over sorted queries walk the cumulative array in order (cache friendly).
+        perm = np.argsort(target, kind="stable")
+        pos = np.empty(m, dtype=np.int64)
+        pos[perm] = np.searchsorted(cw, target[perm], side="right") - 1
+        del target, perm
+        np.clip(pos, b_lo, b_hi - 1, out=pos)
+        partner = st.order[pos]
+        loop = np.flatnonzero(partner == owner)
+        if loop.size:  # move self loops to the next node of the same block
+            span = b_hi[loop] - b_lo[loop]
+            partner[loop] = st.order[b_lo[loop] + (pos[loop] - b_lo[loop] + 1) % span]
+        del pos, b_lo, b_hi, loop
+        if time_rank is not None:  # citation: the newer paper cites the older one
+            newer = time_rank[owner] >= time_rank[partner]
+            edge_index[0, lo:hi] = np.where(newer, owner, partner)
+            edge_index[1, lo:hi] = np.where(newer, partner, owner)
+            del newer
+        else:
+            edge_index[0, lo:hi] = owner
+            edge_index[1, lo:hi] = partner
+        del owner, partner
+        progress(f"edges chunk {i + 1}/{chunks} ({hi:,}/{e:,})")
+    return edge_index
+
+
+def _labels(spec: SyntheticSpec, st: _Structure) -> np.ndarray:
+    """Observed labels: each community mixes its latent class with one other class of its field.
+
+    Community ``k`` picks a second class from its field (by class size, excluding its own) and a
+    mixing weight uniform in ``[max(0, 2*label_noise - 1), min(1, 2*label_noise)]`` (mean
+    ``label_noise``); each of its nodes carries the second class with that probability. Neighbours
+    in one community thus share their ambiguity, as interdisciplinary topics do.
+    """
+    rng = _rng(spec.seed, "labels")
+    cls = st.class_of_comm
+    g_lo, g_hi = st.group_bounds[cls, 0], st.group_bounds[cls, 1]
+    c_lo, c_hi = st.class_bounds[cls, 0], st.class_bounds[cls, 1]
+    others = (g_hi - g_lo) - (c_hi - c_lo)  # nodes of the field outside the class
+    pick = g_lo + np.floor(rng.random(cls.size) * others).astype(np.int64)
+    pick = np.where(pick >= c_lo, pick + (c_hi - c_lo), pick)
+    second = np.where(others > 0, st.latent[st.order[np.minimum(pick, st.order.size - 1)]], cls)
+    eta = spec.label_noise
+    low, high = max(0.0, 2 * eta - 1), min(1.0, 2 * eta)
+    mix = low + (high - low) * rng.random(cls.size)
+    swap = rng.random(spec.num_nodes) < mix[st.community]
+    return np.where(swap, second[st.community], st.latent)
+
+
+def _features(spec: SyntheticSpec, st: _Structure, progress: Callable[[str], None]) -> np.ndarray:
+    f, c = spec.num_features, spec.num_classes
+    rng = _rng(spec.seed, "centroids")
+    num_groups = int(st.group_of_class.max()) + 1
+    group_vec = rng.standard_normal((num_groups, f))
+    class_vec = rng.standard_normal((c, f))
+    share = spec.feature_group_share
+    centroid = (np.sqrt(share) * group_vec[st.group_of_class] + np.sqrt(1.0 - share) * class_vec)
+    centroid = (spec.feature_signal * centroid).astype(np.float32)
+    x = np.empty((spec.num_nodes, f), dtype=np.float32)
+    chunks = (spec.num_nodes + _NODE_CHUNK - 1) // _NODE_CHUNK
+    for i in range(chunks):
+        lo, hi = i * _NODE_CHUNK, min(spec.num_nodes, (i + 1) * _NODE_CHUNK)
+        block = _rng(spec.seed, "features", i).standard_normal((hi - lo, f), dtype=np.float32)
+        block += centroid[st.latent[lo:hi]]
+        x[lo:hi] = block
+    progress(f"features: {spec.num_nodes:,} x {f}")
+    return x
+
+
+def _split(spec: SyntheticSpec, rank_key: np.ndarray) -> dict[str, np.ndarray]:
+    """Split nodes by ascending ``rank_key``: first train, then valid, then test (sorted ids)."""
+    n = spec.num_nodes
+    f_train, f_valid = SPLIT_FRACTIONS[spec.split]
+    n_train = min(n - 2, max(1, int(round(f_train * n))))
+    n_valid = min(n - 1 - n_train, max(1, int(round(f_valid * n))))
+    ranked = np.argsort(rank_key, kind="stable")
+    return {
+        "train": np.sort(ranked[:n_train]),
+        "valid": np.sort(ranked[n_train:n_train + n_valid]),
+        "test": np.sort(ranked[n_train + n_valid:]),
+    }
+
+
+def meta_dict(spec: SyntheticSpec) -> dict[str, Any]:
+    """OGB's meta_dict for ``spec`` (``binary``/``has_node_attr`` are filled in by the writer)."""
+    return {
+        "num tasks": 1,
+        "num classes": spec.num_classes,
+        "task type": "multiclass classification",
+        "eval metric": "acc",
+        "add_inverse_edge": str(spec.add_inverse_edge),
+        "has_node_attr": str(spec.num_features > 0),
+        "split": spec.split,
+        "binary": str(spec.layout == "binary"),
+        "additional node files": "None",
+        "additional edge files": "None",
+        "is hetero": "False",
+        "version": 1,
+    }
+
+
+def build(
+    spec: SyntheticSpec, progress: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """Generate the graph in memory (what :func:`generate` writes).
+
+    Returns:
+        ``edge_index [2, E]`` int64 (as stored), ``labels [N]`` int64, ``node_feat [N, F]``
+        float32 or None, ``split`` (train/valid/test sorted index arrays) and ``latent`` extras
+        (``latent_class``, ``community``, ``theta``) for analysis.
+    """
+    say = progress or (lambda msg: None)
+    n = spec.num_nodes
+    st = _structure(spec)
+    say(f"communities: {spec.num_classes} classes, {st.class_of_comm.size:,} communities")
+    theta = _propensity(spec)
+    say(f"degrees: power law, exponent {spec.degree_exponent:g}")
+    time_rank = _time(spec, st.latent) if spec.split == "time" else None
+    if time_rank is not None:
+        partner_weight = theta * (1.0 - spec.recency_decay * time_rank)
+        rank_key = time_rank
+    else:
+        partner_weight = theta
+        if spec.split == "sales_ranking":
+            noise = _rng(spec.seed, "rank").standard_normal(n)
+            rank_key = -(np.log(theta) + spec.rank_noise * noise)  # most popular first
+        else:
+            rank_key = _rng(spec.seed, "rank").random(n)
+    labels = _labels(spec, st)
+    st.refine(labels)
+    edge_index = _edges(spec, st, theta, partner_weight, time_rank, say)
+    del partner_weight
+    split = _split(spec, rank_key)
+    del rank_key, time_rank
+    node_feat = _features(spec, st, say) if spec.num_features > 0 else None
+    return {
+        "edge_index": edge_index,
+        "labels": labels,
+        "node_feat": node_feat,
+        "split": split,
+        "latent": {"latent_class": st.latent, "community": st.community, "theta": theta},
+    }
+
+
+def generate(
+    folder: Path, spec: SyntheticSpec, progress: Callable[[str], None] | None = None
+) -> Path:
+    """Write the graph of ``spec`` to ``folder`` in OGB's raw layout, with a meta.json.
+
+    Args:
+        folder: Destination; must not exist (the folder appears complete or not at all).
+        spec: What to generate.
+        progress: Called with a short message at each stage boundary.
+
+    Returns:
+        ``folder``.
+
+    Raises:
+        FileExistsError: ``folder`` already exists (nothing is written).
+    """
+    folder = Path(folder)
+    if os.path.lexists(folder):
+        raise FileExistsError(f"{folder}: already exists; synthetic data is written to a new folder")
+    say = progress or (lambda msg: None)
+    graph = build(spec, say)
+    say(f"writing {spec.layout} layout to {folder}")
+    try:
+        write_ogb_folder(
+            folder,
+            edge_index=graph["edge_index"],
+            num_nodes=spec.num_nodes,
+            labels=graph["labels"].reshape(-1, 1),
+            split=graph["split"],
+            meta=meta_dict(spec),
+            node_feat=graph["node_feat"],
+            binary=spec.layout == "binary",
+        )
+    except OSError as err:
+        if os.path.lexists(folder) and not isinstance(err, FileExistsError):
+            # Created concurrently while we were writing: the rename could not replace it.
+            raise FileExistsError(f"{folder}: already exists (created concurrently)") from err
+        raise
+    say(f"wrote {folder}")
+    return folder
