@@ -1,8 +1,9 @@
 """Where gnnkit keeps raw datasets and the preprocessed cache.
 
 ``GNNKIT_HOME`` (default ``$XDG_CACHE_HOME/gnnkit`` or ``~/.cache/gnnkit``) holds ``data/`` (raw OGB
-folders, downloaded or generated) and ``cache/`` (preprocessed Arrow entries). ``GNNKIT_DATA_ROOT``
-and ``GNNKIT_CACHE`` override each part.
+folders, downloaded or generated), ``cache/`` (preprocessed Arrow entries) and ``batches/`` (cached
+sampled mini-batches for reuse). ``GNNKIT_DATA_ROOT``, ``GNNKIT_CACHE`` and ``GNNKIT_BATCHES``
+override each part.
 """
 
 from __future__ import annotations
@@ -29,3 +30,9 @@ def cache_root() -> Path:
     """Folder of preprocessed cache entries."""
     env = os.environ.get("GNNKIT_CACHE")
     return Path(env).expanduser() if env else gnnkit_home() / "cache"
+
+
+def batch_root() -> Path:
+    """Folder of cached sampled mini-batches (see :mod:`pipeline.batch_cache`)."""
+    env = os.environ.get("GNNKIT_BATCHES")
+    return Path(env).expanduser() if env else gnnkit_home() / "batches"

@@ -16,9 +16,9 @@ from pipeline.ogb_layout import write_ogb_folder
 def gnnkit_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Every test session gets its own data and cache folders (never the user's)."""
     home = tmp_path_factory.mktemp("gnnkit-home")
-    old = {k: os.environ.get(k) for k in ("GNNKIT_HOME", "GNNKIT_DATA_ROOT", "GNNKIT_CACHE", "GNNKIT_REGISTRY")}
+    old = {k: os.environ.get(k) for k in ("GNNKIT_HOME", "GNNKIT_DATA_ROOT", "GNNKIT_CACHE", "GNNKIT_BATCHES", "GNNKIT_REGISTRY")}
     os.environ["GNNKIT_HOME"] = str(home)
-    for key in ("GNNKIT_DATA_ROOT", "GNNKIT_CACHE", "GNNKIT_REGISTRY"):
+    for key in ("GNNKIT_DATA_ROOT", "GNNKIT_CACHE", "GNNKIT_BATCHES", "GNNKIT_REGISTRY"):
         os.environ.pop(key, None)
     yield home
     for key, value in old.items():

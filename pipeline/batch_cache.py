@@ -1,0 +1,428 @@
+"""A disk cache of sampled mini-batches, for PerFect-style reuse of preprocessed batches.
+
+PerFect (Wu, UT Arlington 2023, <https://rc.library.uta.edu/uta-ir/handle/10106/31564>) pre-trains on
+repeated, already-preprocessed data and then fine-tunes on fresh data; data echoing (Choi et al.,
+<https://arxiv.org/abs/1907.05550>) and Revamper (ATC 2021) reuse pipeline outputs the same way. This
+module stores the batches a sampler produced (node ids, block structure, gathered features, labels)
+so they can be replayed without sampling or gathering again.
+
+A cache folder holds fixed-size binary shards and a ``manifest.json``::
+
+    manifest.json     format version, the key's inputs (graph fingerprint, sampler settings,
+                      feature dtype), per shard its file, size, CRC-32 and batch count, stats
+    seeds.npy         the seed positions (``input_id``) of every batch, so a batch whose shard is
+                      damaged can be sampled afresh for the same seeds
+    shard-00000.bin   b"GNKSHARD" | u32 version | u32 0 | u64 header bytes | header JSON |
+    shard-00001.bin   zero padding to 64 | each array's bytes, 64-byte aligned
+
+Shards are self-describing (the header lists every batch's arrays: offset, shape, stored and restored
+dtype) so a reader needs only the bytes. Integer arrays are stored in the narrowest of int32/int64
+that holds them, and restored to their original dtype, so a replayed batch is bit-identical to the
+cached one; features may be stored as float16 to halve the disk (restored to float32).
+
+The folder is written under a temporary name and renamed into place when complete, like the graph
+cache; a killed writer leaves only a ``.tmp-*`` folder that is never opened.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import struct
+import tempfile
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from pipeline.errors import DatasetError
+
+#: Bump when the shard or manifest layout changes.
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+SEEDS = "seeds.npy"
+MAGIC = b"GNKSHARD"
+ALIGN = 64
+_PREAMBLE = struct.Struct("<8sIIQ")  # magic, version, reserved, header length
+_DTYPES = {str(d).removeprefix("torch."): d for d in (
+    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8,
+    torch.int16, torch.int32, torch.int64, torch.bool)}
+
+
+class CorruptShard(DatasetError):
+    """A shard whose bytes do not match its manifest (truncated, overwritten or unreadable)."""
+
+
+@dataclass
+class BatchRecord:
+    """One mini-batch as the cache stores it.
+
+    Attributes:
+        arrays: Name -> tensor (any shape; int, float or bool).
+        meta: JSON-serialisable scalars and lists (batch size, per-hop counts, ...).
+    """
+
+    arrays: dict[str, torch.Tensor]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def cache_key(inputs: dict[str, Any]) -> str:
+    """SHA-256 of the inputs that make a batch cache valid (graph, sampler settings, dtypes)."""
+    blob = json.dumps({"format": FORMAT_VERSION, **inputs}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _align(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def _stored_dtype(name: str, tensor: torch.Tensor, lossy: dict[str, torch.dtype]) -> torch.dtype:
+    """The dtype ``tensor`` is written in: a lossy float override, or the narrowest lossless int."""
+    if name in lossy and tensor.is_floating_point():
+        return lossy[name]
+    if tensor.dtype == torch.int64 and tensor.numel():
+        info = torch.iinfo(torch.int32)
+        if int(tensor.min()) >= info.min and int(tensor.max()) <= info.max:
+            return torch.int32
+    return tensor.dtype
+
+
+def _raw_bytes(tensor: torch.Tensor) -> memoryview:
+    """The tensor's bytes, C-contiguous (bfloat16 has no numpy dtype, so go through uint8)."""
+    flat = tensor.detach().cpu().contiguous().reshape(-1)
+    return memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else memoryview(b"")
+
+
+def encode_shard(records: list[BatchRecord], lossy: dict[str, torch.dtype]) -> list[memoryview | bytes]:
+    """Lay out ``records`` as one shard.
+
+    Args:
+        records: The batches of the shard, in order.
+        lossy: Array name -> dtype for floating arrays that may be stored with less precision.
+
+    Returns:
+        The pieces of the file, to be written one after the other.
+    """
+    batches, payloads, offset = [], [], 0
+    for record in records:
+        arrays = {}
+        for name, tensor in record.arrays.items():
+            stored = tensor.to(_stored_dtype(name, tensor, lossy))
+            data = _raw_bytes(stored)
+            arrays[name] = {"offset": offset, "shape": list(tensor.shape),
+                            "stored": str(stored.dtype).removeprefix("torch."),
+                            "dtype": str(tensor.dtype).removeprefix("torch.")}
+            payloads.append(data)
+            pad = _align(data.nbytes) - data.nbytes
+            payloads.append(bytes(pad))
+            offset += data.nbytes + pad
+        batches.append({"meta": record.meta, "arrays": arrays})
+    header = json.dumps({"batches": batches}, separators=(",", ":")).encode()
+    start = _align(_PREAMBLE.size + len(header))
+    head = _PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0, len(header)) + header
+    return [head + bytes(start - len(head)), *payloads]
+
+
+def decode_shard(buffer: torch.Tensor, where: str | Path = "shard") -> list[BatchRecord]:
+    """Turn a shard's bytes back into its batches.
+
+    Arrays stored in their own dtype are views of ``buffer`` (no copy); narrowed ones are widened.
+
+    Args:
+        buffer: The whole shard file as a 1-D uint8 tensor (CPU or GPU).
+        where: Shown in errors.
+
+    Returns:
+        The shard's batches, in the order they were written.
+
+    Raises:
+        CorruptShard: If the bytes are not a well-formed shard.
+    """
+    if buffer.dtype != torch.uint8 or buffer.dim() != 1 or buffer.numel() < _PREAMBLE.size:
+        raise CorruptShard(where, f"expected at least {_PREAMBLE.size} bytes of a gnnkit batch shard")
+    magic, version, _, length = _PREAMBLE.unpack(bytes(buffer[:_PREAMBLE.size].cpu().numpy()))
+    if magic != MAGIC or version != FORMAT_VERSION:
+        raise CorruptShard(where, f"not a version-{FORMAT_VERSION} gnnkit batch shard")
+    try:
+        header = json.loads(bytes(buffer[_PREAMBLE.size:_PREAMBLE.size + length].cpu().numpy()))
+        start = _align(_PREAMBLE.size + length)
+        return [BatchRecord({name: _array(buffer, start, spec) for name, spec in batch["arrays"].items()},
+                            batch["meta"]) for batch in header["batches"]]
+    except (ValueError, KeyError, TypeError, RuntimeError) as err:
+        raise CorruptShard(where, f"malformed shard header or arrays ({err})") from None
+
+
+def _array(buffer: torch.Tensor, start: int, spec: dict[str, Any]) -> torch.Tensor:
+    stored, dtype = _DTYPES[spec["stored"]], _DTYPES[spec["dtype"]]
+    count = int(np.prod(spec["shape"], dtype=np.int64))
+    nbytes = count * stored.itemsize
+    begin = start + spec["offset"]
+    if begin + nbytes > buffer.numel():
+        raise ValueError(f"array runs past the end of the shard ({begin + nbytes} > {buffer.numel()} bytes)")
+    tensor = buffer[begin:begin + nbytes].view(stored).reshape(spec["shape"])
+    return tensor if stored == dtype else tensor.to(dtype)
+
+
+class BatchCacheWriter:
+    """Writes batches into shards as they are produced, then publishes the folder atomically.
+
+    Use as a context manager: leaving the block without an exception publishes, with one removes
+    the temporary folder.
+
+    Args:
+        path: The cache folder to create (replaced if it exists, once the new one is complete).
+        inputs: What the batches depend on (graph fingerprint, sampler settings, ...); recorded in
+            the manifest and checked by :func:`open_batch_cache`.
+        shard_mb: Target shard size; a batch larger than this gets a shard of its own.
+        budget_mb: Disk budget; batches that would exceed it are not cached (``None``: no limit
+            but the free space on the disk, less 1 GiB).
+        lossy: Array name -> storage dtype for floating arrays (e.g. ``{"x": torch.float16}``).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        inputs: dict[str, Any],
+        shard_mb: float = 64.0,
+        budget_mb: float | None = None,
+        lossy: dict[str, torch.dtype] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.inputs = inputs
+        self.shard_bytes = int(shard_mb * 2**20)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(self.path.parent).free - 2**30
+        self.budget = max(0, min(free, int(budget_mb * 2**20) if budget_mb is not None else free))
+        self.lossy = dict(lossy or {})
+        self.tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{self.path.name}-", dir=self.path.parent))
+        self.shards: list[dict[str, Any]] = []
+        self.seeds: list[np.ndarray] = []
+        self.pending: list[BatchRecord] = []
+        self.pending_bytes = 0
+        self.written = 0
+        self.full = False
+        self.refused = 0
+        self._start = time.perf_counter()
+
+    @staticmethod
+    def record_bytes(record: BatchRecord, lossy: dict[str, torch.dtype]) -> int:
+        """Approximate bytes ``record`` takes in a shard."""
+        return sum(_align(t.numel() * (lossy[n].itemsize if n in lossy and t.is_floating_point()
+                                        else t.element_size()))
+                   for n, t in record.arrays.items())
+
+    def add(self, record: BatchRecord, seeds: torch.Tensor) -> bool:
+        """Queue a batch for the cache.
+
+        Args:
+            record: The batch.
+            seeds: Its seed positions (``input_id``), used to re-sample it if its shard is damaged.
+
+        Returns:
+            False if the disk budget is used up (the batch is not cached, nor any later one).
+        """
+        size = self.record_bytes(record, self.lossy)
+        if self.full or self.written + self.pending_bytes + size > self.budget:
+            self.full = True
+            self.refused += 1
+            return False
+        self.pending.append(record)
+        self.seeds.append(seeds.detach().cpu().to(torch.int64).numpy())
+        self.pending_bytes += size
+        if self.pending_bytes >= self.shard_bytes:
+            self.flush()
+        return True
+
+    def flush(self) -> None:
+        """Write the queued batches as one shard."""
+        if not self.pending:
+            return
+        name = f"shard-{len(self.shards):05d}.bin"
+        crc, nbytes = 0, 0
+        with open(self.tmp / name, "wb") as handle:
+            for piece in encode_shard(self.pending, self.lossy):
+                handle.write(piece)
+                crc = zlib.crc32(piece, crc)
+                nbytes += len(piece) if isinstance(piece, bytes) else piece.nbytes
+        self.shards.append({"file": name, "bytes": nbytes, "crc32": crc, "batches": len(self.pending)})
+        self.written += nbytes
+        self.pending, self.pending_bytes = [], 0
+
+    def close(self) -> BatchCache:
+        """Flush, write the manifest and publish the folder; returns the opened cache."""
+        self.flush()
+        counts = np.array([len(s) for s in self.seeds], dtype=np.int64)
+        np.save(self.tmp / SEEDS, np.concatenate(self.seeds) if self.seeds else np.zeros(0, np.int64))
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "key": cache_key(self.inputs),
+            "inputs": self.inputs,
+            "lossy": {k: str(v).removeprefix("torch.") for k, v in self.lossy.items()},
+            "shards": self.shards,
+            "seed_counts": counts.tolist(),
+            "num_batches": int(counts.size),
+            "bytes": self.written,
+            "truncated_by_budget": self.full,
+            "batches_not_cached": self.refused,
+            "write_time_s": round(time.perf_counter() - self._start, 3),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        (self.tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+        for file in self.tmp.iterdir():
+            with open(file, "rb") as handle:
+                os.fsync(handle.fileno())
+        self._publish()
+        return open_batch_cache(self.path, self.inputs)
+
+    def _publish(self) -> None:
+        old = None
+        if self.path.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".tmp-old-{self.path.name}-", dir=self.path.parent))
+            os.rename(self.path, old / "entry")
+        os.rename(self.tmp, self.path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def abort(self) -> None:
+        """Drop everything written so far."""
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def __enter__(self) -> BatchCacheWriter:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: Any) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self.abort()
+
+
+class BatchCache:
+    """A published batch cache, opened for replay.
+
+    Args:
+        path: The cache folder.
+        manifest: Its parsed ``manifest.json``.
+    """
+
+    def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
+        self.path = path
+        self.manifest = manifest
+        self.verified: set[int] = set()
+        self.shards: list[dict[str, Any]] = manifest["shards"]
+        counts = np.asarray(manifest["seed_counts"], dtype=np.int64)
+        seeds = np.load(path / SEEDS, allow_pickle=False)
+        if seeds.shape != (int(counts.sum()),):
+            raise DatasetError(path / SEEDS, f"expected {int(counts.sum())} seed positions, found {seeds.shape}")
+        self._seeds = np.split(seeds, np.cumsum(counts)[:-1]) if counts.size else []
+        self._first = np.concatenate([[0], np.cumsum([s["batches"] for s in self.shards])]).astype(int)
+
+    @property
+    def num_batches(self) -> int:
+        return int(self.manifest["num_batches"])
+
+    @property
+    def num_bytes(self) -> int:
+        return int(self.manifest["bytes"])
+
+    def shard_path(self, shard: int) -> Path:
+        return self.path / self.shards[shard]["file"]
+
+    def shard_batches(self, shard: int) -> range:
+        """Global indices of the batches in ``shard``."""
+        return range(self._first[shard], self._first[shard + 1])
+
+    def seeds(self, batch: int) -> torch.Tensor:
+        """Seed positions (``input_id``) of cached batch ``batch``."""
+        return torch.from_numpy(self._seeds[batch].copy())
+
+    def read_shard(self, shard: int) -> torch.Tensor:
+        """A shard's bytes as a uint8 tensor (size and checksum not yet verified)."""
+        try:
+            return torch.from_numpy(np.fromfile(self.shard_path(shard), dtype=np.uint8))
+        except OSError as err:
+            raise CorruptShard(self.shard_path(shard), f"unreadable ({err.strerror or err})") from None
+
+    def check(self, shard: int, buffer: torch.Tensor, crc: bool = True) -> None:
+        """Raise :class:`CorruptShard` unless ``buffer`` has the shard's recorded size (and CRC-32)."""
+        info, where = self.shards[shard], self.shard_path(shard)
+        if buffer.numel() != info["bytes"]:
+            raise CorruptShard(where, f"expected {info['bytes']} bytes, found {buffer.numel()} (truncated?)")
+        if not crc:
+            return
+        data = buffer if buffer.device.type == "cpu" else buffer.cpu()
+        if zlib.crc32(memoryview(data.numpy())) != info["crc32"]:
+            raise CorruptShard(where, "CRC-32 mismatch (the file changed after it was written)")
+        self.verified.add(shard)
+
+    def decode(self, shard: int, buffer: torch.Tensor, verify: str = "always") -> list[BatchRecord]:
+        """Verify and decode a shard read by any reader; raises :class:`CorruptShard` if damaged.
+
+        Args:
+            shard: Which shard ``buffer`` holds.
+            buffer: Its bytes.
+            verify: ``"always"`` checks the CRC-32 on every read; ``"once"`` only on the first read
+                of each shard through this object (the size and header are checked every time).
+        """
+        self.check(shard, buffer, crc=verify == "always" or shard not in self.verified)
+        records = decode_shard(buffer, self.shard_path(shard))
+        if len(records) != self.shards[shard]["batches"]:
+            raise CorruptShard(self.shard_path(shard), f"expected {self.shards[shard]['batches']} batches")
+        return records
+
+
+def open_batch_cache(path: Path, inputs: dict[str, Any]) -> BatchCache:
+    """Open a published cache, refusing one made for another graph or other sampler settings.
+
+    Args:
+        path: The cache folder.
+        inputs: What this run's batches depend on; must equal what the cache was written with.
+
+    Raises:
+        DatasetError: If the manifest is missing or unreadable, or was written for other inputs;
+            the message names the first setting that differs.
+    """
+    file = Path(path) / MANIFEST
+    try:
+        manifest = json.loads(file.read_text())
+    except (OSError, ValueError) as err:
+        raise DatasetError(file, f"unreadable batch-cache manifest ({err})") from None
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise DatasetError(file, f"expected a version-{FORMAT_VERSION} batch cache, "
+                                 f"found version {manifest.get('format_version')!r}")
+    cached = manifest.get("inputs", {})
+    for name in sorted(set(cached) | set(inputs)):
+        if cached.get(name) != inputs.get(name):
+            raise DatasetError(file, f"batch cache was made for {name}={cached.get(name)!r} but this run "
+                                     f"has {name}={inputs.get(name)!r}; refusing to replay it (delete the "
+                                     "folder or point the run at another cache)")
+    return BatchCache(Path(path), manifest)
+
+
+def find_batch_caches(root: Path, dataset: str | None = None) -> list[Path]:
+    """Published batch caches below ``root`` (``<root>/<dataset>/<settings>/``)."""
+    if not root.is_dir():
+        return []
+    datasets = [root / dataset] if dataset else sorted(p for p in root.iterdir() if p.is_dir())
+    return sorted(p.parent for d in datasets if d.is_dir() for p in d.glob(f"[!.]*/{MANIFEST}"))
+
+
+def verify_batch_cache(path: Path) -> list[str]:
+    """Check every shard's size and CRC-32; returns the problems found (empty = intact)."""
+    try:
+        cache = BatchCache(path, json.loads((path / MANIFEST).read_text()))
+    except (OSError, ValueError, KeyError, DatasetError) as err:
+        return [f"{path / MANIFEST}: unreadable ({str(err).splitlines()[0]})"]
+    problems = []
+    for shard in range(len(cache.shards)):
+        try:
+            cache.check(shard, cache.read_shard(shard))
+        except CorruptShard as err:
+            problems.append(str(err))
+    return problems

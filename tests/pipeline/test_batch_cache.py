@@ -1,0 +1,142 @@
+"""The sampled-batch cache: shard layout, bit-identical round trip, budget, refusal, corruption."""
+
+import json
+
+import pytest
+import torch
+
+from pipeline.batch_cache import (
+    BatchCacheWriter,
+    BatchRecord,
+    CorruptShard,
+    decode_shard,
+    encode_shard,
+    open_batch_cache,
+)
+from pipeline.errors import DatasetError
+
+INPUTS = {"graph": "abc", "num_neighbors": [5, 5], "batch_size": 4}
+
+
+def _record(seed: int, nodes: int = 30, features: int = 6) -> BatchRecord:
+    g = torch.Generator().manual_seed(seed)
+    return BatchRecord(
+        arrays={
+            "x": torch.randn(nodes, features, generator=g),
+            "y": torch.randint(0, 5, (nodes,), generator=g),
+            "edge_index": torch.randint(0, nodes, (2, 3 * nodes), generator=g),
+            "big": torch.tensor([2**40, -1, 0]),  # does not fit int32: stays int64
+            "mask": torch.rand(nodes, generator=g) > 0.5,
+            "half": torch.randn(3, 2, generator=g).to(torch.bfloat16),
+            "empty": torch.zeros(0, 3),
+        },
+        meta={"batch_size": 4, "num_sampled_nodes": [4, 10, 16], "name": f"b{seed}"},
+    )
+
+
+def _join(pieces) -> torch.Tensor:
+    return torch.frombuffer(bytearray(b"".join(bytes(p) for p in pieces)), dtype=torch.uint8)
+
+
+def _assert_same(a: BatchRecord, b: BatchRecord) -> None:
+    assert a.meta == b.meta
+    assert a.arrays.keys() == b.arrays.keys()
+    for name in a.arrays:
+        assert a.arrays[name].dtype == b.arrays[name].dtype, name
+        assert a.arrays[name].shape == b.arrays[name].shape, name
+        assert torch.equal(a.arrays[name], b.arrays[name]), name
+
+
+def test_shard_round_trip_is_bit_identical():
+    records = [_record(i) for i in range(3)]
+    decoded = decode_shard(_join(encode_shard(records, lossy={})))
+    assert len(decoded) == 3
+    for a, b in zip(records, decoded):
+        _assert_same(a, b)
+
+
+def test_int64_is_narrowed_on_disk_and_float16_features_are_lossy_but_close():
+    record = _record(0, nodes=2000)
+    lossless = _join(encode_shard([record], lossy={})).numel()
+    lossy = _join(encode_shard([record], lossy={"x": torch.float16}))
+    assert lossy.numel() < lossless
+    back = decode_shard(lossy)[0]
+    assert back.arrays["x"].dtype == torch.float32
+    assert torch.allclose(back.arrays["x"], record.arrays["x"], atol=1e-2, rtol=1e-3)
+    assert torch.equal(back.arrays["edge_index"], record.arrays["edge_index"])
+    assert back.arrays["edge_index"].dtype == torch.int64
+
+
+def test_garbage_is_not_a_shard():
+    with pytest.raises(CorruptShard, match="gnnkit batch shard"):
+        decode_shard(torch.zeros(100, dtype=torch.uint8))
+
+
+def _write(path, count: int, **kwargs):
+    with BatchCacheWriter(path, INPUTS, **kwargs) as writer:
+        for i in range(count):
+            writer.add(_record(i), seeds=torch.arange(4) + 4 * i)
+    return writer
+
+
+def test_writer_makes_fixed_size_shards_and_publishes_atomically(tmp_path):
+    path = tmp_path / "c"
+    _write(path, 10, shard_mb=0.002)  # ~2 KiB shards: a few batches each
+    cache = open_batch_cache(path, INPUTS)
+    assert cache.num_batches == 10 and len(cache.shards) > 2
+    assert sum(s["batches"] for s in cache.shards) == 10
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp")]
+    assert torch.equal(cache.seeds(7), torch.arange(28, 32))
+    replayed = [r for s in range(len(cache.shards)) for r in cache.decode(s, cache.read_shard(s))]
+    for i, record in enumerate(replayed):
+        _assert_same(record, _record(i))
+
+
+def test_failed_writer_leaves_nothing_and_keeps_the_old_cache(tmp_path):
+    path = tmp_path / "c"
+    _write(path, 2)
+    with pytest.raises(RuntimeError):
+        with BatchCacheWriter(path, INPUTS) as writer:
+            writer.add(_record(5), seeds=torch.arange(4))
+            raise RuntimeError("killed")
+    assert open_batch_cache(path, INPUTS).num_batches == 2
+    assert [p.name for p in tmp_path.iterdir()] == ["c"]
+
+
+def test_disk_budget_stops_recording(tmp_path):
+    writer = _write(tmp_path / "c", 20, shard_mb=0.001, budget_mb=0.01)
+    cache = open_batch_cache(tmp_path / "c", INPUTS)
+    assert 0 < cache.num_batches < 20 and writer.full
+    assert cache.num_bytes <= 0.01 * 2**20
+    assert cache.manifest["truncated_by_budget"] and cache.manifest["batches_not_cached"] == 20 - cache.num_batches
+
+
+@pytest.mark.parametrize("field,value", [("graph", "other"), ("num_neighbors", [10, 5]), ("batch_size", 8)])
+def test_cache_for_another_graph_or_sampler_is_refused(tmp_path, field, value):
+    _write(tmp_path / "c", 1)
+    with pytest.raises(DatasetError, match=f"made for {field}=.*refusing to replay") as err:
+        open_batch_cache(tmp_path / "c", {**INPUTS, field: value})
+    assert "manifest.json" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_corrupt_and_truncated_shards_are_detected(tmp_path):
+    _write(tmp_path / "c", 2)
+    cache = open_batch_cache(tmp_path / "c", INPUTS)
+    file = cache.shard_path(0)
+    data = bytearray(file.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    file.write_bytes(bytes(data))
+    with pytest.raises(CorruptShard, match="CRC-32"):
+        cache.decode(0, cache.read_shard(0))
+    file.write_bytes(bytes(data[:100]))
+    with pytest.raises(CorruptShard, match="truncated"):
+        cache.decode(0, cache.read_shard(0))
+    file.unlink()
+    with pytest.raises(CorruptShard):
+        cache.decode(0, cache.read_shard(0))
+
+
+def test_manifest_records_the_inputs(tmp_path):
+    _write(tmp_path / "c", 1)
+    manifest = json.loads((tmp_path / "c" / "manifest.json").read_text())
+    assert manifest["inputs"] == INPUTS and manifest["num_batches"] == 1
