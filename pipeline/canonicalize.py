@@ -7,6 +7,7 @@ from typing import Any, Callable
 import numpy as np
 
 from pipeline.errors import DatasetError
+from pipeline.feature_prep import column_stats, standardize_array
 from pipeline.graph import (
     SPLITS,
     check_edges,
@@ -121,6 +122,11 @@ def canonicalize(
     indptr, indices = build_csr(raw.edge_index, n, options)
     arrays: dict[str, np.ndarray] = {"indptr": indptr, "indices": indices, "y": y}
     if x is not None:
+        if options.normalize_features:
+            say(f"standardising {x.shape[1]} feature columns")
+            mean, scale = column_stats(x)
+            x = x.copy() if not x.flags.writeable else x
+            standardize_array(x, x, mean, scale)
         arrays["x"] = x
     arrays.update({f"split.{s}": raw.split[s].astype(np.int64) for s in SPLITS})
     for name, values in raw.extra.items():

@@ -22,15 +22,22 @@ class PreprocessOptions:
         reorder: Graph-aware node numbering stored beside the graph as ``extra.node_order``
             (``order[v]`` = new number of node ``v``; node ids stay as they are): ``"rcm"``
             (reverse Cuthill-McKee, :mod:`pipeline.reorder`) or ``"none"``. Default ``"none"``.
+        normalize_features: Standardise every feature column to zero mean and unit variance
+            (:mod:`pipeline.feature_prep`, chunked; numpy or DALI, whichever is faster there).
+            Default ``False``.
     """
 
     undirected: bool = False
     self_loops: str = "keep"
     reorder: str = "none"
+    normalize_features: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.undirected, bool):
             raise DatasetError("preprocess.undirected", f"expected true or false, got {self.undirected!r}")
+        if not isinstance(self.normalize_features, bool):
+            raise DatasetError("preprocess.normalize_features",
+                               f"expected true or false, got {self.normalize_features!r}")
         if self.self_loops not in SELF_LOOP_MODES:
             raise DatasetError(
                 "preprocess.self_loops", f"expected one of {list(SELF_LOOP_MODES)}, got {self.self_loops!r}"
@@ -52,6 +59,14 @@ class PreprocessOptions:
             return cls(**values)
         except DatasetError as err:
             raise DatasetError(f"{where}.{err.where.rsplit('.', 1)[-1]}", err.problem) from None
+
+    def key_fields(self) -> dict[str, Any]:
+        """The options as they enter the cache key. Options added after the first release are left
+        out while at their default, so entries built before they existed keep their keys."""
+        values = asdict(self)
+        if not self.normalize_features:
+            del values["normalize_features"]
+        return values
 
     def replace(self, **changes: Any) -> PreprocessOptions:
         """A copy with the non-``None`` values of ``changes`` applied."""

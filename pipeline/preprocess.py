@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 
 from pipeline import cache, paths
@@ -53,7 +52,7 @@ def preprocess(
         "source": spec.source,
         "source_version": source.version,
         "raw": raw_digests(source.folder, raw_files(source.folder, source.meta), memo, say),
-        "options": asdict(options),
+        "options": options.key_fields(),
         "schema_version": cache.SCHEMA_VERSION,
     }
     key = cache_key(inputs)

@@ -1,0 +1,160 @@
+"""Chunked preprocessing of large feature matrices: read, standardise per column, cast.
+
+Two backends give the same result (up to float rounding):
+
+* ``numpy``: a loop over row chunks of a memory-mapped ``.npy``;
+* ``dali``: an NVIDIA DALI pipeline (<https://github.com/NVIDIA/DALI>): ``fn.readers.numpy`` reads
+  one row slice per sample (its start is fed per sample through ``external_source``; a constant
+  start would re-read the same slice), arithmetic with constant mean/scale tensors, ``fn.cast``.
+
+``backend="auto"`` keeps whichever is faster where it runs: on CPU numpy (measured by
+``bench/reuse.py`` at about 1.3-1.5x DALI's throughput on this class of machine, as the issue's
+own measurement found), DALI when a GPU is there to run its pipeline.
+
+The statistics (mean and population standard deviation per column, accumulated in float64; a
+constant column gets scale 1) are one numpy pass in both cases.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import DatasetError
+from pipeline.shard_reader import dali_available
+
+BACKENDS = ("auto", "numpy", "dali")
+DTYPES = ("float32", "float16")
+
+
+def column_stats(x: np.ndarray, chunk_rows: int = 65536) -> tuple[np.ndarray, np.ndarray]:
+    """Per-column mean and 1/std (float32) of ``x`` ``[N, F]``, accumulated in float64 by chunks."""
+    total = np.zeros(x.shape[1], dtype=np.float64)
+    squares = np.zeros(x.shape[1], dtype=np.float64)
+    for start in range(0, x.shape[0], chunk_rows):
+        chunk = np.asarray(x[start:start + chunk_rows], dtype=np.float64)
+        total += chunk.sum(0)
+        squares += np.square(chunk).sum(0)
+    n = max(1, x.shape[0])
+    mean = total / n
+    std = np.sqrt(np.maximum(squares / n - mean**2, 0.0))
+    scale = np.where(std > 1e-12, 1.0 / np.where(std > 1e-12, std, 1.0), 1.0)
+    return mean.astype(np.float32), scale.astype(np.float32)
+
+
+def standardize_array(x: np.ndarray, out: np.ndarray, mean: np.ndarray, scale: np.ndarray,
+                      chunk_rows: int = 65536) -> None:
+    """``out[:] = (x - mean) * scale`` cast to ``out.dtype``, by row chunks (numpy backend)."""
+    for start in range(0, x.shape[0], chunk_rows):
+        chunk = np.asarray(x[start:start + chunk_rows], dtype=np.float32)
+        out[start:start + chunk_rows] = ((chunk - mean) * scale).astype(out.dtype, copy=False)
+
+
+def _standardize_dali(src: Path, out: np.ndarray, mean: np.ndarray, scale: np.ndarray, chunk_rows: int,
+                      device: str) -> None:
+    from nvidia.dali import fn, pipeline_def, types
+
+    rows, cols = out.shape
+    starts = list(range(0, rows, chunk_rows))
+
+    def source(info):  # noqa: ANN001, ANN202 - DALI's SampleInfo in, the slice start out
+        if info.idx_in_epoch >= len(starts):
+            raise StopIteration
+        return np.array([starts[info.idx_in_epoch], 0], dtype=np.int32)
+
+    gpu = device == "cuda"
+
+    @pipeline_def(batch_size=1, num_threads=2, device_id=0 if gpu else None)
+    def chunks():  # noqa: ANN202
+        data = fn.readers.numpy(files=[str(src)], roi_start=fn.external_source(source=source, batch=False),
+                                roi_shape=[chunk_rows, cols], out_of_bounds_policy="trim_to_shape")
+        data = data.gpu() if gpu else data
+        normal = (data - types.Constant(mean)) * types.Constant(scale)
+        return fn.cast(normal, dtype=types.FLOAT16 if out.dtype == np.float16 else types.FLOAT)
+
+    pipe = chunks()
+    pipe.build()
+    for start in starts:
+        (batch,) = pipe.run()
+        tensor = batch.as_cpu().as_tensor() if gpu else batch.as_tensor()
+        out[start:start + chunk_rows] = np.array(tensor).reshape(-1, cols)
+
+
+def resolve_backend(backend: str, device: str = "cpu") -> str:
+    """The backend ``"auto"`` stands for: DALI on a GPU (when installed), numpy on CPU."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: expected one of {list(BACKENDS)}, got {backend!r}")
+    if backend == "auto":
+        return "dali" if device == "cuda" and dali_available() else "numpy"
+    if backend == "dali" and not dali_available():
+        raise ValueError("backend: 'dali' asked for but nvidia-dali is not installed")
+    return backend
+
+
+def standardize_file(
+    src: Path,
+    dst: Path,
+    dtype: str = "float32",
+    backend: str = "auto",
+    chunk_rows: int = 65536,
+    device: str = "cpu",
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Standardise every column of a 2-D float32 ``.npy`` and write it as ``dtype`` to ``dst``.
+
+    ``dst`` is written under a temporary name and renamed into place when complete.
+
+    Args:
+        src: Input ``.npy`` (2-D float32), read by chunks of ``chunk_rows`` rows.
+        dst: Output ``.npy``.
+        dtype: ``"float32"`` or ``"float16"``.
+        backend: ``"numpy"``, ``"dali"`` or ``"auto"`` (see :func:`resolve_backend`).
+        chunk_rows: Rows per chunk.
+        device: ``"cpu"`` or ``"cuda"`` (where the DALI pipeline runs).
+        progress: Called with a line per stage.
+
+    Returns:
+        ``{"backend", "seconds", "gib_per_s", "rows", "cols"}`` of the transform pass.
+
+    Raises:
+        DatasetError: If ``src`` is not a readable 2-D float32 ``.npy``.
+        ValueError: For an unknown ``dtype`` or ``backend``.
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype: expected one of {list(DTYPES)}, got {dtype!r}")
+    backend = resolve_backend(backend, device)
+    try:
+        x = np.load(src, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise DatasetError(src, f"unreadable .npy ({err})") from None
+    if x.ndim != 2 or x.dtype != np.float32:
+        raise DatasetError(src, f"expected a 2-D float32 matrix, got {x.dtype} of shape {list(x.shape)}")
+    say = progress or (lambda _msg: None)
+    say(f"feature statistics of {list(x.shape)}")
+    mean, scale = column_stats(x, chunk_rows)
+    Path(dst).parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{Path(dst).name}.", suffix=".tmp.npy", dir=Path(dst).parent)
+    os.close(fd)
+    try:
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.dtype(dtype), shape=x.shape)
+        say(f"standardising with {backend}")
+        start = time.perf_counter()
+        if backend == "dali":
+            _standardize_dali(Path(src).resolve(), out, mean, scale, chunk_rows, device)
+        else:
+            standardize_array(x, out, mean, scale, chunk_rows)
+        out.flush()
+        seconds = time.perf_counter() - start
+        del out
+        os.replace(tmp, dst)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return {"backend": backend, "seconds": seconds, "gib_per_s": x.nbytes / 2**30 / max(seconds, 1e-9),
+            "rows": int(x.shape[0]), "cols": int(x.shape[1])}
