@@ -187,7 +187,9 @@ class NodeClassifier(pl.LightningModule):
 
     def forward(self, batch: Data) -> Tensor:
         """Logits for the batch's target nodes."""
-        out = self.gnn(self.node_input(batch), batch.edge_index, adj=getattr(batch, "adj", None))
+        out = self.gnn(self.node_input(batch), batch.edge_index, adj=getattr(batch, "adj", None),
+                       num_sampled_nodes=getattr(batch, "num_sampled_nodes", None),
+                       num_sampled_edges=getattr(batch, "num_sampled_edges", None))
         return out[batch_targets(batch)]
 
     def _loss(self, logits: Tensor, y: Tensor) -> Tensor:

@@ -11,6 +11,10 @@ from gnnkit.sparse import Adjacency
 #: Where message-passing layers aggregate: PyG's own layers, or gnnkit.sparse.spmm per layer.
 AGGREGATIONS = ("pyg", "gnnkit")
 
+#: Models whose layer outputs at a node depend only on that node's in-edges, so trimming the outer
+#: hops of a sampled batch leaves the seeds' outputs exactly unchanged.
+TRIMMABLE = ("sage", "gin", "gat")
+
 #: Architecture name -> paper, for docs and reports.
 MODELS = {
     "gcn": "Kipf & Welling, Semi-Supervised Classification with GCNs <https://arxiv.org/abs/1609.02907>",
@@ -122,7 +126,14 @@ class NodeGNN(nn.Module):
             if hasattr(module, "reset_parameters"):
                 module.reset_parameters()
 
-    def forward(self, x: Tensor, edge_index: Tensor, adj: Adjacency | None = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        adj: Adjacency | None = None,
+        num_sampled_nodes: list[int] | None = None,
+        num_sampled_edges: list[int] | None = None,
+    ) -> Tensor:
         """Node scores.
 
         Args:
@@ -132,19 +143,37 @@ class NodeGNN(nn.Module):
                 (pass one that lives across steps, e.g. the full graph's, to keep its format
                 conversions cached); built from ``edge_index`` when omitted, as a single-use
                 matrix (the selector then avoids formats that need a conversion).
+            num_sampled_nodes: Nodes per hop of a neighbour-sampled batch (seeds first), with
+                ``num_sampled_edges`` (edges per hop): layer ``i`` then skips the outermost ``i``
+                hops, whose outputs no later layer reads (PyG's ``trim_to_layer``; the seeds'
+                outputs are unchanged). Used when there is one hop per layer, for the models whose
+                aggregation reads only each destination's own in-edges (not GCN, whose
+                normalisation uses the sources' degrees in the sampled subgraph).
 
         Returns:
-            ``[N, out_channels]`` logits.
+            ``[N, out_channels]`` logits (only the first ``N`` minus the trimmed hops are computed
+            when trimming: callers read the seeds).
         """
+        trim = (num_sampled_nodes is not None and num_sampled_edges is not None and self.model in TRIMMABLE
+                and len(num_sampled_edges) == len(self.layers) and adj is None)
         graph: Tensor | Adjacency = edge_index
-        if self.aggregation == "gnnkit" and self.model != "mlp":
-            graph = adj if adj is not None else Adjacency.from_edge_index(edge_index, x.size(0), single_use=True)
         for i, layer in enumerate(self.layers):
+            if trim and i > 0:
+                x = x[: x.size(0) - num_sampled_nodes[-i]]
+                edge_index = edge_index[:, : edge_index.size(1) - num_sampled_edges[-i]]
+            if self.model != "mlp" and (i == 0 or trim):
+                graph = self._graph(x, edge_index, adj)
             x = layer(x) if self.model == "mlp" else layer(x, graph)
             if i < len(self.layers) - 1:
                 x = torch.relu(self.norms[i](x))
                 x = nn.functional.dropout(x, p=self.dropout, training=self.training)
         return x
+
+    def _graph(self, x: Tensor, edge_index: Tensor, adj: Adjacency | None) -> Tensor | Adjacency:
+        """What the layers aggregate over: the edge list (PyG) or an Adjacency (gnnkit)."""
+        if self.aggregation != "gnnkit":
+            return edge_index
+        return adj if adj is not None else Adjacency.from_edge_index(edge_index, x.size(0), single_use=True)
 
     def format_report(self) -> dict[str, dict[str, object]]:
         """SpMM formats of each ``"gnnkit"`` layer: ``{"layer0": {"forward", "backward", "width",

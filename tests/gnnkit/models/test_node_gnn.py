@@ -31,3 +31,36 @@ def test_mlp_ignores_edges():
     net = NodeGNN("mlp", 4, 8, 2, num_layers=2).eval()
     x = torch.randn(10, 4)
     assert torch.equal(net(x, torch.zeros(2, 0, dtype=torch.long)), net(x, torch.randint(0, 10, (2, 40))))
+
+
+@pytest.mark.parametrize("model,aggregation", [("sage", "pyg"), ("gat", "pyg"), ("sage", "gnnkit"), ("gin", "gnnkit")])
+def test_trimming_per_hop_keeps_the_seed_outputs(model, aggregation):
+    """Layer i skips the outermost i hops of a sampled batch; the seeds' logits do not change."""
+    import torch_geometric
+
+    from gnnkit.data.sampler import neighbor_loader
+
+    torch.manual_seed(0)
+    n = 300
+    edge_index = torch.randint(0, n, (2, 3000))
+    indptr_order = edge_index[1].argsort()
+    src, dst = edge_index[0][indptr_order], edge_index[1][indptr_order]
+    indptr = torch.zeros(n + 1, dtype=torch.long)
+    indptr[1:] = torch.bincount(dst, minlength=n).cumsum(0)
+    data = torch_geometric.data.Data(x=torch.randn(n, 8), num_nodes=n)
+    loader = neighbor_loader(data, indptr, src, [4, 3, 2], input_nodes=None, batch_size=16, shuffle=False, seed=0)
+    batch = next(iter(loader))
+    gnn = NodeGNN(model, 8, 16, 5, num_layers=3, aggregation=aggregation).eval()
+    full = gnn(batch.x, batch.edge_index)[: batch.batch_size]
+    trimmed = gnn(batch.x, batch.edge_index, num_sampled_nodes=batch.num_sampled_nodes,
+                  num_sampled_edges=batch.num_sampled_edges)
+    assert trimmed.size(0) < batch.num_nodes
+    torch.testing.assert_close(trimmed[: batch.batch_size], full, rtol=1e-4, atol=1e-5)
+
+
+def test_gcn_is_not_trimmed():
+    """GCN's normalisation uses source degrees, which trimming would change."""
+    gnn = NodeGNN("gcn", 4, 8, 3, num_layers=2).eval()
+    x, edge_index = torch.randn(10, 4), torch.tensor([[1, 2, 3, 4, 5], [0, 0, 1, 2, 3]])
+    trimmed = gnn(x, edge_index, num_sampled_nodes=[1, 2, 7], num_sampled_edges=[2, 3])
+    torch.testing.assert_close(trimmed, gnn(x, edge_index))
