@@ -113,7 +113,7 @@ def write_report(
         "data": datamodule.describe(),
         **(extra or {}),
     }
-    for part in (model, trainer.strategy):  # parts that describe themselves add their own keys
+    for part in (model, datamodule, trainer.strategy):  # parts that describe themselves add their own keys
         if callable(getattr(part, "report_info", None)):
             report.update(part.report_info())
     atomic_write_text(run_dir / "report.json", json.dumps(report, indent=2) + "\n")

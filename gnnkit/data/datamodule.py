@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +12,9 @@ import torch
 from torch.utils.data import DataLoader
 from torch_geometric.data import Data
 
+from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats, default_folder
 from gnnkit.sparse import Adjacency
-from pipeline import CacheEntry, CanonicalGraph, PreprocessOptions, preprocess, resolve
+from pipeline import CacheEntry, CanonicalGraph, PreprocessOptions, paths, preprocess, resolve
 
 SPLIT_OF_STAGE = {"train": "train", "val": "valid", "test": "test"}
 
@@ -40,6 +42,8 @@ class GraphDataModule(pl.LightningDataModule):
         eval_batch_size: Seed nodes per evaluation batch (default: ``batch_size``).
         num_workers: DataLoader worker processes for sampling.
         seed: Sampler seed.
+        reuse: PerFect-style reuse of sampled training batches (record, replay, fine-tune fresh);
+            see :class:`~gnnkit.data.reuse.ReuseConfig`. Needs ``batch_size > 0``.
         data_root: Raw data folder (default ``$GNNKIT_HOME/data``).
         cache_root: Cache folder (default ``$GNNKIT_HOME/cache``).
     """
@@ -56,11 +60,16 @@ class GraphDataModule(pl.LightningDataModule):
         eval_batch_size: int | None = None,
         num_workers: int = 0,
         seed: int = 0,
+        reuse: ReuseConfig | None = None,
         data_root: str | None = None,
         cache_root: str | None = None,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
+        if isinstance(reuse, dict):  # as saved in a checkpoint's hyper-parameters
+            reuse = ReuseConfig(**reuse)
+        # Checkpoints hold plain types only (they are loaded with weights_only=True).
+        self.save_hyperparameters(ignore=["reuse"])
+        self.hparams["reuse"] = asdict(reuse) if reuse is not None else None
         spec = resolve(dataset)
         options = spec.preprocess.replace(undirected=undirected, self_loops=self_loops, reorder=reorder)
         self.entry: CacheEntry = preprocess(
@@ -71,6 +80,11 @@ class GraphDataModule(pl.LightningDataModule):
         self.graph: CanonicalGraph = self.entry.open()
         self.num_neighbors = list(num_neighbors or [15, 10, 5])
         self._full: Data | None = None
+        if reuse is not None and reuse.epochs > 0 and batch_size == 0:
+            raise ValueError("data.reuse: replaying batches needs neighbour sampling (data.batch_size > 0)")
+        self.reuse = reuse if reuse is not None and reuse.epochs > 0 else None
+        self.reuse_stats = ReuseStats()
+        self._reuse_folder: Path | None = None
 
     # -- what the model needs to know (linked into the model by `gnnkit run`) --
     @property
@@ -108,6 +122,23 @@ class GraphDataModule(pl.LightningDataModule):
             "loader": "full-batch" if self.full_batch else f"neighbor-sampled {self.num_neighbors}",
         }
 
+    def report_info(self) -> dict[str, Any]:
+        """The reuse schedule and what it did (replayed vs fresh batches), for report.json."""
+        if self.reuse is None:
+            return {}
+        return {"reuse": {"schedule": vars(self.reuse).copy(), "cache_dir": str(self._reuse_folder),
+                          **self.reuse_stats.state_dict()}}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Reuse counters, saved in checkpoints so a resumed run reports the whole schedule."""
+        return {"reuse_stats": self.reuse_stats.state_dict()} if self.reuse is not None else {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the counters when resuming a fit (not when testing a checkpoint)."""
+        fitting = self.trainer is None or self.trainer.state.fn == "fit"
+        if "reuse_stats" in state_dict and fitting:
+            self.reuse_stats.load_state_dict(state_dict["reuse_stats"])
+
     # -- loaders --
     def _full_graph(self) -> Data:
         if self._full is None:
@@ -143,8 +174,36 @@ class GraphDataModule(pl.LightningDataModule):
             persistent_workers=hp.num_workers > 0,
         )
 
+    def reuse_inputs(self) -> dict[str, Any]:
+        """What cached training batches depend on: the graph and every sampler setting."""
+        hp = self.hparams
+        trainer = self.trainer
+        return {
+            "dataset": self.graph.meta["name"], "graph": self.entry.key, "split": "train",
+            "num_neighbors": self.num_neighbors, "replace": False, "batch_size": hp.batch_size,
+            "seed": hp.seed, "feature_dtype": self.reuse.feature_dtype,
+            "rank": trainer.global_rank if trainer else 0, "world_size": trainer.world_size if trainer else 1,
+        }
+
+    def _reuse_loader(self) -> ReuseLoader:
+        inputs = self.reuse_inputs()
+        folder = (Path(self.reuse.cache_dir) if self.reuse.cache_dir
+                  else default_folder(paths.batch_root(), inputs["dataset"], inputs))
+        self._reuse_folder = folder
+        trainer = self.trainer
+        return ReuseLoader(
+            self._sampled_loader("train"), self.reuse, inputs, folder,
+            current_epoch=(lambda: trainer.current_epoch) if trainer else None,
+            stats=self.reuse_stats, seed=self.hparams.seed,
+            device="cuda" if trainer and trainer.strategy.root_device.type == "cuda" else "cpu",
+        )
+
     def _loader(self, stage: str) -> Any:
-        return self._full_loader(stage) if self.full_batch else self._sampled_loader(stage)
+        if self.full_batch:
+            return self._full_loader(stage)
+        if stage == "train" and self.reuse is not None:
+            return self._reuse_loader()
+        return self._sampled_loader(stage)
 
     def train_dataloader(self) -> Any:
         return self._loader("train")

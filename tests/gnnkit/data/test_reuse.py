@@ -1,0 +1,161 @@
+"""The reuse schedule: record, replay bit-identically in a new order, refuse stale caches,
+re-sample damaged shards, DALI = torch, and resume mid-schedule from a checkpoint."""
+
+import json
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+from gnnkit.data.datamodule import GraphDataModule
+from gnnkit.data.reuse import ReuseConfig
+from gnnkit.module import NodeClassifier
+from pipeline.errors import DatasetError
+from pipeline.shard_reader import dali_available
+
+
+def _datamodule(tmp_path, folder, **reuse) -> GraphDataModule:
+    config = ReuseConfig(**{"epochs": 3, "feature_dtype": "float32", "shard_mb": 0.2, "loader": "torch",
+                            "workers": 0, "cache_dir": str(tmp_path / folder), **reuse})
+    return GraphDataModule("synthetic-tiny", batch_size=64, num_neighbors=[5, 5], reuse=config)
+
+
+def _key(batch) -> tuple[int, ...]:
+    return tuple(batch.input_id.tolist())
+
+
+def _assert_identical(a, b) -> None:
+    assert set(a.keys()) == set(b.keys())
+    for key in a.keys():
+        if isinstance(a[key], torch.Tensor):
+            assert a[key].dtype == b[key].dtype and torch.equal(a[key], b[key]), key
+        else:
+            assert a[key] == b[key], key
+
+
+def test_phases_of_the_schedule():
+    config = ReuseConfig(epochs=6, factor=3)
+    assert [config.phase(e) for e in range(8)] == [
+        ("record", 0), ("replay", 0), ("replay", 0), ("record", 3), ("replay", 3), ("replay", 3),
+        ("fresh", -1), ("fresh", -1)]
+    assert [p for p, _ in map(ReuseConfig(epochs=3).phase, range(4))] == ["record", "replay", "replay", "fresh"]
+    assert ReuseConfig().phase(0) == ("fresh", -1)
+
+
+@pytest.mark.parametrize("field,value", [("epochs", -1), ("factor", 0), ("fresh_fraction", 1.5),
+                                         ("loader", "nvme"), ("feature_dtype", "int8")])
+def test_bad_schedule_is_one_line_naming_the_field(field, value):
+    with pytest.raises(ValueError, match=f"^data.reuse.{field}: expected"):
+        ReuseConfig(**{field: value})
+
+
+def test_reuse_needs_sampling():
+    with pytest.raises(ValueError, match="data.reuse: .*batch_size > 0"):
+        GraphDataModule("synthetic-tiny", batch_size=0, reuse=ReuseConfig(epochs=2))
+
+
+def test_replayed_batches_are_bit_identical_in_a_new_order(tmp_path):
+    dm = _datamodule(tmp_path, "c")
+    loader = dm.train_dataloader()
+    recorded = {_key(b): b for b in loader}
+    replayed = list(loader)
+    again = list(loader)
+    assert len(replayed) == len(recorded) == len(loader)
+    for batch in replayed:
+        _assert_identical(recorded[_key(batch)], batch)
+    assert [_key(b) for b in replayed] != [_key(b) for b in again]  # a new order each epoch
+    assert sorted(map(_key, replayed)) == sorted(recorded)
+    stats = dm.reuse_stats
+    assert stats.batches == {"fresh": len(loader), "recorded": len(loader), "replayed": 2 * len(loader),
+                             "resampled": 0}
+    assert list(loader)[0].x.dtype == torch.float32 and dm.reuse_stats.epochs["fresh"] == 1
+
+
+def test_float16_features_replay_close(tmp_path):
+    dm = _datamodule(tmp_path, "c", feature_dtype="float16")
+    loader = dm.train_dataloader()
+    recorded = {_key(b): b for b in loader}
+    for batch in loader:
+        original = recorded[_key(batch)]
+        assert batch.x.dtype == torch.float32
+        assert torch.allclose(batch.x, original.x, atol=1e-2, rtol=1e-3)
+        assert torch.equal(batch.edge_index, original.edge_index) and torch.equal(batch.n_id, original.n_id)
+
+
+@pytest.mark.skipif(not dali_available(), reason="nvidia-dali is not installed")
+def test_dali_and_torch_loaders_yield_the_same_batches(tmp_path):
+    dm = _datamodule(tmp_path, "c")
+    loader = dm.train_dataloader()
+    list(loader)  # records
+    torch_epoch = list(loader)
+    dali = _datamodule(tmp_path, "c", loader="dali", workers=2).train_dataloader()
+    dali._iterated = 1  # the same replay epoch as `torch_epoch`
+    dali_epoch = list(dali)
+    assert dali.reader.name == "dali" and len(dali_epoch) == len(torch_epoch)
+    for a, b in zip(torch_epoch, dali_epoch):
+        _assert_identical(a, b)
+
+
+def test_cache_of_another_sampler_setting_is_refused(tmp_path):
+    dm = _datamodule(tmp_path, "shared")
+    list(dm.train_dataloader())
+    other = GraphDataModule("synthetic-tiny", batch_size=64, num_neighbors=[3, 3],
+                            reuse=ReuseConfig(epochs=3, loader="torch", cache_dir=str(tmp_path / "shared")))
+    loader = other.train_dataloader()
+    loader._iterated = 1  # a replay epoch
+    with pytest.raises(DatasetError, match=r"made for .*refusing to replay"):
+        list(loader)
+
+
+def test_damaged_shard_is_resampled_not_trained_on(tmp_path):
+    dm = _datamodule(tmp_path, "c")
+    loader = dm.train_dataloader()
+    recorded = {_key(b): b for b in loader}
+    manifest = json.loads((tmp_path / "c" / "manifest.json").read_text())
+    assert len(manifest["shards"]) > 1
+    shard = tmp_path / "c" / manifest["shards"][0]["file"]
+    data = bytearray(shard.read_bytes())
+    data[-10] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    replayed = list(loader)
+    stats = dm.reuse_stats
+    damaged = manifest["shards"][0]["batches"]
+    assert stats.corrupt_shards == 1 and stats.batches["resampled"] == damaged
+    assert stats.batches["replayed"] == len(loader) - damaged
+    assert sorted(map(_key, replayed)) == sorted(recorded)  # the same seeds, sampled afresh
+
+
+def test_fresh_fraction_and_budget_cycling(tmp_path):
+    dm = _datamodule(tmp_path, "c", fresh_fraction=0.25, disk_budget_mb=0.5)
+    loader = dm.train_dataloader()
+    list(loader)
+    cached = dm.reuse_stats.batches["recorded"]
+    assert 0 < cached < len(loader)  # the budget held only part of the epoch
+    replay = list(loader)
+    fresh = round(0.25 * len(loader))
+    assert len(replay) == len(loader)
+    assert dm.reuse_stats.batches["replayed"] == len(loader) - fresh
+    assert dm.reuse_stats.batches["fresh"] == 2 * len(loader) - (len(loader) - fresh)
+
+
+def _fit(dm, max_epochs, root, ckpt=None):
+    model = NodeClassifier(model="sage", in_channels=dm.num_features, hidden_channels=16,
+                           out_channels=dm.num_classes, num_layers=2, task=dm.task)
+    trainer = pl.Trainer(max_epochs=max_epochs, default_root_dir=root, enable_progress_bar=False,
+                         enable_model_summary=False, logger=False, num_sanity_val_steps=0)
+    trainer.fit(model, datamodule=dm, ckpt_path=ckpt)
+    return trainer
+
+
+def test_resumed_run_continues_the_schedule(tmp_path):
+    steps = len(_datamodule(tmp_path, "c").train_dataloader())
+    first = _datamodule(tmp_path, "c", epochs=4)
+    trainer = _fit(first, 2, tmp_path)  # epoch 0 records, epoch 1 replays
+    ckpt = trainer.checkpoint_callback.best_model_path
+    assert first.reuse_stats.epochs == {"record": 1, "replay": 1, "fresh": 0}
+    resumed = _datamodule(tmp_path, "c", epochs=4)
+    _fit(resumed, 5, tmp_path, ckpt=ckpt)  # epochs 2, 3 replay; epoch 4 fine-tunes fresh
+    stats = resumed.reuse_stats
+    assert stats.epochs == {"record": 1, "replay": 3, "fresh": 1}
+    assert stats.batches["replayed"] == 3 * steps and stats.batches["fresh"] == 2 * steps
+    assert resumed.report_info()["reuse"]["batches"]["replayed"] == 3 * steps
