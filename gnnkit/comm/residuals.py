@@ -21,9 +21,24 @@ class Residuals:
 
     def __init__(self) -> None:
         self.memory: dict[str, Tensor] = {}
+        # layout -> the flat tensor whose views ``memory`` holds for it, reused in place next step
+        self._buffers: dict[tuple[tuple[str, int, int], ...], Tensor] = {}
+
+    @staticmethod
+    def _key(layout: list[Slot]) -> tuple[tuple[str, int, int], ...]:
+        return tuple((s.name, s.offset, s.numel) for s in layout)
 
     def add_to(self, flat: Tensor, layout: list[Slot]) -> Tensor:
-        """``flat`` (any float dtype) plus the stored residuals, as a new float32 tensor."""
+        """``flat`` (any float dtype) plus the stored residuals, as a float32 tensor. The stored
+        residuals are consumed: the caller stores what is left with :meth:`store`.
+
+        When the residuals of exactly this layout were stored as one flat tensor (what every
+        compressor but PowerSGD does), that tensor is updated in place and returned: no new
+        gradient-sized allocation per step (for a 25M-parameter bucket, ~60 ms of page faults).
+        """
+        buffer = self._buffers.get(self._key(layout))
+        if buffer is not None and buffer.device == flat.device and buffer.numel() == flat.numel():
+            return buffer.add_(flat)
         acc = flat.to(torch.float32, copy=True)
         for slot in layout:
             res = self.memory.get(slot.name)
@@ -36,6 +51,11 @@ class Residuals:
         the caller must not modify ``residual`` afterwards."""
         for slot in layout:
             self.memory[slot.name] = residual[slot.offset:slot.offset + slot.numel]
+        key = self._key(layout)
+        names = {s.name for s in layout}
+        self._buffers = {k: v for k, v in self._buffers.items() if not names & {n for n, _, _ in k}}
+        if residual.dim() == 1 and residual.numel() == sum(s.numel for s in layout):
+            self._buffers[key] = residual
 
     def gather(self, layout: list[Slot]) -> Tensor:
         """The stored residuals of ``layout`` as one flat tensor (zeros where none)."""
@@ -49,6 +69,7 @@ class Residuals:
         return {name: t.detach().cpu().clone() for name, t in self.memory.items()}
 
     def load_state_dict(self, state: dict[str, Any], device: torch.device | None = None) -> None:
+        self._buffers = {}
         self.memory = {name: t.to(device) if device is not None else t for name, t in state.items()}
 
     def __len__(self) -> int:

@@ -44,6 +44,15 @@ def topk_indices(x: Tensor, k: int) -> Tensor:
     return torch.topk(magnitude, k, sorted=False).indices
 
 
+def reusable_output(flat: Tensor) -> Tensor:
+    """A zeroed float32 tensor shaped like ``flat`` for the averaged result: ``flat`` itself when it
+    is float32 (a compressor has copied what it needs out of it by then; zeroing in place avoids a
+    gradient-sized allocation per step), else a new one."""
+    if flat.dtype == torch.float32 and flat.dim() == 1:
+        return flat.zero_()
+    return torch.zeros(flat.numel(), dtype=torch.float32, device=flat.device)
+
+
 def pack(values: Tensor, indices: Tensor) -> Tensor:
     """``[values | indices]`` as one float32 tensor of length ``2k``: the int32 indices travel as
     their raw bits (a float32 view), so one collective carries both.

@@ -12,7 +12,7 @@ from torch.futures import Future
 
 from gnnkit.comm.base import Communicator, Slot, all_gather_single
 from gnnkit.comm.residuals import Residuals
-from gnnkit.comm.sparse import pack, topk_count, topk_indices, unpack
+from gnnkit.comm.sparse import pack, reusable_output, topk_count, topk_indices, unpack
 
 GATHERS = ("auto", "dense", "sparse")
 
@@ -118,7 +118,7 @@ class TopKA2A(Communicator):
 
         def assemble(_: Future) -> Tensor:
             rows = gathered.view(p, length)
-            out = torch.zeros(n, dtype=torch.float32, device=flat.device)
+            out = reusable_output(flat)
             if sparse:  # only the pairs are scaled, not all n elements
                 vals, idx = unpack(rows)
                 base = torch.tensor(offsets, device=flat.device).unsqueeze(1)

@@ -11,7 +11,7 @@ from torch.futures import Future
 
 from gnnkit.comm.base import Communicator, Slot, all_gather_single
 from gnnkit.comm.residuals import Residuals
-from gnnkit.comm.sparse import pack, topk_count, topk_indices, unpack
+from gnnkit.comm.sparse import pack, reusable_output, topk_count, topk_indices, unpack
 
 
 class TopKAllGather(Communicator):
@@ -50,7 +50,7 @@ class TopKAllGather(Communicator):
 
         def reduce(_: Future) -> Tensor:
             values, indices = unpack(gathered.view(p, -1))
-            out = torch.zeros(n, dtype=torch.float32, device=flat.device)
+            out = reusable_output(flat)
             out.index_add_(0, indices.flatten(), values.flatten())
             return out.div_(p).to(flat.dtype)
 

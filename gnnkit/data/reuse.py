@@ -215,9 +215,10 @@ class ReuseLoader:
             return None
         try:
             cached = json.loads((self.folder / "manifest.json").read_text())["inputs"]
-        except (OSError, ValueError, KeyError):
-            cached = None
-        if isinstance(cached, dict) and cached.get("recorded_epoch") != recorded:
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            log.warning("reuse: unreadable batch-cache manifest in %s (%s); recording anew", self.folder, err)
+            return None
+        if cached.get("recorded_epoch") != recorded:
             return None  # a recording from another point of the schedule: record anew
         if self._cache is None or self._cache.manifest["inputs"] != self._inputs(recorded):
             self._cache = open_batch_cache(self.folder, self._inputs(recorded))

@@ -57,12 +57,17 @@ def test_residuals_roundtrip() -> None:
     layout = make_layout([("a", (2, 3)), ("b", (4,))])
     res = Residuals()
     res.store(torch.arange(10.0), layout)
-    assert torch.equal(res.add_to(torch.ones(10), layout), torch.arange(10.0) + 1)
+    acc = res.add_to(torch.ones(10), layout)
+    assert torch.equal(acc, torch.arange(10.0) + 1)
+    res.store(acc, layout)
+    assert res.add_to(torch.zeros(10), layout).data_ptr() == acc.data_ptr()  # updated in place
     moved = make_layout([("b", (4,)), ("a", (2, 3))])  # another bucket order: keyed by name
-    assert torch.equal(res.gather(moved), torch.cat([torch.arange(6.0, 10.0), torch.arange(6.0)]))
+    assert torch.equal(res.gather(moved), torch.cat([torch.arange(7.0, 11.0), torch.arange(1.0, 7.0)]))
+    fresh = res.add_to(torch.zeros(10), moved)  # another layout: a new tensor, the memory untouched
+    assert fresh.data_ptr() != acc.data_ptr() and torch.equal(res.gather(layout), torch.arange(1.0, 11.0))
     other = Residuals()
     other.load_state_dict(res.state_dict())
-    assert torch.equal(other.gather(layout), torch.arange(10.0))
+    assert torch.equal(other.gather(layout), torch.arange(1.0, 11.0))
 
 
 def test_fusion_tuner_finds_minimum() -> None:
