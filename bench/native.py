@@ -1,0 +1,317 @@
+"""Native kernels vs their best PyTorch equivalents, side by side, at 1 and 2 threads.
+
+* **SpMM** ``A @ X`` (forward product, float32): gnnkit's native CSR (nnz-balanced row split, GE-SpMM
+  <https://arxiv.org/abs/2007.03179>) and SELL-C-sigma (<https://arxiv.org/abs/1307.6209>) against
+  torch's CSR kernel (``torch.sparse.mm`` on a ``sparse_csr`` tensor, MKL where torch has it) and
+  PyG-style gather-scatter (``index_select`` + ``index_add_``), on a power-law graph and a uniform
+  one with the node and edge counts of the ogbn-arxiv twin, plus a large graph whose compulsory
+  memory traffic (CSR arrays, X once, the output once) is set against a measured copy bandwidth
+  (``Tensor.copy_`` of 256 MiB), the physical limit.
+* **Sampler**: :class:`gnnkit.data.sampler.CSRNeighborSampler` with the native kernel vs its
+  pure-PyTorch path (the same object under :func:`gnnkit.native.disabled`), GraphSAGE fan-out
+  ``[15, 10, 5]``, batches of 1024 seeds on the power-law graph.
+* **TT lookup** (training: forward + backward): the fused native kernel vs gnnkit's Python
+  prefix-reuse lookup (:func:`gnnkit.tt.lookup.lookup` with the kernel off) and the plain lookup,
+  on the ogbn-products shape (p = 125x140x140, q = 4x5x5, ranks 16,16) with batches of power-law
+  popular rows (duplicates, as edge-wise lookups have).
+
+Every pair is timed interleaved (round-robin, fastest of the rounds) in one process. Ratios measured
+side by side hold on these shared machines; absolute times drift.
+
+    python bench/native.py [--json PATH] [--png PATH] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gnnkit import native  # noqa: E402
+from gnnkit.data.sampler import CSRNeighborSampler  # noqa: E402
+from gnnkit.native import ops  # noqa: E402
+from gnnkit.tt.lookup import lookup, lookup_plain  # noqa: E402
+from torch_geometric.sampler import NodeSamplerInput  # noqa: E402
+
+ARXIV_NODES, ARXIV_EDGES = 169_343, 1_166_243
+
+
+# -- graphs -----------------------------------------------------------------------------------------
+def powerlaw_graph(n: int, nnz: int, seed: int, alpha: float = 1.1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Chung-Lu style CSR: Pareto row lengths and Pareto source popularity (hubs both ways)."""
+    rng = np.random.default_rng(seed)
+    weight = rng.pareto(alpha, n) + 1
+    deg = np.floor(weight / weight.sum() * nnz).astype(np.int64)
+    deg[rng.choice(n, int(nnz - deg.sum()), replace=True)] += 1
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(deg, out=indptr[1:])
+    pop = rng.pareto(alpha, n) + 1
+    cdf = np.cumsum(pop / pop.sum())
+    cols = np.minimum(np.searchsorted(cdf, rng.random(int(indptr[-1]))), n - 1).astype(np.int64)
+    return torch.from_numpy(indptr), torch.from_numpy(cols)
+
+
+def uniform_graph(n: int, nnz: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Erdos-Renyi style CSR: Poisson row lengths, uniform sources."""
+    rng = np.random.default_rng(seed)
+    deg = rng.poisson(nnz / n, n).astype(np.int64)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(deg, out=indptr[1:])
+    return torch.from_numpy(indptr), torch.from_numpy(rng.integers(0, n, int(indptr[-1]), dtype=np.int64))
+
+
+def local_graph(n: int, nnz: int, seed: int, window: int = 2048) -> tuple[torch.Tensor, torch.Tensor]:
+    """A graph after a locality-preserving reordering (RCM-like): sources within ``window`` of the row."""
+    indptr, _ = uniform_graph(n, nnz, seed)
+    rng = np.random.default_rng(seed + 1)
+    rows = np.repeat(np.arange(n), np.diff(indptr.numpy()))
+    cols = np.clip(rows + rng.integers(-window, window + 1, rows.size), 0, n - 1).astype(np.int64)
+    return indptr, torch.from_numpy(cols)
+
+
+# -- timing -----------------------------------------------------------------------------------------
+def interleaved(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
+    """Fastest seconds of each function over ``rounds``, timed round-robin after one warm-up call
+    each (the fastest round is the least disturbed by other work on a shared machine)."""
+    for fn in fns.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: min(t) for name, t in times.items()}
+
+
+def copy_bandwidth(rounds: int, mib: int = 256) -> float:
+    """Bytes per second of ``dst.copy_(src)`` (read + write) on ``mib`` MiB."""
+    src = torch.ones(mib * 2**20 // 4)
+    dst = torch.empty_like(src)
+    t = interleaved({"copy": lambda: dst.copy_(src)}, rounds)["copy"]
+    return 2 * src.numel() * 4 / t
+
+
+# -- SpMM -------------------------------------------------------------------------------------------
+def spmm_variants(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor) -> dict[str, Callable[[], Any]]:
+    n = indptr.numel() - 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        csr = torch.sparse_csr_tensor(indptr, indices, torch.ones(indices.numel()), (n, x.size(0)))
+    rows = torch.repeat_interleave(torch.arange(n), indptr.diff())
+    a = ops.CSR(indptr, indices, None, x.size(0))
+    sell = ops.to_sell(a)
+
+    def gather_scatter() -> torch.Tensor:
+        return torch.zeros(n, x.size(1)).index_add_(0, rows, x.index_select(0, indices))
+
+    return {
+        "native_csr": lambda: ops.spmm_csr_raw(a, x),
+        "native_sell": lambda: ops.spmm_sell(sell, x),
+        "torch_csr": lambda: torch.sparse.mm(csr, x),
+        "gather_scatter": gather_scatter,
+    }
+
+
+def bench_spmm(graphs: dict[str, tuple[torch.Tensor, torch.Tensor]], width: int, rounds: int,
+               threads: int) -> list[dict[str, Any]]:
+    rows = []
+    for name, (indptr, indices) in graphs.items():
+        x = torch.randn(indptr.numel() - 1, width)
+        fns = spmm_variants(indptr, indices, x)
+        ref = fns["torch_csr"]()
+        for key in ("native_csr", "native_sell"):
+            torch.testing.assert_close(fns[key](), ref, atol=1e-3, rtol=1e-4)
+        t = interleaved(fns, rounds)
+        best = min(t["native_csr"], t["native_sell"])
+        rows.append({"kind": "spmm", "graph": name, "threads": threads, "width": width,
+                     "nodes": indptr.numel() - 1, "nnz": indices.numel(), "seconds": t,
+                     "ours": best, "baseline": t["torch_csr"], "ratio": t["torch_csr"] / best,
+                     "vs_gather_scatter": t["gather_scatter"] / best})
+    return rows
+
+
+def compulsory_bytes(indptr: torch.Tensor, indices: torch.Tensor, width: int) -> int:
+    """Bytes an SpMM must move at least: CSR arrays, X read once, the output written once."""
+    n = indptr.numel() - 1
+    return 8 * (n + 1) + 8 * indices.numel() + 2 * 4 * n * width
+
+
+# -- sampler ----------------------------------------------------------------------------------------
+def bench_sampler(indptr: torch.Tensor, indices: torch.Tensor, batches: int, rounds: int,
+                  threads: int) -> dict[str, Any]:
+    sampler = CSRNeighborSampler(indptr, indices, [15, 10, 5], seed=0)
+    g = torch.Generator().manual_seed(1)
+    seeds = [torch.randint(0, indptr.numel() - 1, (1024,), generator=g) for _ in range(batches)]
+
+    def run() -> int:
+        return sum(sampler.sample_from_nodes(NodeSamplerInput(None, s)).edge.numel() for s in seeds)
+
+    def run_python() -> int:
+        with native.disabled():
+            return run()
+
+    t = interleaved({"native": run, "python": run_python}, rounds)
+    return {"kind": "sampler", "graph": "powerlaw-arxiv", "threads": threads, "batches": batches,
+            "edges_per_batch": run() / batches, "seconds": t, "ours": t["native"], "baseline": t["python"],
+            "ratio": t["python"] / t["native"]}
+
+
+# -- TT ---------------------------------------------------------------------------------------------
+def bench_tt(batch: int, rounds: int, threads: int) -> dict[str, Any]:
+    p, q, r = (125, 140, 140), (4, 5, 5), (1, 16, 16, 1)
+    g = torch.Generator().manual_seed(2)
+    cores = [(torch.randn(p[k], r[k], q[k], r[k + 1], generator=g) * 0.3).requires_grad_(True) for k in range(3)]
+    n = 125 * 140 * 140
+    pop = torch.distributions.Pareto(torch.tensor(1.0), torch.tensor(1.2))
+    ids = (pop.sample((batch,)) * 1000).long().clamp(max=n - 1)  # power-law popularity, duplicates
+    rows = torch.randperm(n, generator=g)[ids]  # spread popular ids over the table
+    grad = torch.randn(batch, 100, generator=g)
+
+    def train(fn: Callable[[], torch.Tensor]) -> Callable[[], Any]:
+        def step() -> Any:
+            out = fn()
+            return torch.autograd.grad(out, cores, grad)
+        return step
+
+    def python_reuse() -> torch.Tensor:
+        with native.disabled():
+            return lookup(cores, rows, p)
+
+    fused = train(lambda: ops.tt_lookup(cores, rows))
+    fwd = ops.tt_lookup(cores, rows)
+    torch.testing.assert_close(fwd, python_reuse(), atol=1e-4, rtol=1e-4)
+    t = interleaved({"fused": fused, "python_reuse": train(python_reuse),
+                     "plain": train(lambda: lookup_plain(cores, rows, p))}, rounds)
+    return {"kind": "tt", "graph": f"products-shape B={batch}", "threads": threads, "unique_rows": int(rows.unique().numel()),
+            "seconds": t, "ours": t["fused"], "baseline": t["python_reuse"], "ratio": t["python_reuse"] / t["fused"],
+            "vs_plain": t["plain"] / t["fused"]}
+
+
+# -- report -----------------------------------------------------------------------------------------
+def print_table(rows: list[dict[str, Any]]) -> None:
+    head = f"{'kernel':8s} {'input':24s} {'thr':>3s} {'ours ms':>9s} {'baseline':>14s} {'base ms':>9s} {'ratio':>6s}  other"
+    print(head)
+    print("-" * len(head))
+    names = {"spmm": "torch_csr", "sampler": "python", "tt": "python_reuse", "bandwidth": "copy"}
+    for row in rows:
+        other = ""
+        if row["kind"] == "spmm":
+            s = row["seconds"]
+            other = (f"csr {s['native_csr'] * 1e3:.1f} / sell {s['native_sell'] * 1e3:.1f} ms; "
+                     f"vs gather-scatter {row['vs_gather_scatter']:.2f}x")
+        elif row["kind"] == "tt":
+            other = f"vs plain {row['vs_plain']:.2f}x, {row['unique_rows']} unique rows"
+        elif row["kind"] == "sampler":
+            other = f"{row['batches']} batches, {row['edges_per_batch']:.0f} edges/batch"
+        elif row["kind"] == "bandwidth":
+            other = f"SpMM {row['achieved_gbs']:.1f} GB/s of copy {row['copy_gbs']:.1f} GB/s"
+        print(f"{row['kind']:8s} {row['graph']:24s} {row['threads']:3d} {row['ours'] * 1e3:9.2f} "
+              f"{names[row['kind']]:>14s} {row['baseline'] * 1e3:9.2f} {row['ratio']:6.2f}  {other}")
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['kind']} {r['graph']} t{r['threads']}" for r in rows]
+    ratios = [r["ratio"] for r in rows]
+    fig, ax = plt.subplots(figsize=(9, 0.35 * len(rows) + 1.5))
+    ax.barh(range(len(rows)), ratios, color=["tab:green" if v >= 1 else "tab:red" for v in ratios])
+    ax.axvline(1.0, color="black", lw=0.8)
+    ax.set_yticks(range(len(rows)), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("speed-up over the PyTorch baseline (bandwidth rows: fraction of copy bandwidth)")
+    ax.set_title("gnnkit native kernels vs PyTorch (higher is better)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    def best(kind: str, graph: str | None = None) -> float:
+        vals = [r["ratio"] for r in rows if r["kind"] == kind and (graph is None or r["graph"].startswith(graph))]
+        return round(max(vals), 3) if vals else float("nan")
+
+    others = [r["ratio"] for r in rows if r["kind"] == "spmm" and not r["graph"].startswith("powerlaw")]  # per thread count
+    return {
+        "spmm_vs_torch_csr_powerlaw": best("spmm", "powerlaw"),
+        "spmm_vs_torch_csr_other_min": round(min(others), 3) if others else float("nan"),
+        "sampler_speedup": best("sampler"),
+        "tt_fused_speedup": best("tt"),
+        "spmm_bandwidth_fraction": best("bandwidth"),
+        "spmm_bandwidth_fraction_by_graph": {r["graph"]: round(max(q["ratio"] for q in rows if q["kind"] == "bandwidth"
+                                                                    and q["graph"] == r["graph"]), 3)
+                                             for r in rows if r["kind"] == "bandwidth"},
+        "per_threads": {str(t): {r["kind"] + ":" + r["graph"]: round(r["ratio"], 3) for r in rows if r["threads"] == t}
+                        for t in sorted({r["threads"] for r in rows})},
+        "targets": {"spmm_vs_torch_csr_powerlaw": 1.3, "spmm_vs_torch_csr_other_min": 0.9, "sampler_speedup": 3.0,
+                    "tt_fused_speedup": 2.0, "spmm_bandwidth_fraction": 0.5},
+        "note": ("best over threads 1 and 2; ratio = baseline time / native time; bandwidth fraction = "
+                 "compulsory SpMM bytes (CSR arrays, X once, output once) per second / copy bandwidth"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", type=Path, help="write rows and summary as JSON")
+    parser.add_argument("--png", type=Path, help="ratio plot (default: beside --json)")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--width", type=int, default=64, help="feature width of the SpMM inputs")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--quick", action="store_true", help="smaller graphs and fewer rounds (smoke run)")
+    args = parser.parse_args(argv)
+    if not native.available():
+        print("native kernels unavailable (see the warning above); nothing to compare", file=sys.stderr)
+        return 1
+    scale = 10 if args.quick else 1
+    rounds = 2 if args.quick else args.rounds
+    graphs = {"powerlaw-arxiv": powerlaw_graph(ARXIV_NODES // scale, ARXIV_EDGES // scale, 0),
+              "uniform-arxiv": uniform_graph(ARXIV_NODES // scale, ARXIV_EDGES // scale, 1)}
+    large = {"uniform-1M-nnz8M": uniform_graph(1_000_000 // scale, 8_000_000 // scale, 2),
+             "local-1M-nnz8M": local_graph(1_000_000 // scale, 8_000_000 // scale, 3)}
+    rows: list[dict[str, Any]] = []
+    old = torch.get_num_threads()
+    try:
+        for threads in args.threads:
+            torch.set_num_threads(threads)
+            rows += bench_spmm(graphs, args.width, rounds, threads)
+            copy = copy_bandwidth(rounds)
+            for big in bench_spmm(large, 32, rounds, threads):
+                achieved = compulsory_bytes(*large[big["graph"]], 32) / big["ours"]
+                rows.append(big)
+                rows.append({"kind": "bandwidth", "graph": f"{big['graph']} F=32", "threads": threads,
+                             "ours": big["ours"], "baseline": big["ours"] * achieved / copy, "ratio": achieved / copy,
+                             "achieved_gbs": achieved / 1e9, "copy_gbs": copy / 1e9})
+            rows.append(bench_sampler(*graphs["powerlaw-arxiv"], 4 if args.quick else 10, rounds, threads))
+            rows.append(bench_tt(2000 if args.quick else 20000, rounds, threads))
+    finally:
+        torch.set_num_threads(old)
+    print_table(rows)
+    summary = summarise(rows)
+    print("\nsummary:", json.dumps({k: v for k, v in summary.items() if k != "per_threads"}, indent=None))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"rows": rows, "summary": summary, "threads": args.threads,
+                                         "width": args.width, "torch": torch.__version__,
+                                         "kernels": native.kernels()}, indent=1) + "\n")
+        plot(rows, args.png or args.json.with_suffix(".png"))
+    elif args.png:
+        plot(rows, args.png)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,78 @@
+// The one Python binding of gnnkit's native kernels. Each op checks the device of its inputs and
+// runs the CPU kernel (cuda/cpu) or, in builds with GNNKIT_WITH_CUDA, the CUDA one (cuda/gpu).
+
+#include <torch/extension.h>
+
+#include "cpu/ops.h"
+
+#ifdef GNNKIT_WITH_CUDA
+#include "gpu/dispatch.h"
+#define GNNKIT_DEVICE_SWITCH(tensor, cpu_call, cuda_call) \
+  return (tensor).is_cuda() ? (cuda_call) : (cpu_call)
+#else
+#define GNNKIT_DEVICE_SWITCH(tensor, cpu_call, cuda_call)                                   \
+  TORCH_CHECK(!(tensor).is_cuda(), "gnnkit native: this build has no CUDA kernels"); \
+  return (cpu_call)
+#endif
+
+namespace gnnkit {
+
+at::Tensor spmm_csr(const at::Tensor& indptr, const at::Tensor& indices, const std::optional<at::Tensor>& values,
+                    const at::Tensor& x, bool mean) {
+  GNNKIT_DEVICE_SWITCH(x, spmm_csr_cpu(indptr, indices, values, x, mean),
+                       spmm_csr_cuda(indptr, indices, values, x, mean));
+}
+
+std::vector<at::Tensor> sell_from_csr(const at::Tensor& indptr, const at::Tensor& indices,
+                                      const std::optional<at::Tensor>& values, int64_t chunk, int64_t sigma,
+                                      at::ScalarType dtype) {
+  // Built on the CPU (a one-off conversion); the caller moves the result to the device.
+  return sell_from_csr_cpu(indptr.cpu(), indices.cpu(), values ? std::optional<at::Tensor>(values->cpu()) : values,
+                           chunk, sigma, dtype);
+}
+
+at::Tensor spmm_sell(const at::Tensor& chunk_ptr, const at::Tensor& perm, const at::Tensor& row_len,
+                     const at::Tensor& cols, const at::Tensor& vals, const at::Tensor& x, int64_t chunk, bool mean) {
+  GNNKIT_DEVICE_SWITCH(x, spmm_sell_cpu(chunk_ptr, perm, row_len, cols, vals, x, chunk, mean),
+                       spmm_sell_cuda(chunk_ptr, perm, row_len, cols, vals, x, chunk, mean));
+}
+
+std::vector<at::Tensor> sample_neighbors(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
+                                         const std::vector<int64_t>& fanouts, bool replace, int64_t seed,
+                                         at::Tensor local) {
+  GNNKIT_DEVICE_SWITCH(indptr, sample_neighbors_cpu(indptr, indices, seeds, fanouts, replace, seed, local),
+                       sample_neighbors_cuda(indptr, indices, seeds, fanouts, replace, seed, local));
+}
+
+std::vector<at::Tensor> tt_forward(const at::Tensor& rows, const at::Tensor& c0, const at::Tensor& c1,
+                                   const at::Tensor& c2) {
+  GNNKIT_DEVICE_SWITCH(c0, tt_forward_cpu(rows, c0, c1, c2), tt_forward_cuda(rows, c0, c1, c2));
+}
+
+std::vector<at::Tensor> tt_backward(const at::Tensor& grad, const at::Tensor& c0, const at::Tensor& c1,
+                                    const at::Tensor& c2, const at::Tensor& perm, const at::Tensor& seg,
+                                    const at::Tensor& uniq, const at::Tensor& group, const at::Tensor& level) {
+  GNNKIT_DEVICE_SWITCH(c0, tt_backward_cpu(grad, c0, c1, c2, perm, seg, uniq, group, level),
+                       tt_backward_cuda(grad, c0, c1, c2, perm, seg, uniq, group, level));
+}
+
+std::vector<std::string> kernels() {
+  std::vector<std::string> names{"spmm_csr", "spmm_sell", "sample_neighbors", "tt_lookup"};
+#ifdef GNNKIT_WITH_CUDA
+  for (const char* n : {"spmm_csr_cuda", "spmm_sell_cuda", "sample_neighbors_cuda", "tt_lookup_cuda"}) names.push_back(n);
+#endif
+  return names;
+}
+
+}  // namespace gnnkit
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "gnnkit native kernels (CPU: ATen parallel_for; CUDA when built with it)";
+  m.def("spmm_csr", &gnnkit::spmm_csr, "CSR SpMM (sum or mean)");
+  m.def("sell_from_csr", &gnnkit::sell_from_csr, "SELL-C-sigma conversion of a CSR matrix");
+  m.def("spmm_sell", &gnnkit::spmm_sell, "SELL-C-sigma SpMM (sum or mean)");
+  m.def("sample_neighbors", &gnnkit::sample_neighbors, "uniform multi-hop neighbour sampling");
+  m.def("tt_forward", &gnnkit::tt_forward, "fused 3-core TT lookup with prefix reuse");
+  m.def("tt_backward", &gnnkit::tt_backward, "gradients of the fused TT lookup");
+  m.def("kernels", &gnnkit::kernels, "names of the kernels in this build");
+}

@@ -1,0 +1,47 @@
+// Declarations of gnnkit's CPU kernels (ATen tensors in and out; see cuda/bindings.cpp).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+namespace gnnkit {
+
+// Row ranges [bounds[c], bounds[c+1]) of `chunks` chunks with about equal work, where row i
+// costs (indptr[i+1] - indptr[i]) + 1: a binary search on the monotone indptr[i] + i.
+std::vector<int64_t> balanced_row_bounds(const int64_t* indptr, int64_t num_rows, int64_t chunks);
+
+// CSR SpMM (GE-SpMM style row split, https://arxiv.org/abs/2007.03179): out[i] = sum_e w_e x[col_e],
+// divided by the row's entry count when `mean`.
+at::Tensor spmm_csr_cpu(const at::Tensor& indptr, const at::Tensor& indices,
+                        const std::optional<at::Tensor>& values, const at::Tensor& x, bool mean);
+
+// SELL-C-sigma (https://arxiv.org/abs/1307.6209) conversion of a CSR matrix:
+// (chunk_ptr [S+1], perm [R], row_len [R], cols [slots], vals [slots]).
+std::vector<at::Tensor> sell_from_csr_cpu(const at::Tensor& indptr, const at::Tensor& indices,
+                                          const std::optional<at::Tensor>& values, int64_t chunk,
+                                          int64_t sigma, at::ScalarType dtype);
+
+at::Tensor spmm_sell_cpu(const at::Tensor& chunk_ptr, const at::Tensor& perm, const at::Tensor& row_len,
+                         const at::Tensor& cols, const at::Tensor& vals, const at::Tensor& x,
+                         int64_t chunk, bool mean);
+
+// Multi-hop uniform neighbour sampling: (node, row, col, edge, num_sampled_nodes, num_sampled_edges).
+std::vector<at::Tensor> sample_neighbors_cpu(const at::Tensor& indptr, const at::Tensor& indices,
+                                             const at::Tensor& seeds, const std::vector<int64_t>& fanouts,
+                                             bool replace, int64_t seed, at::Tensor local);
+
+// Fused three-core TT lookup with prefix reuse (TT-Rec / FBTT, https://arxiv.org/abs/2101.11714).
+// Returns (out [B, D], perm [B], seg [U+1], uniq [U], group [M+1], level [M, q1 q2 r2]).
+std::vector<at::Tensor> tt_forward_cpu(const at::Tensor& rows, const at::Tensor& c0, const at::Tensor& c1,
+                                       const at::Tensor& c2);
+
+std::vector<at::Tensor> tt_backward_cpu(const at::Tensor& grad, const at::Tensor& c0, const at::Tensor& c1,
+                                        const at::Tensor& c2, const at::Tensor& perm, const at::Tensor& seg,
+                                        const at::Tensor& uniq, const at::Tensor& group,
+                                        const at::Tensor& level);
+
+}  // namespace gnnkit

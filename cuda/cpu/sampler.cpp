@@ -1,0 +1,191 @@
+// Uniform multi-hop neighbour sampling over a destination-major CSR graph (GraphSAGE,
+// https://arxiv.org/abs/1706.02216), with the output layout of gnnkit's pure-PyTorch
+// CSRNeighborSampler (and PyG's NeighborSampler): seeds first, then nodes in order of discovery;
+// edges grouped by hop, then by destination in node order.
+//
+// Every frontier node draws from its own counter-based random stream keyed by (seed, hop,
+// position in the frontier), so the sample depends on the seed only, never on the thread count
+// or the schedule. Edges are drawn in parallel; relabelling (global -> local ids, first
+// occurrence order) is one sequential pass over the sampled edges, as in pyg-lib.
+
+#include "ops.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <numeric>
+#include <unordered_set>
+
+namespace gnnkit {
+
+namespace {
+
+inline uint64_t splitmix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+// A counter-based stream: the i-th draw is splitmix64(key + i * golden), independent per key.
+struct Stream {
+  uint64_t state;
+  Stream(uint64_t seed, uint64_t hop, uint64_t pos)
+      : state(splitmix64(splitmix64(seed ^ splitmix64(hop + 1)) ^ pos)) {}
+  uint64_t next() { state += 0x9E3779B97F4A7C15ULL; return splitmix64(state); }
+  // Uniform integer in [0, n), n > 0 (Lemire's multiply-shift; bias < n / 2^64).
+  int64_t below(int64_t n) {
+    return static_cast<int64_t>((static_cast<unsigned __int128>(next()) * static_cast<uint64_t>(n)) >> 64);
+  }
+};
+
+constexpr int64_t kFloydMaxK = 64;  // Floyd with a linear membership scan up to this fan-out
+constexpr int64_t kShuffleFactor = 4;  // partial Fisher-Yates when deg <= factor * k
+
+// Writes k distinct offsets in [0, deg) to out (deg > k > 0).
+void distinct_offsets(int64_t deg, int64_t k, Stream& rng, int64_t* out, std::vector<int64_t>& scratch,
+                      std::unordered_set<int64_t>& seen) {
+  if (k <= kFloydMaxK) {  // Floyd's algorithm: k draws, O(k^2) comparisons
+    int64_t n = 0;
+    for (int64_t j = deg - k; j < deg; ++j) {
+      const int64_t t = rng.below(j + 1);
+      const bool dup = std::find(out, out + n, t) != out + n;
+      out[n++] = dup ? j : t;
+    }
+  } else if (deg <= kShuffleFactor * k) {  // first k entries of a partial Fisher-Yates shuffle
+    scratch.resize(deg);
+    std::iota(scratch.begin(), scratch.end(), int64_t(0));
+    for (int64_t j = 0; j < k; ++j) {
+      std::swap(scratch[j], scratch[j + rng.below(deg - j)]);
+      out[j] = scratch[j];
+    }
+  } else {  // Floyd's algorithm with a hash set
+    seen.clear();
+    int64_t n = 0;
+    for (int64_t j = deg - k; j < deg; ++j) {
+      const int64_t t = rng.below(j + 1);
+      const int64_t pick = seen.insert(t).second ? t : j;
+      if (pick == j) seen.insert(j);
+      out[n++] = pick;
+    }
+  }
+}
+
+// Samples the edges of one hop: edge positions grouped by frontier node, and per-node counts.
+// Row pointers read through their stride (the graph may be a strided or memory-mapped view).
+struct Ptr {
+  const int64_t* data;
+  int64_t stride;
+  int64_t operator[](int64_t i) const { return data[i * stride]; }
+};
+
+// Also gathers the source node of every sampled edge (independent loads, done in parallel, so
+// the sequential relabelling pass touches only the scratch map).
+void sample_hop(const Ptr& ip, const Ptr& idx, const std::vector<int64_t>& frontier, int64_t k, bool replace,
+                uint64_t seed, uint64_t hop, std::vector<int64_t>& edges, std::vector<int64_t>& srcs,
+                std::vector<int64_t>& count) {
+  const int64_t F = static_cast<int64_t>(frontier.size());
+  count.assign(F, 0);
+  for (int64_t i = 0; i < F; ++i) {
+    const int64_t deg = ip[frontier[i] + 1] - ip[frontier[i]];
+    count[i] = k < 0 ? deg : replace ? (deg > 0 ? k : 0) : std::min(deg, k);
+  }
+  std::vector<int64_t> offset(F + 1, 0);
+  for (int64_t i = 0; i < F; ++i) offset[i + 1] = offset[i] + count[i];
+  edges.resize(offset[F]);
+  srcs.resize(offset[F]);
+  at::parallel_for(0, F, 256, [&](int64_t b, int64_t e) {
+    std::vector<int64_t> scratch;
+    std::unordered_set<int64_t> seen;
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t start = ip[frontier[i]], deg = ip[frontier[i] + 1] - start, n = count[i];
+      int64_t* out = edges.data() + offset[i];
+      if (n == 0) continue;
+      Stream rng(seed, hop, static_cast<uint64_t>(i));
+      if (replace && k >= 0) {
+        for (int64_t j = 0; j < n; ++j) out[j] = start + rng.below(deg);
+      } else if (n == deg) {
+        for (int64_t j = 0; j < n; ++j) out[j] = start + j;
+      } else {
+        distinct_offsets(deg, n, rng, out, scratch, seen);
+        for (int64_t j = 0; j < n; ++j) out[j] += start;
+      }
+      int64_t* src = srcs.data() + offset[i];
+      for (int64_t j = 0; j < n; ++j) src[j] = idx[out[j]];
+    }
+  });
+}
+
+template <typename L>
+std::vector<at::Tensor> sample_impl(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
+                                    const std::vector<int64_t>& fanouts, bool replace, uint64_t seed,
+                                    L* local) {
+  const Ptr ip{indptr.data_ptr<int64_t>(), indptr.stride(0)};
+  const Ptr idx{indices.data_ptr<int64_t>(), indices.stride(0)};
+  const int64_t B = seeds.numel();
+  const int64_t* sp = seeds.data_ptr<int64_t>();
+  std::vector<int64_t> nodes(sp, sp + B);
+  std::vector<int64_t> rows, cols, all_edges, num_nodes{B}, num_edges;
+  for (int64_t i = B - 1; i >= 0; --i) local[sp[i]] = static_cast<L>(i);  // repeated seeds: first position
+  std::vector<int64_t> frontier(nodes), edges, srcs, count;
+  int64_t frontier_start = 0;
+  for (size_t h = 0; h < fanouts.size(); ++h) {
+    sample_hop(ip, idx, frontier, fanouts[h], replace, seed, h, edges, srcs, count);
+    const int64_t num_seen = static_cast<int64_t>(nodes.size());
+    const size_t base = rows.size();
+    rows.resize(base + edges.size());
+    cols.resize(base + edges.size());
+    nodes.reserve(nodes.size() + edges.size());
+    int64_t pos = 0;
+    for (size_t i = 0; i < frontier.size(); ++i) {
+      const int64_t dst = frontier_start + static_cast<int64_t>(i);
+      for (int64_t j = 0; j < count[i]; ++j, ++pos) {
+        const int64_t src = srcs[pos];
+        L id = local[src];
+        if (id < 0) {
+          id = static_cast<L>(nodes.size());
+          local[src] = id;
+          nodes.push_back(src);
+        }
+        rows[base + pos] = id;
+        cols[base + pos] = dst;
+      }
+    }
+    all_edges.insert(all_edges.end(), edges.begin(), edges.end());
+    num_edges.push_back(static_cast<int64_t>(edges.size()));
+    num_nodes.push_back(static_cast<int64_t>(nodes.size()) - num_seen);
+    frontier.assign(nodes.begin() + num_seen, nodes.end());
+    frontier_start = num_seen;
+  }
+  for (int64_t v : nodes) local[v] = L(-1);  // reset only what this batch touched
+  auto to_tensor = [](const std::vector<int64_t>& v) {
+    at::Tensor t = at::empty({static_cast<int64_t>(v.size())}, at::kLong);
+    std::copy(v.begin(), v.end(), t.data_ptr<int64_t>());
+    return t;
+  };
+  return {to_tensor(nodes), to_tensor(rows), to_tensor(cols), to_tensor(all_edges), to_tensor(num_nodes),
+          to_tensor(num_edges)};
+}
+
+}  // namespace
+
+std::vector<at::Tensor> sample_neighbors_cpu(const at::Tensor& indptr, const at::Tensor& indices,
+                                             const at::Tensor& seeds_in, const std::vector<int64_t>& fanouts,
+                                             bool replace, int64_t seed, at::Tensor local) {
+  TORCH_CHECK(indptr.dtype() == at::kLong && indices.dtype() == at::kLong, "indptr/indices must be int64");
+  TORCH_CHECK(indptr.dim() == 1 && indices.dim() == 1, "indptr/indices must be 1-D");
+  TORCH_CHECK(local.is_contiguous() && local.numel() == indptr.numel() - 1, "scratch map must have num_nodes entries");
+  for (int64_t k : fanouts) TORCH_CHECK(k >= -1, "fan-outs must be >= -1");
+  const at::Tensor seeds = seeds_in.to(at::kLong).contiguous();
+  const int64_t N = indptr.numel() - 1;
+  const int64_t* sp = seeds.data_ptr<int64_t>();
+  for (int64_t i = 0; i < seeds.numel(); ++i) TORCH_CHECK(sp[i] >= 0 && sp[i] < N, "seed ids out of range");
+  const uint64_t s = static_cast<uint64_t>(seed);
+  if (local.scalar_type() == at::kInt) {
+    return sample_impl<int32_t>(indptr, indices, seeds, fanouts, replace, s, local.data_ptr<int32_t>());
+  }
+  TORCH_CHECK(local.scalar_type() == at::kLong, "scratch map must be int32 or int64");
+  return sample_impl<int64_t>(indptr, indices, seeds, fanouts, replace, s, local.data_ptr<int64_t>());
+}
+
+}  // namespace gnnkit

@@ -1,0 +1,156 @@
+// Torch glue of the CUDA kernels: checks, allocations, plans built with ATen ops, launches on the
+// current stream. Compiled only when torch has CUDA (GNNKIT_WITH_CUDA); the kernels themselves
+// live in the .cu files and take raw pointers.
+
+#include "dispatch.h"
+
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "kernels.h"
+
+namespace gnnkit {
+
+namespace {
+
+cudaStream_t stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
+
+void check_cuda(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.is_cuda() && t.is_contiguous(), name, " must be a contiguous CUDA tensor");
+}
+
+at::Tensor exclusive_cumsum(const at::Tensor& counts) {
+  return at::cat({at::zeros({1}, counts.options()), counts.cumsum(0)});
+}
+
+}  // namespace
+
+at::Tensor spmm_csr_cuda(const at::Tensor& indptr, const at::Tensor& indices, const std::optional<at::Tensor>& values,
+                         const at::Tensor& x_in, bool mean) {
+  check_cuda(indptr, "indptr");
+  check_cuda(indices, "indices");
+  const c10::cuda::CUDAGuard guard(x_in.device());
+  const at::Tensor x = x_in.contiguous();
+  const int64_t R = indptr.numel() - 1, F = x.size(1);
+  at::Tensor out = at::empty({R, F}, x.options());
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "spmm_csr_cuda", [&] {
+    at::Tensor w = values ? values->to(x.scalar_type()).contiguous() : at::Tensor();
+    gpu::spmm_csr<scalar_t>(indptr.data_ptr<int64_t>(), indices.data_ptr<int64_t>(),
+                            values ? w.data_ptr<scalar_t>() : nullptr, x.data_ptr<scalar_t>(),
+                            out.data_ptr<scalar_t>(), R, F, mean, stream());
+  });
+  return out;
+}
+
+at::Tensor spmm_sell_cuda(const at::Tensor& chunk_ptr, const at::Tensor& perm, const at::Tensor& row_len,
+                          const at::Tensor& cols, const at::Tensor& vals, const at::Tensor& x_in, int64_t chunk,
+                          bool mean) {
+  for (const auto* t : {&chunk_ptr, &perm, &row_len, &cols, &vals}) check_cuda(*t, "SELL arrays");
+  const c10::cuda::CUDAGuard guard(x_in.device());
+  const at::Tensor x = x_in.contiguous();
+  const int64_t R = perm.numel(), F = x.size(1);
+  at::Tensor out = at::empty({R, F}, x.options());
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "spmm_sell_cuda", [&] {
+    gpu::spmm_sell<scalar_t>(chunk_ptr.data_ptr<int64_t>(), perm.data_ptr<int64_t>(), row_len.data_ptr<int64_t>(),
+                             cols.data_ptr<int64_t>(), vals.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(),
+                             out.data_ptr<scalar_t>(), R, chunk, F, mean, stream());
+  });
+  return out;
+}
+
+// Hops are sampled by the kernel; relabelling (first occurrence order) uses ATen ops like the
+// pure-PyTorch sampler: mark unseen nodes with -2 - (first position) by a max-scatter.
+std::vector<at::Tensor> sample_neighbors_cuda(const at::Tensor& indptr, const at::Tensor& indices,
+                                              const at::Tensor& seeds_in, const std::vector<int64_t>& fanouts,
+                                              bool replace, int64_t seed, at::Tensor local_in) {
+  check_cuda(indptr, "indptr");
+  check_cuda(indices, "indices");
+  const c10::cuda::CUDAGuard guard(indptr.device());
+  at::Tensor local = local_in.to(at::kLong);  // works on an int64 copy, written back at the end
+  const at::Tensor seeds = seeds_in.to(indptr.device(), at::kLong).contiguous();
+  const int64_t B = seeds.numel();
+  local.scatter_reduce_(0, seeds, at::arange(B, local.options()), "amin", /*include_self=*/false);
+  std::vector<at::Tensor> nodes{seeds}, rows, cols, edges;
+  std::vector<int64_t> num_nodes{B}, num_edges;
+  at::Tensor frontier = seeds;
+  int64_t frontier_start = 0, num_seen = B;
+  for (size_t h = 0; h < fanouts.size(); ++h) {
+    const int64_t k = fanouts[h];
+    const at::Tensor start = indptr.index_select(0, frontier);
+    const at::Tensor deg = indptr.index_select(0, frontier + 1) - start;
+    const at::Tensor count = k < 0 ? deg : replace ? at::where(deg > 0, k, 0) : deg.clamp_max(k);
+    const at::Tensor offset = exclusive_cumsum(count);
+    const int64_t total = offset[-1].item<int64_t>();
+    at::Tensor edge = at::empty({total}, indptr.options());
+    gpu::sample_hop(indptr.data_ptr<int64_t>(), frontier.data_ptr<int64_t>(), offset.data_ptr<int64_t>(),
+                    count.contiguous().data_ptr<int64_t>(), frontier.numel(), k, replace, static_cast<uint64_t>(seed),
+                    h, edge.data_ptr<int64_t>(), stream());
+    const at::Tensor src = indices.index_select(0, edge);
+    at::Tensor src_local = local.index_select(0, src);
+    const at::Tensor where = (src_local < 0).nonzero().view(-1);
+    const at::Tensor cand = src.index_select(0, where);
+    local.scatter_reduce_(0, cand, -2 - at::arange(cand.numel(), local.options()), "amax", false);
+    const at::Tensor fresh = cand.masked_select(local.index_select(0, cand) == -2 - at::arange(cand.numel(), local.options()));
+    local.index_copy_(0, fresh, at::arange(num_seen, num_seen + fresh.numel(), local.options()));
+    src_local.index_copy_(0, where, local.index_select(0, cand));
+    rows.push_back(src_local);
+    cols.push_back(at::repeat_interleave(count) + frontier_start);
+    edges.push_back(edge);
+    nodes.push_back(fresh);
+    num_edges.push_back(total);
+    num_nodes.push_back(fresh.numel());
+    frontier_start = num_seen;
+    frontier = fresh;
+    num_seen += fresh.numel();
+  }
+  for (const auto& chunk : nodes) local.index_fill_(0, chunk, -1);
+  local_in.copy_(local);
+  auto cat = [&](const std::vector<at::Tensor>& parts) {
+    return parts.empty() ? at::empty({0}, indptr.options()) : at::cat(parts);
+  };
+  auto counts = [](const std::vector<int64_t>& v) { return at::tensor(v, at::kLong); };
+  return {cat(nodes), cat(rows), cat(cols), cat(edges), counts(num_nodes), counts(num_edges)};
+}
+
+std::vector<at::Tensor> tt_forward_cuda(const at::Tensor& rows_in, const at::Tensor& c0_in, const at::Tensor& c1_in,
+                                        const at::Tensor& c2_in) {
+  const c10::cuda::CUDAGuard guard(c0_in.device());
+  const at::Tensor c0 = c0_in.contiguous(), c1 = c1_in.contiguous(), c2 = c2_in.contiguous();
+  const gpu::TTShape s{c0.size(0), c1.size(0), c2.size(0), c0.size(2), c1.size(2), c2.size(2), c0.size(3), c1.size(3)};
+  const at::Tensor rows = rows_in.to(c0.device(), at::kLong).contiguous().view({-1});
+  auto [sorted, perm] = at::sort(rows, /*stable=*/true, 0, false);
+  auto [uniq, unused_inverse, counts] = at::unique_consecutive(sorted, false, true);
+  const at::Tensor seg = exclusive_cumsum(counts);
+  auto [prefixes, unused2, group_counts] = at::unique_consecutive(at::div(uniq, s.p3, "floor"), false, true);
+  const at::Tensor group = exclusive_cumsum(group_counts);
+  const int64_t M = prefixes.numel();
+  at::Tensor out = at::empty({rows.numel(), s.q1 * s.q2 * s.q3}, c0.options());
+  at::Tensor level = at::empty({M, s.q1 * s.q2 * s.r2}, c0.options());
+  AT_DISPATCH_FLOATING_TYPES(c0.scalar_type(), "tt_forward_cuda", [&] {
+    gpu::tt_forward<scalar_t>(c0.data_ptr<scalar_t>(), c1.data_ptr<scalar_t>(), c2.data_ptr<scalar_t>(),
+                              perm.data_ptr<int64_t>(), seg.data_ptr<int64_t>(), uniq.data_ptr<int64_t>(),
+                              group.data_ptr<int64_t>(), M, s, level.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
+                              stream());
+  });
+  return {out, perm, seg, uniq, group, level};
+}
+
+std::vector<at::Tensor> tt_backward_cuda(const at::Tensor& grad_in, const at::Tensor& c0_in, const at::Tensor& c1_in,
+                                         const at::Tensor& c2_in, const at::Tensor& perm, const at::Tensor& seg,
+                                         const at::Tensor& uniq, const at::Tensor& group, const at::Tensor& level) {
+  const c10::cuda::CUDAGuard guard(c0_in.device());
+  const at::Tensor c0 = c0_in.contiguous(), c1 = c1_in.contiguous(), c2 = c2_in.contiguous();
+  const gpu::TTShape s{c0.size(0), c1.size(0), c2.size(0), c0.size(2), c1.size(2), c2.size(2), c0.size(3), c1.size(3)};
+  const at::Tensor grad = grad_in.to(c0.scalar_type()).contiguous();
+  at::Tensor d0 = at::zeros_like(c0), d1 = at::zeros_like(c1), d2 = at::zeros_like(c2);
+  AT_DISPATCH_FLOATING_TYPES(c0.scalar_type(), "tt_backward_cuda", [&] {
+    gpu::tt_backward<scalar_t>(grad.data_ptr<scalar_t>(), c0.data_ptr<scalar_t>(), c1.data_ptr<scalar_t>(),
+                               c2.data_ptr<scalar_t>(), perm.data_ptr<int64_t>(), seg.data_ptr<int64_t>(),
+                               uniq.data_ptr<int64_t>(), group.data_ptr<int64_t>(), group.numel() - 1, s,
+                               level.data_ptr<scalar_t>(), d0.data_ptr<scalar_t>(), d1.data_ptr<scalar_t>(),
+                               d2.data_ptr<scalar_t>(), stream());
+  });
+  return {d0, d1, d2};
+}
+
+}  // namespace gnnkit

@@ -1,0 +1,48 @@
+// Launchers of gnnkit's CUDA kernels: raw device pointers in, no torch headers, so every .cu file
+// compiles standalone with nvcc (CI compiles them for sm_80 and sm_90 without a GPU). The torch
+// glue that calls them is gpu/dispatch.cpp, built only with a CUDA torch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace gnnkit {
+namespace gpu {
+
+// out[r] = sum_e w_e x[col_e] (/ row count when mean); one warp per row and 32 features,
+// column indices staged through shared memory (GE-SpMM's coalesced row caching,
+// https://arxiv.org/abs/2007.03179).
+template <typename T>
+void spmm_csr(const int64_t* indptr, const int64_t* indices, const T* values, const T* x, T* out,
+              int64_t rows, int64_t width, bool mean, cudaStream_t stream);
+
+// The same over SELL-C-sigma (https://arxiv.org/abs/1307.6209): row slot t of chunk t / C.
+template <typename T>
+void spmm_sell(const int64_t* chunk_ptr, const int64_t* perm, const int64_t* row_len, const int64_t* cols,
+               const T* vals, const T* x, T* out, int64_t rows, int64_t chunk, int64_t width, bool mean,
+               cudaStream_t stream);
+
+// One hop of uniform sampling: frontier node i writes count[i] edge positions at offset[i].
+void sample_hop(const int64_t* indptr, const int64_t* frontier, const int64_t* offset, const int64_t* count,
+                int64_t frontier_size, int64_t k, bool replace, uint64_t seed, uint64_t hop, int64_t* edges,
+                cudaStream_t stream);
+
+struct TTShape {
+  int64_t p1, p2, p3, q1, q2, q3, r1, r2;
+};
+
+// Fused 3-core TT lookup: one block per digit prefix (i1, i2); see cpu/tt.cpp for the layout.
+template <typename T>
+void tt_forward(const T* g0, const T* g1, const T* g2, const int64_t* perm, const int64_t* seg,
+                const int64_t* uniq, const int64_t* group, int64_t num_prefixes, TTShape shape, T* level, T* out,
+                cudaStream_t stream);
+
+// Its gradients (atomics into the core gradients; they must be zeroed by the caller).
+template <typename T>
+void tt_backward(const T* grad, const T* g0, const T* g1, const T* g2, const int64_t* perm, const int64_t* seg,
+                 const int64_t* uniq, const int64_t* group, int64_t num_prefixes, TTShape shape, const T* level,
+                 T* d0, T* d1, T* d2, cudaStream_t stream);
+
+}  // namespace gpu
+}  // namespace gnnkit

@@ -1,0 +1,239 @@
+"""Builds, caches and loads gnnkit's native kernels (the sources in the repository's ``cuda/``).
+
+The extension is compiled on first use with :func:`torch.utils.cpp_extension.load` (ninja) into
+``$GNNKIT_HOME/native/<key>`` (``$GNNKIT_NATIVE_CACHE/<key>`` if set), where the key hashes the sources, the torch and Python versions,
+the compiler flags and the CPU's instruction-set flags (the code is built with
+``-march=native``); later processes find the built library there and load it in well under a
+second. The CUDA kernels (``cuda/gpu``) join the build only when torch has CUDA and a GPU is
+visible. Concurrent builds into the same folder are serialised by an ``flock`` that the system
+releases when its holder dies (:func:`build_lock`), so no process waits forever on a killed build.
+
+If the build is impossible (no compiler, no sources), :func:`get` returns ``None`` after one
+warning line and gnnkit keeps its pure-PyTorch paths. ``GNNKIT_NATIVE=0`` turns the native
+kernels off without building; :func:`disabled` does the same inside a ``with`` block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import platform
+import sys
+import threading
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+__all__ = ["available", "build_dir", "disabled", "enabled", "get", "kernels", "reset", "source_dir", "status"]
+
+_CFLAGS = ["-O3", "-march=native", "-fopenmp"]  # the C++ standard is torch's choice
+_LDFLAGS = ["-fopenmp"]
+_NVCC_FLAGS = ["-O3", "--expt-relaxed-constexpr"]
+
+_lock = threading.Lock()
+_module: ModuleType | None = None
+_error: str | None = None  # why the build failed (then it is not retried in this process)
+_off_depth = 0
+_by_key: dict[str, ModuleType] = {}  # every build loaded in this process (torch cannot load one twice)
+
+
+def source_dir() -> Path:
+    """The ``cuda/`` source folder (``$GNNKIT_NATIVE_SRC`` overrides the repository's)."""
+    env = os.environ.get("GNNKIT_NATIVE_SRC")
+    return Path(env).expanduser() if env else Path(__file__).resolve().parents[2] / "cuda"
+
+
+def with_cuda() -> bool:
+    """Whether the build includes the CUDA kernels (torch has CUDA and a GPU is visible)."""
+    return torch.version.cuda is not None and torch.cuda.is_available()
+
+
+def sources(cuda: bool | None = None) -> list[Path]:
+    """The files compiled into the extension: the binding, the CPU kernels, and with ``cuda`` the
+    ``.cu`` kernels and their torch glue."""
+    root = source_dir()
+    files = [root / "bindings.cpp", *sorted((root / "cpu").glob("*.cpp"))]
+    if with_cuda() if cuda is None else cuda:
+        files += sorted((root / "gpu").glob("*.cu")) + sorted((root / "gpu").glob("*.cpp"))
+    return files
+
+
+def _cpu_flags() -> str:
+    """The CPU's instruction-set flags (``-march=native`` code must not run on another CPU)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return line
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def build_key(cuda: bool | None = None) -> str:
+    """Hash of everything the built library depends on."""
+    cuda = with_cuda() if cuda is None else cuda
+    h = hashlib.sha256()
+    root = source_dir()
+    for path in sorted(sources(cuda)) + sorted(root.rglob("*.h")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    for part in (torch.__version__, str(torch.version.cuda), sys.version, str(cuda), " ".join(_CFLAGS),
+                 " ".join(_NVCC_FLAGS), _cpu_flags()):
+        h.update(part.encode())
+    return h.hexdigest()[:16]
+
+
+def build_dir(cuda: bool | None = None) -> Path:
+    """``$GNNKIT_NATIVE_CACHE/<key>`` (default ``$GNNKIT_HOME/native/<key>``), the folder of this build."""
+    env = os.environ.get("GNNKIT_NATIVE_CACHE")
+    if env:
+        return Path(env).expanduser() / build_key(cuda)
+    from pipeline import paths
+
+    return paths.gnnkit_home() / "native" / build_key(cuda)
+
+
+def enabled() -> bool:
+    """Whether native kernels may be used (``GNNKIT_NATIVE`` is not ``0`` and no :func:`disabled` is active)."""
+    return _off_depth == 0 and os.environ.get("GNNKIT_NATIVE", "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+@contextlib.contextmanager
+def disabled() -> Iterator[None]:
+    """Inside the block gnnkit uses its pure-PyTorch paths (for baselines and tests)."""
+    global _off_depth
+    _off_depth += 1
+    try:
+        yield
+    finally:
+        _off_depth -= 1
+
+
+@contextlib.contextmanager
+def build_lock(folder: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``folder/.gnnkit-build.lock`` while building or loading.
+
+    Processes that start together take turns: the first builds, the others then find the build
+    done. The operating system releases the lock when its holder dies, so a killed build never
+    blocks the next one; and since only the holder can be building, a leftover ``lock`` file of
+    torch's own baton (what a killed torch build leaves behind, on which torch would wait forever)
+    is stale and removed.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): torch's baton alone
+        yield
+        return
+    with open(folder / ".gnnkit-build.lock", "a+") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                (folder / "lock").unlink()
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _build(verbose: bool) -> ModuleType:
+    from torch.utils import cpp_extension
+
+    cuda = with_cuda()
+    files = sources(cuda)
+    missing = [str(p) for p in files[:1] if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"native sources not found ({', '.join(missing)})")
+    key = build_key(cuda)
+    if key in _by_key:
+        return _by_key[key]
+    folder = build_dir(cuda)
+    default_jobs = "MAX_JOBS" not in os.environ  # torch's default (every core) swamps small machines
+    if default_jobs:
+        os.environ["MAX_JOBS"] = str(max(1, min(8, (os.cpu_count() or 1) // 2)))
+    try:
+        module = _load(cpp_extension, key, files, folder, cuda, verbose)
+    finally:
+        if default_jobs:
+            del os.environ["MAX_JOBS"]
+    _by_key[key] = module
+    return module
+
+
+def _load(cpp_extension: ModuleType, key: str, files: list[Path], folder: Path, cuda: bool,
+          verbose: bool) -> ModuleType:
+    """``cpp_extension.load`` of the sources into ``folder``, under :func:`build_lock`."""
+    cflags = _CFLAGS + (["-DGNNKIT_WITH_CUDA"] if cuda else [])
+    with build_lock(folder):
+        module = cpp_extension.load(
+            name=f"gnnkit_native_{key}",
+            sources=[str(p) for p in files],
+            extra_cflags=cflags,
+            extra_cuda_cflags=_NVCC_FLAGS + ["-DGNNKIT_WITH_CUDA"],
+            extra_ldflags=_LDFLAGS,
+            extra_include_paths=[str(source_dir())],
+            build_directory=str(folder),
+            with_cuda=cuda,
+            verbose=verbose,
+        )
+    return module
+
+
+def get(verbose: bool = False) -> ModuleType | None:
+    """The loaded extension, building it on first use; ``None`` when disabled or unbuildable.
+
+    A failed build warns once (one line) and is not retried in this process.
+    """
+    global _module, _error
+    if not enabled():
+        return None
+    if _module is not None or _error is not None:
+        return _module
+    with _lock:
+        if _module is None and _error is None:
+            try:
+                _module = _build(verbose)
+            except Exception as err:  # noqa: BLE001  (any build failure means: fall back)
+                first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+                _error = f"{type(err).__name__}: {first}"
+                warnings.warn(f"gnnkit: native kernels unavailable, using pure PyTorch ({_error[:200]})",
+                              RuntimeWarning, stacklevel=2)
+    return _module
+
+
+def reset() -> None:
+    """Forget the loaded extension and any build failure, so the next :func:`get` tries again.
+
+    An extension module once imported stays in the process; this only makes :func:`get` look
+    for it (or build it) again, e.g. after changing ``GNNKIT_NATIVE_SRC`` in tests.
+    """
+    global _module, _error
+    with _lock:
+        _module, _error = None, None
+
+
+def available() -> bool:
+    """Whether the native kernels are enabled and built (builds them on first call)."""
+    return get() is not None
+
+
+def kernels() -> list[str]:
+    """Names of the kernels in the loaded build (empty when unavailable)."""
+    module = get()
+    return list(module.kernels()) if module is not None else []
+
+
+def status() -> dict[str, object]:
+    """What ``gnnkit doctor`` reports about the native build."""
+    module = get()
+    return {
+        "enabled": enabled(),
+        "built": module is not None,
+        "with_cuda": with_cuda(),
+        "kernels": list(module.kernels()) if module is not None else [],
+        "build_dir": str(build_dir()) if source_dir().is_dir() else None,
+        "error": _error,
+    }

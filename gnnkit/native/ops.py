@@ -1,0 +1,220 @@
+"""Thin, autograd-aware wrappers of the native kernels; each one needs :func:`~gnnkit.native.available`.
+
+* :func:`spmm` / :func:`spmm_sell`: ``A @ X`` (sum or row mean) over CSR or SELL-C-sigma, with the
+  backward pass multiplying by the transpose;
+* :func:`sample_neighbors`: one multi-hop uniform neighbour sample;
+* :func:`tt_lookup`: the fused three-core TT lookup and its gradients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from gnnkit.native.loader import get
+
+#: SELL-C-sigma defaults: chunks of C rows (a CPU cache line of float32 row pointers, a warp's
+#: quarter on GPU) and sorting windows of sigma rows (Kreutzer et al., arXiv 1307.6209).
+SELL_C = 8
+SELL_SIGMA = 256
+
+
+def _module() -> Any:
+    module = get()
+    if module is None:
+        raise RuntimeError("gnnkit native kernels are not available (disabled or not built); check gnnkit.native.available()")
+    return module
+
+
+# -- SpMM -------------------------------------------------------------------------------------------
+class CSR(NamedTuple):
+    """A CSR matrix ``[num_rows, num_cols]`` as the kernels take it (``values`` None: all ones)."""
+
+    indptr: Tensor
+    indices: Tensor
+    values: Tensor | None
+    num_cols: int
+
+
+def transpose(a: CSR) -> CSR:
+    """``A^T`` in CSR form (stable: entries of a row keep their order)."""
+    num_rows = a.indptr.numel() - 1
+    rows = torch.repeat_interleave(torch.arange(num_rows, device=a.indptr.device), a.indptr.diff(),
+                                   output_size=a.indices.numel())
+    order = torch.argsort(a.indices, stable=True)
+    indptr = torch.zeros(a.num_cols + 1, dtype=torch.int64, device=a.indptr.device)
+    torch.cumsum(torch.bincount(a.indices, minlength=a.num_cols), 0, out=indptr[1:])
+    values = None if a.values is None else a.values[order]
+    return CSR(indptr, rows[order].contiguous(), values, num_rows)
+
+
+def spmm_csr_raw(a: CSR, x: Tensor, mean: bool = False) -> Tensor:
+    """``A @ x`` (row mean with ``mean``) by the native CSR kernel, no autograd."""
+    return _module().spmm_csr(a.indptr, a.indices, a.values, x, mean)
+
+
+class _CSRSpmm(torch.autograd.Function):
+    """``A @ X`` whose gradient is ``A^T @ dY`` (row-scaled first for the mean)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, a: CSR, at: CSR | None, mean: bool) -> Tensor:
+        ctx.a, ctx.at, ctx.mean = a, at, mean
+        return spmm_csr_raw(a, x, mean)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None, None]:
+        if not ctx.needs_input_grad[0]:
+            return None, None, None, None
+        a: CSR = ctx.a
+        if ctx.mean:
+            grad = grad / a.indptr.diff().clamp(min=1).to(grad.dtype).unsqueeze(1)
+        at = ctx.at if ctx.at is not None else transpose(a)
+        return spmm_csr_raw(at, grad.contiguous()), None, None, None
+
+
+def spmm(indptr: Tensor, indices: Tensor, x: Tensor, values: Tensor | None = None, reduce: str = "sum",
+         transposed: CSR | None = None) -> Tensor:
+    """``A @ x`` (``reduce="sum"``) or its row mean (``"mean"``) by the native CSR kernel.
+
+    Rows are split across threads by entry count (GE-SpMM's row split,
+    <https://arxiv.org/abs/2007.03179>); the feature width is the vectorised inner loop. The
+    backward pass multiplies by the transpose (``transposed``, or built per call).
+
+    Args:
+        indptr: int64 ``[num_rows + 1]``.
+        indices: int64 ``[nnz]`` columns.
+        x: ``[num_cols, F]`` float features.
+        values: Optional ``[nnz]`` weights (constants: no gradient).
+        reduce: ``"sum"`` or ``"mean"``.
+        transposed: ``A^T`` from :func:`transpose`, to reuse across calls.
+
+    Returns:
+        ``[num_rows, F]``, differentiable with respect to ``x``.
+    """
+    if reduce not in ("sum", "mean"):
+        raise ValueError(f"reduce must be 'sum' or 'mean', got {reduce!r}")
+    return _CSRSpmm.apply(x, CSR(indptr, indices, values, x.size(0)), transposed, reduce == "mean")
+
+
+class SELL(NamedTuple):
+    """A SELL-C-sigma matrix (see :func:`to_sell`)."""
+
+    chunk_ptr: Tensor
+    perm: Tensor
+    row_len: Tensor
+    cols: Tensor
+    vals: Tensor
+    chunk: int
+
+
+def to_sell(a: CSR, dtype: torch.dtype = torch.float32, chunk: int = SELL_C, sigma: int = SELL_SIGMA) -> SELL:
+    """SELL-C-sigma form of ``a`` (Kreutzer et al., <https://arxiv.org/abs/1307.6209>): rows sorted
+    by length within windows of ``sigma``, chunks of ``chunk`` rows stored column-major and padded."""
+    parts = _module().sell_from_csr(a.indptr, a.indices, a.values, chunk, sigma, dtype)
+    device = a.indptr.device
+    return SELL(*(p.to(device) for p in parts), chunk)
+
+
+def spmm_sell(s: SELL, x: Tensor, mean: bool = False) -> Tensor:
+    """``A @ x`` (row mean with ``mean``) over a SELL-C-sigma matrix, no autograd."""
+    return _module().spmm_sell(s.chunk_ptr, s.perm, s.row_len, s.cols, s.vals, x, s.chunk, mean)
+
+
+# -- sampling ---------------------------------------------------------------------------------------
+def sample_neighbors(indptr: Tensor, indices: Tensor, seeds: Tensor, fanouts: Sequence[int], replace: bool,
+                     seed: int, local: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor, list[int], list[int]]:
+    """Uniform multi-hop sample in the layout of :class:`gnnkit.data.sampler.CSRNeighborSampler`.
+
+    Args:
+        indptr: int64 ``[num_nodes + 1]`` (rows = destinations).
+        indices: int64 ``[num_edges]`` sources.
+        seeds: int64 ``[B]`` seed nodes.
+        fanouts: Fan-out per hop (``-1``: all neighbours).
+        replace: Sample with replacement.
+        seed: Random seed; the sample depends on it only (not on the thread count).
+        local: Scratch map ``[num_nodes]`` (int32 or int64) filled with -1, left as found; one is
+            allocated when ``None``.
+
+    Returns:
+        ``(node, row, col, edge, num_sampled_nodes, num_sampled_edges)``.
+    """
+    if local is None:
+        local = torch.full((indptr.numel() - 1,), -1, dtype=torch.int64, device=indptr.device)
+    node, row, col, edge, nn, ne = _module().sample_neighbors(indptr, indices, seeds, list(fanouts), bool(replace),
+                                                              int(seed) % 2**63, local)
+    return node, row, col, edge, nn.tolist(), ne.tolist()
+
+
+# -- TT lookup --------------------------------------------------------------------------------------
+class _TTLookup(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, rows: Tensor, c0: Tensor, c1: Tensor, c2: Tensor) -> Tensor:
+        out, *plan = _module().tt_forward(rows, c0, c1, c2)
+        ctx.save_for_backward(c0, c1, c2, *plan)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: Tensor) -> tuple[None, Tensor, Tensor, Tensor]:
+        c0, c1, c2, *plan = ctx.saved_tensors
+        g0, g1, g2 = _module().tt_backward(grad.contiguous(), c0, c1, c2, *plan)
+        return None, g0, g1, g2
+
+
+def tt_supported(cores: Sequence[Tensor]) -> bool:
+    """Whether :func:`tt_lookup` handles these cores (three of them, float, same device)."""
+    return len(cores) == 3 and all(c.dim() == 4 and c.is_floating_point() for c in cores) and (
+        len({c.device for c in cores}) == 1 and len({c.dtype for c in cores}) == 1)
+
+
+def tt_lookup(cores: Sequence[Tensor], rows: Tensor) -> Tensor:
+    """Rows of a three-core TT table, fused forward and backward with prefix reuse.
+
+    The FBTT/TT-Rec lookup (<https://arxiv.org/abs/2101.11714>): rows are sorted, each distinct
+    prefix ``(i1, i2)`` is contracted once, each distinct row once; the backward pass sums core
+    gradients into per-thread buffers (no atomics on CPU).
+
+    Args:
+        cores: ``[p_k, r_{k-1}, q_k, r_k]`` cores (``r_0 = r_3 = 1``).
+        rows: int64 ``[B]`` TT rows (any order, duplicates allowed).
+
+    Returns:
+        ``[B, q1 q2 q3]``, differentiable with respect to the cores.
+    """
+    if not tt_supported(cores):
+        raise ValueError("tt_lookup: needs exactly three 4-D float cores on one device with one dtype")
+    return _TTLookup.apply(rows.reshape(-1), *cores)
+
+
+def sample_from_nodes(sampler: Any, seed_nodes: Tensor, generator: torch.Generator | None, local: Tensor,
+                      index: Any) -> Any:
+    """:meth:`CSRNeighborSampler.sample_from_nodes` by the native kernel, or ``None`` without it.
+
+    The kernel's seed is drawn from ``generator`` (torch's default one when ``None``), so the
+    sampler's seeding rules (private generator, per-worker re-seeding) carry over unchanged.
+
+    Args:
+        sampler: The :class:`~gnnkit.data.sampler.CSRNeighborSampler`.
+        seed_nodes: Validated int64 seed ids.
+        generator: The sampler's generator for this process.
+        local: The sampler's scratch map (all -1; left so).
+        index: The :class:`~torch_geometric.sampler.NodeSamplerInput` (for its metadata).
+
+    Returns:
+        A :class:`~torch_geometric.sampler.SamplerOutput`, or ``None`` when the native sampler is
+        unavailable (disabled, not built, or a graph not on the CPU).
+    """
+    if sampler.indptr.device.type != "cpu" or get() is None:
+        return None
+    from torch_geometric.sampler import SamplerOutput
+
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+    node, row, col, edge, num_nodes, num_edges = sample_neighbors(
+        sampler.indptr, sampler.indices, seed_nodes, sampler.num_neighbors, sampler.replace, seed, local)
+    return SamplerOutput(node=node, row=row, col=col, edge=edge, batch=None, num_sampled_nodes=num_nodes,
+                         num_sampled_edges=num_edges, metadata=(index.input_id, index.time))

@@ -1,0 +1,107 @@
+"""The native loader: cached builds, the fallback, switching off, and ``gnnkit doctor``."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from gnnkit import native
+from gnnkit.cli import main
+from gnnkit.doctor import report
+from gnnkit.native import loader
+
+
+def test_build_lives_in_the_per_user_cache_and_is_reused_by_a_new_process(ext):
+    folder = loader.build_dir()
+    library = Path(ext.__file__)
+    assert library.parent == folder and folder.name == loader.build_key()
+    before = library.stat().st_mtime_ns
+    code = "from gnnkit import native; import sys; sys.exit(0 if native.available() else 1)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            cwd=Path(__file__).resolve().parents[3])
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert library.stat().st_mtime_ns == before  # loaded, not rebuilt
+
+
+def test_build_key_follows_the_sources(tmp_path, monkeypatch):
+    copy = tmp_path / "cuda"
+    shutil.copytree(loader.source_dir(), copy)
+    monkeypatch.setenv("GNNKIT_NATIVE_SRC", str(copy))
+    key = loader.build_key(cuda=False)
+    assert loader.build_key(cuda=False) == key
+    (copy / "cpu" / "spmm.cpp").write_text((copy / "cpu" / "spmm.cpp").read_text() + "\n// changed\n")
+    assert loader.build_key(cuda=False) != key
+    assert loader.build_key(cuda=True) != loader.build_key(cuda=False)
+
+
+def test_missing_sources_fall_back_with_one_warning(tmp_path, monkeypatch):
+    monkeypatch.setenv("GNNKIT_NATIVE", "1")
+    monkeypatch.setenv("GNNKIT_NATIVE_SRC", str(tmp_path / "nowhere"))
+    monkeypatch.setenv("GNNKIT_NATIVE_CACHE", str(tmp_path / "cache"))
+    loader.reset()
+    try:
+        with pytest.warns(RuntimeWarning, match="native kernels unavailable, using pure PyTorch") as caught:
+            assert loader.get() is None
+            assert not native.available() and native.kernels() == []
+        assert len(caught) == 1 and "\n" not in str(caught[0].message)
+        assert native.status()["error"].startswith("FileNotFoundError")
+    finally:
+        loader.reset()
+
+
+def test_switched_off_by_environment_and_context(ext, monkeypatch):
+    with native.disabled():
+        assert not native.enabled() and native.get() is None
+    assert native.get() is ext
+    monkeypatch.setenv("GNNKIT_NATIVE", "0")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # switching off is silent
+        assert native.get() is None and not native.available()
+    assert native.status()["enabled"] is False
+
+
+def test_build_lock_is_exclusive_and_clears_torch_leftovers(tmp_path):
+    fcntl = pytest.importorskip("fcntl")
+    (tmp_path / "lock").touch()  # what a killed torch build leaves: torch would wait on it forever
+    with loader.build_lock(tmp_path):
+        assert not (tmp_path / "lock").exists()
+        with open(tmp_path / ".gnnkit-build.lock", "a+") as other:  # another process's attempt
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with open(tmp_path / ".gnnkit-build.lock", "a+") as other:  # released afterwards
+        fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_a_killed_builder_does_not_block_the_next(tmp_path):
+    """A process that dies holding the lock releases it (the OS drops flocks of dead processes)."""
+    code = ("import os, sys; sys.path.insert(0, sys.argv[2]); from gnnkit.native import loader; from pathlib import Path\n"
+            "with loader.build_lock(Path(sys.argv[1])): os._exit(9)")
+    root = str(Path(__file__).resolve().parents[3])
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path), root], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 9, result.stderr[-2000:]
+    start = time.monotonic()
+    with loader.build_lock(tmp_path):
+        assert time.monotonic() - start < 5
+
+
+def test_doctor_reports_versions_threads_and_kernels(ext, capsys):
+    info = report()
+    assert info["native kernels"] == "built"
+    assert set(native.kernels()) >= {"spmm_csr", "spmm_sell", "sample_neighbors", "tt_lookup"}
+    assert info["native built kernels"] == ", ".join(native.kernels())
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    for key in ("torch", "torch CUDA", "DALI", "threads (torch)", "native kernels", "spmm_csr", "tt_lookup"):
+        assert key in out
+
+
+def test_doctor_without_building(monkeypatch, capsys):
+    monkeypatch.setenv("GNNKIT_NATIVE", "0")
+    assert main(["doctor", "--no-build"]) == 0
+    assert "off (GNNKIT_NATIVE=0)" in capsys.readouterr().out

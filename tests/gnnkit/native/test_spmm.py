@@ -1,0 +1,149 @@
+"""Native CSR and SELL-C-sigma SpMM against a dense PyTorch reference (values and gradients)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gnnkit import native
+from gnnkit.native import ops
+from gnnkit.sparse import Adjacency, spmm
+from gnnkit.sparse.formats import FORMATS
+from gnnkit.sparse.selector import usable
+
+from .conftest import GRAPHS
+
+
+def dense(indptr: torch.Tensor, indices: torch.Tensor, num_cols: int, values=None, dtype=torch.float64):
+    rows = torch.repeat_interleave(torch.arange(indptr.numel() - 1), indptr.diff())
+    out = torch.zeros(indptr.numel() - 1, num_cols, dtype=dtype)
+    w = torch.ones(indices.numel(), dtype=dtype) if values is None else values.to(dtype)
+    return out.index_put_((rows, indices), w, accumulate=True)
+
+
+def reference(indptr, indices, num_cols, x, values=None, mean=False):
+    out = dense(indptr, indices, num_cols, values, x.dtype) @ x
+    if mean:
+        out = out / indptr.diff().clamp(min=1).to(x.dtype).unsqueeze(1)
+    return out
+
+
+def num_cols_of(name: str, indices: torch.Tensor, indptr: torch.Tensor) -> int:
+    return 90 if name == "rectangular" else indptr.numel() - 1
+
+
+@pytest.mark.parametrize("width", [1, 7, 16, 83, 130])
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("graph", sorted(GRAPHS))
+def test_csr_values_and_gradients_match_dense(ext, graph, weighted, reduce, width):
+    indptr, indices = GRAPHS[graph]()
+    n_cols = num_cols_of(graph, indices, indptr)
+    g = torch.Generator().manual_seed(width)
+    values = torch.rand(indices.numel(), generator=g, dtype=torch.float64) if weighted else None
+    x = torch.randn(n_cols, width, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(indptr.numel() - 1, width, generator=g, dtype=torch.float64)
+    out = ops.spmm(indptr, indices, x, values=values, reduce=reduce)
+    expected = reference(indptr, indices, n_cols, x, values, reduce == "mean")
+    torch.testing.assert_close(out, expected)
+    (grad,) = torch.autograd.grad((out * w).sum(), x)
+    (grad_expected,) = torch.autograd.grad((expected * w).sum(), x)
+    torch.testing.assert_close(grad, grad_expected)
+
+
+def test_csr_float32_and_gradcheck(ext):
+    indptr, indices = GRAPHS["powerlaw"]()
+    x = torch.randn(150, 33)
+    out = ops.spmm(indptr, indices, x)
+    torch.testing.assert_close(out, reference(indptr, indices, 150, x.double()).float(), atol=1e-4, rtol=1e-4)
+    xd = torch.randn(150, 3, dtype=torch.float64, requires_grad=True)
+    at = ops.transpose(ops.CSR(indptr, indices, None, 150))
+    assert torch.autograd.gradcheck(lambda t: ops.spmm(indptr, indices, t, reduce="mean", transposed=at), (xd,))
+
+
+@pytest.mark.parametrize("chunk,sigma", [(1, 1), (4, 1), (8, 256), (32, 64), (3, 1000)])
+@pytest.mark.parametrize("graph", sorted(GRAPHS))
+def test_sell_matches_dense(ext, graph, chunk, sigma):
+    indptr, indices = GRAPHS[graph]()
+    n_cols = num_cols_of(graph, indices, indptr)
+    g = torch.Generator().manual_seed(chunk)
+    values = torch.rand(indices.numel(), generator=g, dtype=torch.float64)
+    x = torch.randn(n_cols, 21, generator=g, dtype=torch.float64)
+    sell = ops.to_sell(ops.CSR(indptr, indices, values, n_cols), torch.float64, chunk, sigma)
+    slots_per_chunk = sell.chunk_ptr.diff()
+    assert bool((slots_per_chunk % chunk == 0).all()) and int(sell.chunk_ptr[-1]) >= indices.numel()
+    assert sorted(sell.perm.tolist()) == list(range(indptr.numel() - 1))  # a permutation of the rows
+    for mean in (False, True):
+        torch.testing.assert_close(ops.spmm_sell(sell, x, mean), reference(indptr, indices, n_cols, x, values, mean))
+
+
+@pytest.mark.parametrize("name", ["native_csr", "native_sell"])
+@pytest.mark.parametrize("graph", sorted(GRAPHS))
+def test_formats_in_gnnkit_sparse_match_dense_with_gradients(ext, graph, name):
+    indptr, indices = GRAPHS[graph]()
+    n_cols = num_cols_of(graph, indices, indptr)
+    adj = Adjacency(indptr, indices, num_cols=n_cols)
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(n_cols, 12, generator=g, requires_grad=True)
+    weight = torch.randn(indptr.numel() - 1, 12, generator=g)
+    for reduce in ("sum", "mean"):
+        out = spmm(adj, x, reduce=reduce, format=name)
+        expected = reference(indptr, indices, n_cols, x.double(), None, reduce == "mean")
+        torch.testing.assert_close(out, expected.float(), atol=1e-4, rtol=1e-4)
+        (grad,) = torch.autograd.grad((out * weight).sum(), x)
+        (grad_expected,) = torch.autograd.grad((expected * weight.double()).sum(), x)
+        # float32 sums over hub rows: compare with a tolerance relative to the largest entry
+        scale = float(grad_expected.abs().max()) if grad_expected.numel() else 1.0
+        torch.testing.assert_close(grad, grad_expected.float(), atol=1e-5 * scale, rtol=1e-4)
+
+
+def test_selector_may_use_native_formats_only_when_built(ext, monkeypatch):
+    adj = Adjacency(*GRAPHS["powerlaw"]())
+    assert usable(FORMATS["native_csr"], adj) and usable(FORMATS["native_sell"], adj)
+    monkeypatch.setenv("GNNKIT_NATIVE", "0")
+    assert not usable(FORMATS["native_csr"], adj) and not usable(FORMATS["native_sell"], adj)
+
+
+@pytest.mark.parametrize("name", ["native_csr", "native_sell"])
+def test_forced_off_formats_fall_back_to_pytorch(ext, name, monkeypatch):
+    """With the build present but GNNKIT_NATIVE=0, the native formats still compute the product."""
+    indptr, indices = GRAPHS["powerlaw"]()
+    x = torch.randn(150, 5, requires_grad=True)
+    expected = reference(indptr, indices, 150, x.double()).float()
+    monkeypatch.setenv("GNNKIT_NATIVE", "0")
+    assert not native.available() and native.get() is None
+    out = spmm(Adjacency(indptr, indices), x, format=name)
+    torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+    (grad,) = torch.autograd.grad(out.sum(), x)
+    torch.testing.assert_close(grad, torch.autograd.grad(expected.sum(), x)[0], atol=1e-4, rtol=1e-4)
+
+
+def test_thread_count_does_not_change_results(ext):
+    indptr, indices = GRAPHS["powerlaw"]()
+    x = torch.randn(150, 40)
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = ops.spmm(indptr, indices, x)
+        torch.set_num_threads(2)
+        two = ops.spmm(indptr, indices, x)
+    finally:
+        torch.set_num_threads(old)
+    assert torch.equal(one, two)  # each row is summed by one thread in entry order
+
+
+def test_rejects_bad_input(ext):
+    with pytest.raises(ValueError, match="reduce"):
+        ops.spmm(torch.tensor([0, 1]), torch.tensor([0]), torch.randn(1, 2), reduce="max")
+    with pytest.raises(RuntimeError, match="int64"):
+        ext.spmm_csr(torch.tensor([0, 1], dtype=torch.int32), torch.tensor([0]), None, torch.randn(1, 2), False)
+
+
+def test_calibration_measures_native_formats_only_when_built(ext, monkeypatch):
+    from gnnkit.sparse.measure import measure_formats
+
+    adj = Adjacency(*GRAPHS["powerlaw"]())
+    names = ["csr", "native_csr", "native_sell"]
+    assert set(measure_formats(adj, 8, formats=names, repeats=1, min_seconds=0.0)) == set(names)
+    monkeypatch.setenv("GNNKIT_NATIVE", "0")
+    assert set(measure_formats(adj, 8, formats=names, repeats=1, min_seconds=0.0)) == {"csr"}
