@@ -444,6 +444,11 @@ class CSRNeighborSampler(BaseSampler):
             raise ValueError(f"seed node ids must lie in [0, {self.num_nodes})")
 
         generator, local = self._process_state()
+        from gnnkit.native.ops import sample_from_nodes as native_sample  # the C++ sampler, when built
+
+        out = native_sample(self, seed_nodes, generator, local, index)
+        if out is not None:
+            return out
         nodes = [seed_nodes]
         rows: list[Tensor] = []
         cols: list[Tensor] = []

@@ -83,9 +83,10 @@ def measure_formats(
         min_seconds: Keep adding rounds (up to ``max_rounds``) until this much time has passed.
 
     Returns:
-        ``{format: FormatTiming}`` for the applicable formats.
+        ``{format: FormatTiming}`` for the applicable formats (native ones only when built).
     """
-    names = [n for n in (list(FORMATS) if formats is None else formats) if FORMATS[n].applicable(adj)]
+    names = [n for n in (list(FORMATS) if formats is None else formats)
+             if FORMATS[n].applicable(adj) and getattr(FORMATS[n], "selectable", lambda: True)()]  # unbuilt native: no
     x = torch.randn(adj.num_cols, width, generator=torch.Generator().manual_seed(seed))
     adj.rows()
     adj.t()

@@ -139,9 +139,12 @@ class Selector:
 
 
 def usable(fmt: Any, adj: Adjacency) -> bool:
-    """Whether the selector may pick ``fmt`` for ``adj``: it holds the matrix, and needs no
-    conversion if the matrix is single-use."""
-    return fmt.applicable(adj) and (fmt.conversion_free or not adj.single_use)
+    """Whether the selector may pick ``fmt`` for ``adj``: it holds the matrix, needs no
+    conversion if the matrix is single-use, and is selectable here (native formats: only when
+    their kernels are built)."""
+    selectable = getattr(fmt, "selectable", None)
+    return (fmt.applicable(adj) and (fmt.conversion_free or not adj.single_use)
+            and (selectable is None or selectable()))
 
 
 def calibrated_path() -> Path:

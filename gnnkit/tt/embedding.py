@@ -205,7 +205,10 @@ class TTEmbedding(nn.Module):
         cores = list(self.cores)
         c = self.config
         if self._cache is None:
-            out = lookup(cores, rows, c.p_shapes, dedup=c.dedup, prefix_reuse=c.prefix_reuse)
+            # Tables configured with a hot-row cache keep the Python contraction (whose levels the
+            # cache stores), so cached and uncached lookups of the same cores agree bitwise; the
+            # others use the fused native kernel when it is built.
+            out = lookup(cores, rows, c.p_shapes, dedup=c.dedup, prefix_reuse=c.prefix_reuse, fused=c.hot_rows == 0)
         else:
             out = self._cached_lookup(cores, rows)
         return out.reshape(*indices.shape, c.embedding_dim)

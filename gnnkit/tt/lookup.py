@@ -154,8 +154,25 @@ def lookup_plain(cores: Sequence[Tensor], rows: Tensor, p_shapes: Sequence[int])
     return level.reshape(rows.numel(), level.shape[1])
 
 
+def _fused_ok(cores: Sequence[Tensor]) -> bool:
+    """Whether the native fused kernel (:func:`gnnkit.native.ops.tt_lookup`) can run this lookup."""
+    from gnnkit import native
+
+    if not native.ops.tt_supported(cores) or not native.available():
+        return False
+    return cores[0].device.type == "cpu" or "tt_lookup_cuda" in native.kernels()
+
+
+def native_tt_lookup(cores: Sequence[Tensor], rows: Tensor) -> Tensor:
+    """The fused three-core lookup with prefix reuse (needs :func:`gnnkit.native.available`)."""
+    from gnnkit import native
+
+    return native.ops.tt_lookup(cores, rows)
+
+
 def lookup(
-    cores: Sequence[Tensor], rows: Tensor, p_shapes: Sequence[int], dedup: bool = True, prefix_reuse: bool = True
+    cores: Sequence[Tensor], rows: Tensor, p_shapes: Sequence[int], dedup: bool = True, prefix_reuse: bool = True,
+    fused: bool = True,
 ) -> Tensor:
     """TT lookup of ``rows`` with optional deduplication and prefix reuse.
 
@@ -164,13 +181,18 @@ def lookup(
         rows: Row ids, int64 ``[B]`` (any order, duplicates allowed, assumed in range).
         p_shapes: Row factorisation.
         dedup: Contract each distinct row once.
-        prefix_reuse: Contract each distinct prefix once (implies ``dedup``).
+        prefix_reuse: Contract each distinct prefix once (implies ``dedup``); three-core tables
+            use the fused native kernel when it is built and ``fused``.
+        fused: Allow the fused native kernel (:func:`gnnkit.native.ops.tt_lookup`); its values
+            equal the Python path's up to float rounding, not bitwise.
 
     Returns:
         ``[B, embedding_dim]``, differentiable with respect to the cores.
     """
     if not (dedup or prefix_reuse):
         return lookup_plain(cores, rows, p_shapes)
+    if prefix_reuse and fused and _fused_ok(cores):
+        return native_tt_lookup(cores, rows)
     unique, inverse = torch.unique(rows, sorted=True, return_inverse=True)
     if prefix_reuse:
         values = contract(cores, prefix_plan(unique, p_shapes))

@@ -283,6 +283,7 @@ def test_deterministic_under_seed_and_different_across_seeds(graph):
 
 
 def test_scratch_map_is_rebuilt_after_a_failure(graph, monkeypatch):
+    monkeypatch.setenv("GNNKIT_NATIVE", "0")  # the failure is injected into the pure-PyTorch path
     indptr, indices = graph
     sampler = CSRNeighborSampler(indptr, indices, [3, 3], seed=0)
     seeds = torch.arange(0, 600, 5)
