@@ -1,0 +1,74 @@
+"""gnnkit's native SpMM kernels as formats: ``native_csr`` and ``native_sell`` (see :mod:`gnnkit.native`).
+
+Both always hold any matrix. When the native build is unavailable (disabled with
+``GNNKIT_NATIVE=0``, or no compiler) they compute the same product with torch's CSR kernel, so a
+forced format keeps working; the selector considers them only when the build is present
+(:meth:`NativeCSRFormat.selectable`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from gnnkit import native
+from gnnkit.sparse.adjacency import Adjacency
+from gnnkit.sparse.formats.base import _BETA, SpmmFormat, register, weights_as
+from gnnkit.sparse.formats.csr import csr_tensor
+
+
+def _fallback(adj: Adjacency, x: Tensor) -> Tensor:
+    """Pure-PyTorch ``A @ x`` (torch CSR) when the native kernels are unavailable."""
+    def build() -> Tensor:
+        with warnings.catch_warnings():  # torch's one-off "beta" notice for CSR
+            warnings.filterwarnings("ignore", message=_BETA)
+            return csr_tensor(adj, x.dtype)
+    return torch.sparse.mm(adj.cached(f"native_fallback:{x.dtype}", build), x)
+
+
+def _native_ok(x: Tensor) -> bool:
+    return native.available() and (x.device.type == "cpu" or "spmm_csr_cuda" in native.kernels())
+
+
+@register("native_csr")
+class NativeCSRFormat(SpmmFormat):
+    """Native CSR kernel: nnz-balanced row split over threads, vectorised over the feature width
+    (GE-SpMM's row split, <https://arxiv.org/abs/2007.03179>)."""
+
+    conversion_free = True
+
+    def selectable(self) -> bool:
+        """Whether the selector may pick this format: only when the native build is present."""
+        return native.available()
+
+    def convert(self, adj: Adjacency, dtype: torch.dtype) -> Tensor | None:
+        return None if adj.values is None else weights_as(adj, dtype).contiguous()
+
+    def multiply(self, state: Tensor | None, adj: Adjacency, x: Tensor) -> Tensor:
+        if not _native_ok(x):
+            return _fallback(adj, x)
+        return native.ops.spmm_csr_raw(native.ops.CSR(adj.indptr, adj.indices, state, adj.num_cols), x)
+
+
+@register("native_sell")
+class NativeSELLFormat(SpmmFormat):
+    """Native SELL-C-sigma kernel: rows sorted by length in windows, packed in padded column-major
+    chunks, for skewed degree distributions (Kreutzer et al., <https://arxiv.org/abs/1307.6209>)."""
+
+    def selectable(self) -> bool:
+        """Whether the selector may pick this format: only when the native build is present."""
+        return native.available()
+
+    def convert(self, adj: Adjacency, dtype: torch.dtype) -> Any:
+        if not native.available():
+            return None
+        values = None if adj.values is None else weights_as(adj, dtype)
+        return native.ops.to_sell(native.ops.CSR(adj.indptr, adj.indices, values, adj.num_cols), dtype)
+
+    def multiply(self, state: Any, adj: Adjacency, x: Tensor) -> Tensor:
+        if state is None or not _native_ok(x):
+            return _fallback(adj, x)
+        return native.ops.spmm_sell(state, x)
