@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -19,6 +21,7 @@ from pipeline import (
     setup_logging,
     tree_size,
 )
+from pipeline.batch_cache import find_batch_caches, verify_batch_cache
 
 
 def _datasets(args: argparse.Namespace) -> int:
@@ -52,11 +55,28 @@ def _preprocess(args: argparse.Namespace) -> int:
     return 0
 
 
+def _batch_caches(args: argparse.Namespace) -> int:
+    """List, verify or clear the sampled-batch caches of reuse schedules; returns problems found."""
+    bad = 0
+    for path in find_batch_caches(paths.batch_root(), args.dataset):
+        if args.action == "clear":
+            shutil.rmtree(path)
+            continue
+        problems = verify_batch_cache(path) if args.action == "verify" else []
+        bad += bool(problems)
+        manifest = json.loads((path / "manifest.json").read_text())
+        status = "CORRUPT" if problems else ("OK" if args.action == "verify" else "")
+        print(f"{status:8} {path} ({manifest['num_batches']} batches, {manifest['bytes'] / 2**20:.1f} MiB)"
+              + "".join(f"\n         {p}" for p in problems))
+    return bad
+
+
 def _cache(args: argparse.Namespace) -> int:
     root = paths.cache_root()
     if args.action == "clear":
         removed = cache.clear(root, args.dataset)
-        print(f"removed {removed} cache folder(s) from {root}")
+        _batch_caches(args)
+        print(f"removed {removed} cache folder(s) from {root} and the batch caches in {paths.batch_root()}")
         return 0
     bad = 0
     for item in cache.entries(root):
@@ -72,6 +92,7 @@ def _cache(args: argparse.Namespace) -> int:
         print(f"{status:8} {item.path}" + "".join(f"\n         {p}" for p in problems))
     for tmp in cache.stale_temps(root):
         print(f"STALE    {tmp} (left by an interrupted preprocess; 'gnnkit cache clear' removes it)")
+    bad += _batch_caches(args)
     return 1 if bad else 0
 
 
@@ -83,7 +104,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 #: Modules that add their own subcommands: each has ``add_parser(subparsers)``.
-PLUGINS: tuple[str, ...] = ("gnnkit.comm.cli", "gnnkit.sparse.cli")
+PLUGINS: tuple[str, ...] = ("gnnkit.comm.cli", "gnnkit.sparse.cli", "gnnkit.doctor")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override the registry's choice of symmetrising edges")
     p.add_argument("--force", action="store_true", help="rebuild even if cached")
     p.set_defaults(func=_preprocess)
-    p = sub.add_parser("cache", help="inspect the preprocessed cache")
+    p = sub.add_parser("cache", help="inspect the preprocessed cache and the batch caches")
     p.add_argument("action", choices=["list", "verify", "clear"])
     p.add_argument("dataset", nargs="?", help="limit to one dataset")
     p.set_defaults(func=_cache)

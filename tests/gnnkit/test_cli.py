@@ -49,3 +49,22 @@ def test_bad_folder_is_one_clear_line(capsys, make_ogb_folder):
 def test_console_script_help():
     out = subprocess.run([sys.executable, "-m", "gnnkit.cli", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "preprocess" in out.stdout
+
+
+def test_cache_commands_cover_batch_caches(capsys, monkeypatch, tmp_path):
+    import torch
+
+    from pipeline.batch_cache import BatchCacheWriter, BatchRecord
+
+    monkeypatch.setenv("GNNKIT_BATCHES", str(tmp_path / "batches"))
+    folder = tmp_path / "batches" / "toy" / "abc"
+    with BatchCacheWriter(folder, {"graph": "g"}) as writer:
+        writer.add(BatchRecord({"x": torch.ones(4, 2)}, {"batch_size": 2}), seeds=torch.arange(2))
+    assert main(["cache", "verify", "toy"]) == 0
+    assert f"OK       {folder} (1 batches" in capsys.readouterr().out
+    shard = folder / "shard-00000.bin"
+    shard.write_bytes(shard.read_bytes()[:-8])
+    assert main(["cache", "verify", "toy"]) == 1
+    assert "truncated" in capsys.readouterr().out
+    assert main(["cache", "clear", "toy"]) == 0
+    assert not folder.exists()
