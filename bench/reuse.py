@@ -183,21 +183,29 @@ def _data(times: dict[str, float]) -> float:
 
 
 class _Curve(pl.Callback):
-    """Cumulative training wall time and validation metric after every epoch."""
+    """Cumulative training wall time (validation excluded) and the validation metric per epoch."""
 
     def __init__(self) -> None:
         self.points: list[tuple[float, float]] = []
         self.elapsed = 0.0
+        self._start = 0.0
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._start = time.perf_counter()
 
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self.elapsed += time.perf_counter() - self._start
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # after every epoch-end hook of the validation loop, so the metric is this epoch's
+        if not trainer.sanity_checking:
+            self.points.append((self.elapsed, float(trainer.callback_metrics["val_metric"])))
+            self._start = time.perf_counter()
+
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.elapsed += time.perf_counter() - self._start
-
-    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not trainer.sanity_checking and "val_metric" in trainer.callback_metrics:
-            self.points.append((self.elapsed, float(trainer.callback_metrics["val_metric"])))
+        self._start = time.perf_counter()
 
 
 def train(name: str, args: argparse.Namespace, reuse: ReuseConfig | None, root: Path) -> dict[str, Any]:

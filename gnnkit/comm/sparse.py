@@ -20,7 +20,7 @@ FAST_TOPK_MIN = 1 << 16
 _SAMPLE = 1 << 16
 
 
-def topk_indices(x: Tensor, k: int) -> Tensor:
+def topk_indices(x: Tensor, k: int, scratch: Tensor | None = None) -> Tensor:
     """Indices (int64) of ``k`` largest-magnitude elements of 1-D ``x``; all of them, in order,
     when ``k == numel`` (so density 1.0 is exactly dense).
 
@@ -28,11 +28,17 @@ def topk_indices(x: Tensor, k: int) -> Tensor:
     threshold that about ``2k`` elements pass; ``torch.topk`` then runs on those candidates only.
     If fewer than ``k`` pass (an unlucky sample), it falls back to ``torch.topk`` on all of ``x``.
     Among equal magnitudes the choice may differ from ``torch.topk``'s; the selected magnitudes do not.
+
+    Args:
+        x: 1-D values.
+        k: How many to select.
+        scratch: Optional float tensor of at least ``x.numel()`` elements to hold ``|x|`` (saves a
+            gradient-sized allocation per call when the caller keeps one across steps).
     """
     n = x.numel()
     if k >= n:
         return torch.arange(n, device=x.device)
-    magnitude = x.abs()
+    magnitude = torch.abs(x, out=scratch[:n]) if scratch is not None else x.abs()
     if n >= FAST_TOPK_MIN and 8 * k < n:
         stride = max(1, n // _SAMPLE)
         sample = magnitude[::stride]
@@ -44,11 +50,18 @@ def topk_indices(x: Tensor, k: int) -> Tensor:
     return torch.topk(magnitude, k, sorted=False).indices
 
 
+def scratch_of(flat: Tensor) -> Tensor | None:
+    """``flat`` as scratch space once a compressor has copied its values out (float32, 1-D), else
+    None. Compressors use it for ``|x|`` during selection and then for the result (see
+    :func:`reusable_output`), so a step allocates nothing gradient-sized."""
+    return flat if flat.dtype == torch.float32 and flat.dim() == 1 else None
+
+
 def reusable_output(flat: Tensor) -> Tensor:
     """A zeroed float32 tensor shaped like ``flat`` for the averaged result: ``flat`` itself when it
     is float32 (a compressor has copied what it needs out of it by then; zeroing in place avoids a
     gradient-sized allocation per step), else a new one."""
-    if flat.dtype == torch.float32 and flat.dim() == 1:
+    if scratch_of(flat) is not None:
         return flat.zero_()
     return torch.zeros(flat.numel(), dtype=torch.float32, device=flat.device)
 

@@ -12,7 +12,7 @@ from torch.futures import Future
 
 from gnnkit.comm.base import Communicator, Slot, all_gather_single
 from gnnkit.comm.residuals import Residuals
-from gnnkit.comm.sparse import pack, reusable_output, topk_count, topk_indices, unpack
+from gnnkit.comm.sparse import pack, reusable_output, scratch_of, topk_count, topk_indices, unpack
 
 GATHERS = ("auto", "dense", "sparse")
 
@@ -81,10 +81,11 @@ class TopKA2A(Communicator):
 
         # (1) per-shard top-k of gradient + residual; what is sent leaves the residual.
         acc = self.residuals.add_to(flat, layout)
+        scratch = scratch_of(flat)  # flat's values now live in acc
         payloads = []
         for j in range(p):
             shard = acc.narrow(0, offsets[j], sizes[j])
-            idx = topk_indices(shard, ks[j])
+            idx = topk_indices(shard, ks[j], scratch=scratch)
             payloads.append(pack(shard[idx], idx))
             shard[idx] = 0.0
         self.residuals.store(acc, layout)
@@ -96,7 +97,8 @@ class TopKA2A(Communicator):
 
         # (2) the owner sums the P contributions to its shard.
         values, indices = unpack(recv.view(p, 2 * ks[rank]))
-        mine = torch.zeros(sizes[rank], dtype=torch.float32, device=flat.device)
+        mine = (scratch[:sizes[rank]].zero_() if scratch is not None  # copied into the payload below
+                else torch.zeros(sizes[rank], dtype=torch.float32, device=flat.device))
         mine.index_add_(0, indices.flatten(), values.flatten())
 
         # (3) all-gather the reduced shards, as pairs or dense (same choice on every rank).

@@ -11,7 +11,7 @@ from torch.futures import Future
 
 from gnnkit.comm.base import Communicator, Slot, all_gather_single
 from gnnkit.comm.residuals import Residuals
-from gnnkit.comm.sparse import pack, reusable_output, topk_count, topk_indices, unpack
+from gnnkit.comm.sparse import pack, reusable_output, scratch_of, topk_count, topk_indices, unpack
 
 
 class TopKAllGather(Communicator):
@@ -40,7 +40,7 @@ class TopKAllGather(Communicator):
         p, n = self.world_size, flat.numel()
         acc = self.residuals.add_to(flat, layout)
         k = topk_count(n, self.density)
-        idx = topk_indices(acc, k)
+        idx = topk_indices(acc, k, scratch=scratch_of(flat))  # flat's values now live in acc
         payload = pack(acc[idx], idx)
         acc[idx] = 0.0
         self.residuals.store(acc, layout)
