@@ -9,6 +9,7 @@
 // occurrence order) is one sequential pass over the sampled edges, as in pyg-lib.
 
 #include "ops.h"
+#include "../rng.h"
 
 #include <ATen/Parallel.h>
 
@@ -19,25 +20,6 @@
 namespace gnnkit {
 
 namespace {
-
-inline uint64_t splitmix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ULL;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
-// A counter-based stream: the i-th draw is splitmix64(key + i * golden), independent per key.
-struct Stream {
-  uint64_t state;
-  Stream(uint64_t seed, uint64_t hop, uint64_t pos)
-      : state(splitmix64(splitmix64(seed ^ splitmix64(hop + 1)) ^ pos)) {}
-  uint64_t next() { state += 0x9E3779B97F4A7C15ULL; return splitmix64(state); }
-  // Uniform integer in [0, n), n > 0 (Lemire's multiply-shift; bias < n / 2^64).
-  int64_t below(int64_t n) {
-    return static_cast<int64_t>((static_cast<unsigned __int128>(next()) * static_cast<uint64_t>(n)) >> 64);
-  }
-};
 
 constexpr int64_t kFloydMaxK = 64;  // Floyd with a linear membership scan up to this fan-out
 constexpr int64_t kShuffleFactor = 4;  // partial Fisher-Yates when deg <= factor * k

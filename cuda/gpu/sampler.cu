@@ -3,29 +3,12 @@
 // edges does not depend on the launch configuration.
 
 #include "kernels.h"
+#include "../rng.h"
 
 namespace gnnkit {
 namespace gpu {
 
 namespace {
-
-__device__ __forceinline__ uint64_t splitmix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ULL;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
-struct Stream {
-  uint64_t state;
-  __device__ Stream(uint64_t seed, uint64_t hop, uint64_t pos)
-      : state(splitmix64(splitmix64(seed ^ splitmix64(hop + 1)) ^ pos)) {}
-  __device__ uint64_t next() {
-    state += 0x9E3779B97F4A7C15ULL;
-    return splitmix64(state);
-  }
-  __device__ int64_t below(int64_t n) { return static_cast<int64_t>(__umul64hi(next(), static_cast<uint64_t>(n))); }
-};
 
 // One thread per frontier node: the whole row, k draws with replacement, or k distinct
 // positions by Floyd's algorithm (membership by a scan of the thread's own output, O(k^2)).
