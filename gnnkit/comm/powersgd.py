@@ -10,11 +10,11 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.futures import Future
 
-from gnnkit.comm.base import Communicator, Slot
-from gnnkit.comm.residuals import Residuals
+from gnnkit.comm.base import Slot
+from gnnkit.comm.residuals import ErrorFeedback
 
 
-class PowerSGD(Communicator):
+class PowerSGD(ErrorFeedback):
     """PowerSGD from "PowerSGD: Practical Low-Rank Gradient Compression for Distributed
     Optimization" (Vogels, Karimireddy, Jaggi, NeurIPS 2019, <https://arxiv.org/abs/1905.13727>),
     following PyTorch's ``powerSGD_hook`` (rank-``r`` power iteration with warm start, error
@@ -39,7 +39,6 @@ class PowerSGD(Communicator):
             raise ValueError(f"powersgd rank must be >= 1, got {rank}")
         self.matrix_rank = rank
         self.seed = seed
-        self.residuals = Residuals()
         self.q_memory: dict[str, Tensor] = {}
 
     def _compressible(self, slot: Slot) -> tuple[int, int] | None:
@@ -101,12 +100,10 @@ class PowerSGD(Communicator):
         return work.get_future().then(decompress)
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "residuals": self.residuals.state_dict(),
-                "q": {k: v.cpu() for k, v in self.q_memory.items()}}
+        return {**super().state_dict(), "q": {k: v.cpu() for k, v in self.q_memory.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.residuals.load_state_dict(state.get("residuals", {}))
         self.q_memory = dict(state.get("q", {}))
 
     def info(self) -> dict[str, Any]:

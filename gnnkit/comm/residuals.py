@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from gnnkit.comm.base import Slot
+from gnnkit.comm.base import Communicator, Slot
 
 
 class Residuals:
@@ -77,3 +77,19 @@ class Residuals:
 
     def __repr__(self) -> str:
         return f"Residuals({len(self.memory)} parameters)"
+
+
+class ErrorFeedback(Communicator):
+    """A lossy compressor with error feedback: holds :class:`Residuals` and keeps them in its state,
+    so a resumed run continues with the same residuals."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.residuals = Residuals()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "residuals": self.residuals.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.residuals.load_state_dict(state.get("residuals", {}))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 from torch.futures import Future
 

@@ -10,8 +10,8 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.futures import Future
 
-from gnnkit.comm.base import Communicator, Slot, all_gather_single
-from gnnkit.comm.residuals import Residuals
+from gnnkit.comm.base import Slot, all_gather_single
+from gnnkit.comm.residuals import ErrorFeedback
 from gnnkit.comm.sparse import pack, reusable_output, scratch_of, topk_count, topk_indices, unpack
 
 GATHERS = ("auto", "dense", "sparse")
@@ -37,7 +37,7 @@ def gather_plan(sizes: list[int], density: float, gather: str) -> tuple[bool, in
     return sparse, (sparse_len if sparse else dense_len)
 
 
-class TopKA2A(Communicator):
+class TopKA2A(ErrorFeedback):
     """TopKA2A, the AlltoAll sparse all-reduce of Peng, Li, Shi and Li (ICPP 2024); related:
     Ok-Topk's split-and-reduce (Li and Hoefler, PPoPP 2022, <https://arxiv.org/abs/2201.07598>).
 
@@ -69,7 +69,6 @@ class TopKA2A(Communicator):
             raise ValueError(f"gather must be one of {list(GATHERS)}, got {gather!r}")
         self.density = density
         self.gather = gather
-        self.residuals = Residuals()
         self.sparse_gathers = 0
         self.dense_gathers = 0
 
@@ -131,13 +130,6 @@ class TopKA2A(Communicator):
             return out.to(flat.dtype)
 
         return work.get_future().then(assemble)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "residuals": self.residuals.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        self.residuals.load_state_dict(state.get("residuals", {}))
 
     def info(self) -> dict[str, Any]:
         return {**super().info(), "density": self.density, "gather": self.gather,

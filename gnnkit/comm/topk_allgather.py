@@ -5,16 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 from torch.futures import Future
 
-from gnnkit.comm.base import Communicator, Slot, all_gather_single
-from gnnkit.comm.residuals import Residuals
+from gnnkit.comm.base import Slot, all_gather_single
+from gnnkit.comm.residuals import ErrorFeedback
 from gnnkit.comm.sparse import pack, reusable_output, scratch_of, topk_count, topk_indices, unpack
 
 
-class TopKAllGather(Communicator):
+class TopKAllGather(ErrorFeedback):
     """Each rank sends its top-k gradients (values and indices packed in one tensor) to all others
     with one all-gather; every rank sums what it received.
 
@@ -34,7 +33,6 @@ class TopKAllGather(Communicator):
         if not 0.0 < density <= 1.0:
             raise ValueError(f"density must be in (0, 1], got {density}")
         self.density = density
-        self.residuals = Residuals()
 
     def launch(self, flat: Tensor, layout: list[Slot]) -> Future[Tensor]:
         p, n = self.world_size, flat.numel()
@@ -55,13 +53,6 @@ class TopKAllGather(Communicator):
             return out.div_(p).to(flat.dtype)
 
         return work.get_future().then(reduce)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "residuals": self.residuals.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        self.residuals.load_state_dict(state.get("residuals", {}))
 
     def info(self) -> dict[str, Any]:
         return {**super().info(), "density": self.density}

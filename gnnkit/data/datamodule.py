@@ -14,7 +14,7 @@ from torch_geometric.data import Data
 
 from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats, default_folder
 from gnnkit.sparse import Adjacency
-from pipeline import CacheEntry, CanonicalGraph, PreprocessOptions, paths, preprocess, resolve
+from pipeline import CacheEntry, CanonicalGraph, paths, preprocess, resolve
 
 SPLIT_OF_STAGE = {"train": "train", "val": "valid", "test": "test"}
 
