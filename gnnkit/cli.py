@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import shutil
 import sys
 import time
@@ -21,7 +20,7 @@ from pipeline import (
     setup_logging,
     tree_size,
 )
-from pipeline.batch_cache import find_batch_caches, verify_batch_cache
+from pipeline.batch_cache import find_batch_caches, read_manifest, verify_batch_cache
 
 
 def _datasets(args: argparse.Namespace) -> int:
@@ -64,7 +63,7 @@ def _batch_caches(args: argparse.Namespace) -> int:
             continue
         problems = verify_batch_cache(path) if args.action == "verify" else []
         bad += bool(problems)
-        manifest = json.loads((path / "manifest.json").read_text())
+        manifest = read_manifest(path)
         status = "CORRUPT" if problems else ("OK" if args.action == "verify" else "")
         print(f"{status:8} {path} ({manifest['num_batches']} batches, {manifest['bytes'] / 2**20:.1f} MiB)"
               + "".join(f"\n         {p}" for p in problems))

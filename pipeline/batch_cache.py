@@ -377,22 +377,32 @@ class BatchCache:
         return records
 
 
-def open_batch_cache(path: Path, inputs: dict[str, Any]) -> BatchCache:
+def read_manifest(path: Path) -> dict[str, Any]:
+    """A cache folder's parsed ``manifest.json``; :class:`DatasetError` if missing or unreadable."""
+    file = Path(path) / MANIFEST
+    try:
+        manifest = json.loads(file.read_text())
+    except (OSError, ValueError) as err:
+        raise DatasetError(file, f"unreadable batch-cache manifest ({err})") from None
+    if not isinstance(manifest, dict):
+        raise DatasetError(file, "unreadable batch-cache manifest (not a JSON object)")
+    return manifest
+
+
+def open_batch_cache(path: Path, inputs: dict[str, Any], manifest: dict[str, Any] | None = None) -> BatchCache:
     """Open a published cache, refusing one made for another graph or other sampler settings.
 
     Args:
         path: The cache folder.
         inputs: What this run's batches depend on; must equal what the cache was written with.
+        manifest: Its manifest if the caller has read it already (see :func:`read_manifest`).
 
     Raises:
         DatasetError: If the manifest is missing or unreadable, or was written for other inputs;
             the message names the first setting that differs.
     """
     file = Path(path) / MANIFEST
-    try:
-        manifest = json.loads(file.read_text())
-    except (OSError, ValueError) as err:
-        raise DatasetError(file, f"unreadable batch-cache manifest ({err})") from None
+    manifest = read_manifest(path) if manifest is None else manifest
     if manifest.get("format_version") != FORMAT_VERSION:
         raise DatasetError(file, f"expected a version-{FORMAT_VERSION} batch cache, "
                                  f"found version {manifest.get('format_version')!r}")
@@ -416,9 +426,9 @@ def find_batch_caches(root: Path, dataset: str | None = None) -> list[Path]:
 def verify_batch_cache(path: Path) -> list[str]:
     """Check every shard's size and CRC-32; returns the problems found (empty = intact)."""
     try:
-        cache = BatchCache(path, json.loads((path / MANIFEST).read_text()))
-    except (OSError, ValueError, KeyError, DatasetError) as err:
-        return [f"{path / MANIFEST}: unreadable ({str(err).splitlines()[0]})"]
+        cache = BatchCache(path, read_manifest(path))
+    except (OSError, ValueError, KeyError) as err:  # DatasetError is a ValueError
+        return [str(err).splitlines()[0]]
     problems = []
     for shard in range(len(cache.shards)):
         try:

@@ -17,7 +17,6 @@ sampled afresh for the same seeds, never trained on.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import time
@@ -30,8 +29,16 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from pipeline import log
-from pipeline.batch_cache import BatchCache, BatchCacheWriter, BatchRecord, CorruptShard, open_batch_cache
+from pipeline import DatasetError, log
+from pipeline.batch_cache import (
+    BatchCache,
+    BatchCacheWriter,
+    BatchRecord,
+    CorruptShard,
+    cache_key,
+    open_batch_cache,
+    read_manifest,
+)
 from pipeline.shard_reader import ShardReader, make_shard_reader
 
 PHASES = ("record", "replay", "fresh")
@@ -139,11 +146,6 @@ def resample(loader: Any, seeds: Tensor) -> Data:
     return out if loader.filter_per_worker else loader.filter_fn(out)
 
 
-def settings_hash(inputs: dict[str, Any]) -> str:
-    """Short hash naming a cache folder for a graph and sampler setting."""
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
-
-
 class _Timed:
     """Wraps an epoch's batches, adding the time spent waiting for each to the loader's phase."""
 
@@ -214,14 +216,14 @@ class ReuseLoader:
         if not self.folder.is_dir():
             return None
         try:
-            cached = json.loads((self.folder / "manifest.json").read_text())["inputs"]
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            log.warning("reuse: unreadable batch-cache manifest in %s (%s); recording anew", self.folder, err)
+            manifest = read_manifest(self.folder)
+        except DatasetError as err:
+            log.warning("reuse: %s; recording anew", err)
             return None
-        if cached.get("recorded_epoch") != recorded:
+        if manifest.get("inputs", {}).get("recorded_epoch") != recorded:
             return None  # a recording from another point of the schedule: record anew
-        if self._cache is None or self._cache.manifest["inputs"] != self._inputs(recorded):
-            self._cache = open_batch_cache(self.folder, self._inputs(recorded))
+        if self._cache is None or self._cache.manifest != manifest:  # kept: it remembers verified shards
+            self._cache = open_batch_cache(self.folder, self._inputs(recorded), manifest)
         return self._cache
 
     def __iter__(self) -> Iterator[Data]:
@@ -335,7 +337,7 @@ class ReuseLoader:
 
 def default_folder(root: Path, dataset: str, inputs: dict[str, Any]) -> Path:
     """``<root>/<dataset>/<settings hash>``: one cache per graph and sampler setting."""
-    return root / dataset / settings_hash(inputs)
+    return root / dataset / cache_key(inputs)[:16]
 
 
 __all__ = ["ReuseConfig", "ReuseLoader", "ReuseStats", "default_folder", "from_record",
