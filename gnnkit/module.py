@@ -67,7 +67,7 @@ class NodeClassifier(pl.LightningModule):
         tt_hot_rows: TT: cache the decompressed rows of this many highest-degree nodes (needs the
             datamodule's graph at ``setup``).
         tt_reorder: TT: store node ``v`` in TT row ``order[v]`` from the dataset's
-            ``extra.node_order`` (preprocess with ``reorder: rcm``); the order is saved in
+            ``extra.node_order`` (preprocess with ``reorder: partition`` or ``rcm``); the order is saved in
             checkpoints.
     """
 
@@ -159,7 +159,7 @@ class NodeClassifier(pl.LightningModule):
             order = None if graph is None else graph.extra.get("node_order")
             if order is None:
                 raise ValueError(
-                    "model.tt_reorder: the dataset has no node order; preprocess it with reorder: rcm "
+                    "model.tt_reorder: the dataset has no node order; preprocess it with reorder: partition or rcm "
                     "(PreprocessOptions.reorder)"
                 )
             self.embedding.set_order(order)

@@ -21,7 +21,8 @@ class PreprocessOptions:
         self_loops: ``"keep"`` self loops as stored, or ``"remove"`` them. Default ``"keep"``.
         reorder: Graph-aware node numbering stored beside the graph as ``extra.node_order``
             (``order[v]`` = new number of node ``v``; node ids stay as they are): ``"rcm"``
-            (reverse Cuthill-McKee, :mod:`pipeline.reorder`) or ``"none"``. Default ``"none"``.
+            (reverse Cuthill-McKee), ``"partition"`` (multi-level partition, :mod:`pipeline.partition`)
+            or ``"none"``; see :mod:`pipeline.reorder`. Default ``"none"``.
         normalize_features: Standardise every feature column to zero mean and unit variance
             (:mod:`pipeline.feature_prep`, chunked; numpy or DALI, whichever is faster there).
             Default ``False``.

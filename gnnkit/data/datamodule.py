@@ -34,8 +34,8 @@ class GraphDataModule(pl.LightningDataModule):
         dataset: Registry name or path of an OGB-format folder.
         undirected: Override the registry's preprocessing choice (``None`` = keep it).
         self_loops: ``"keep"`` or ``"remove"`` (``None`` = registry's choice).
-        reorder: Graph-aware node order stored with the graph, ``"rcm"`` or ``"none"`` (``None`` =
-            registry's choice); used by TT embeddings with ``tt_reorder``.
+        reorder: Graph-aware node order stored with the graph, ``"partition"``, ``"rcm"`` or
+            ``"none"`` (``None`` = registry's choice); used by TT embeddings with ``tt_reorder``.
         batch_size: Seed nodes per mini-batch; ``0`` trains full-batch on the whole graph.
         num_neighbors: Fan-out per layer for neighbour sampling (``-1`` = all neighbours).
         eval_num_neighbors: Fan-out for validation/test batches (default: ``num_neighbors``).
