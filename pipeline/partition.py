@@ -87,6 +87,16 @@ def _first_per_group(group: np.ndarray) -> np.ndarray:
     return np.flatnonzero(first)
 
 
+def _best_per_node(node: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """Position of the highest ``score`` of every run of equal ``node`` (sorted), the first on a
+    tie; linear time, no sort."""
+    starts = _first_per_group(node)
+    best = np.maximum.reduceat(score, starts) if starts.size else score
+    run = np.repeat(np.arange(starts.size), np.diff(np.append(starts, node.size)))
+    top = np.flatnonzero(score == best[run])
+    return top[_first_per_group(node[top])]
+
+
 def _admit(nodes: np.ndarray, targets: np.ndarray, graph: WeightedGraph, size: np.ndarray, cap: float,
            rng: np.random.Generator) -> np.ndarray:
     """Mask of the moves ``nodes -> targets`` admitted, in random order per target, until the
@@ -126,15 +136,14 @@ def label_propagation(graph: WeightedGraph, cap: float, iterations: int = ITERAT
         mine = lab == label[node]
         own[node[mine]] = score[mine]
         room = mine | (size[lab] + graph.node_weights[node] <= cap)
-        order = np.lexsort((-score, node))
-        order = order[room[order]]
-        best = order[_first_per_group(node[order])]  # the best label with room, per node
+        best = _best_per_node(node, np.where(room, score, -np.inf))
+        best = best[room[best]]  # the best label with room, for nodes that have one
         moving = (lab[best] != label[node[best]]) & (score[best] > own[node[best]]) & (rng.random(best.size) < 0.5)
         movers, targets = node[best[moving]], lab[best[moving]]
         admitted = _admit(movers, targets, graph, size, cap, rng)
         movers, targets = movers[admitted], targets[admitted]
-        np.subtract.at(size, label[movers], graph.node_weights[movers])
-        np.add.at(size, targets, graph.node_weights[movers])
+        moved = graph.node_weights[movers]
+        size += np.bincount(targets, weights=moved, minlength=n) - np.bincount(label[movers], weights=moved, minlength=n)
         label[movers] = targets
         if movers.size < SETTLED * n:
             break
