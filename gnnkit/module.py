@@ -17,6 +17,26 @@ STAGES = ("train", "val", "test")
 EMBEDDINGS = ("full", "tt")
 
 
+def gather_rows(t: Tensor) -> Tensor:
+    """Rows of ``t`` from every rank of the default process group, in rank order (``t`` itself
+    outside distributed runs), so an epoch metric covers the whole split when each rank evaluated
+    only its shard (Lightning's ``DistributedSampler``). Ranks may hold different row counts."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return t
+    world = torch.distributed.get_world_size()
+    if world == 1:
+        return t
+    count = torch.tensor([t.shape[0]], device=t.device)
+    counts = [torch.zeros_like(count) for _ in range(world)]
+    torch.distributed.all_gather(counts, count)
+    longest = int(max(c.item() for c in counts))
+    padded = t.new_zeros((longest, *t.shape[1:]))
+    padded[: t.shape[0]] = t
+    parts = [torch.empty_like(padded) for _ in range(world)]
+    torch.distributed.all_gather(parts, padded.contiguous())
+    return torch.cat([part[: int(c.item())] for part, c in zip(parts, counts)])
+
+
 def batch_targets(batch: Data) -> Tensor:
     """Local indices of the nodes whose predictions count in ``batch``.
 
@@ -220,8 +240,8 @@ class NodeClassifier(pl.LightningModule):
         outputs = self._outputs[stage]
         if not outputs:
             return
-        y = torch.cat([o[0] for o in outputs])
-        logits = torch.cat([o[1] for o in outputs])
+        y = gather_rows(torch.cat([o[0] for o in outputs]))
+        logits = gather_rows(torch.cat([o[1] for o in outputs]))
         outputs.clear()
         value = evaluate(self.evaluator, y, logits)
         self.log(f"{stage}_metric", value, prog_bar=True)

@@ -128,7 +128,34 @@ def scenario_die() -> dict:
     return {"finished": True}
 
 
+def scenario_sampled_eval() -> dict:
+    """Neighbour-sampled training and test on 2 ranks: each rank evaluates its shard of the test
+    split (DistributedSampler); the reported metric must cover the whole split."""
+    from gnnkit.data.datamodule import GraphDataModule
+    from gnnkit.metrics import evaluate
+    from gnnkit.module import NodeClassifier
+
+    pl.seed_everything(0)
+    data = GraphDataModule("synthetic-tiny", batch_size=16, num_neighbors=[5, 5], eval_num_neighbors=[-1, -1])
+    model = NodeClassifier(model="sage", hidden_channels=16, num_layers=2, in_channels=data.num_features,
+                           out_channels=data.num_classes, task=data.graph.meta)
+    t = trainer(GnnkitStrategy(comm="allreduce"), max_epochs=2)
+    t.fit(model, datamodule=data)
+    reported = t.test(model, datamodule=data)[0]["test_metric"]
+    # every node's logits from one full-graph forward (all neighbours, as the test loader samples)
+    graph = data.graph
+    model.eval()
+    with torch.no_grad():
+        logits = model.gnn(graph.x, graph.edge_index())
+    test = graph.split["test"]
+    reference = evaluate(model.evaluator, graph.y[test], logits[test])
+    values = [None, None]
+    torch.distributed.all_gather_object(values, reported)
+    return {"reported": values, "reference": reference, "test_nodes": test.numel()}
+
+
 if __name__ == "__main__":
-    result = {"modes": scenario_modes, "resume": scenario_resume, "die": scenario_die}[sys.argv[1]]()
+    result = {"modes": scenario_modes, "resume": scenario_resume, "die": scenario_die,
+              "sampled_eval": scenario_sampled_eval}[sys.argv[1]]()
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
         (OUT / "result.json").write_text(json.dumps(result))

@@ -75,3 +75,12 @@ def test_dead_rank_fails_the_others_with_a_clear_error(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "gnnkit comm: a collective failed" in proc.stderr
     assert not (tmp_path / "result.json").exists()
+
+
+def test_sampled_evaluation_covers_the_whole_split(tmp_path: Path) -> None:
+    """Each rank tests its shard of the split; the metric gathers every rank's predictions."""
+    result = run_scenario("sampled_eval", tmp_path)
+    first, second = result["reported"]
+    assert first == second, "the ranks report different test metrics"
+    # one flipped prediction at most from summation order (sampled blocks vs one full-graph forward)
+    assert abs(first - result["reference"]) <= 1.0 / result["test_nodes"] + 1e-9, result
