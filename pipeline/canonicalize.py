@@ -135,7 +135,7 @@ def canonicalize(
         arrays[f"extra.{name}"] = np.ascontiguousarray(values.reshape(n, -1)[:, 0] if values.ndim == 2 and values.shape[1] == 1 else values)
     if options.reorder != "none":
         say(f"ordering nodes ({options.reorder})")
-        arrays["extra.node_order"] = node_order(indptr, indices, options.reorder)
+        arrays["extra.node_order"] = node_order(indptr, indices, options.reorder, progress=say)
     meta = {
         "num_nodes": n,
         "num_edges": int(indices.size),

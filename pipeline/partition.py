@@ -22,7 +22,9 @@ reached. Everything is seeded, so the partition is deterministic.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -165,9 +167,18 @@ def coarsen(graph: WeightedGraph, clusters: np.ndarray) -> WeightedGraph:
 
 
 def multilevel_clusters(
-    indptr: np.ndarray, indices: np.ndarray, caps: list[int], iterations: int = ITERATIONS, seed: int = 0
+    indptr: np.ndarray, indices: np.ndarray, caps: list[int], iterations: int = ITERATIONS, seed: int = 0,
+    progress: Callable[[str], None] | None = None,
 ) -> tuple[list[np.ndarray], WeightedGraph]:
     """Cluster, contract, repeat: one clustering per cap, finest first.
+
+    Args:
+        indptr: CSR row pointer ``int64 [N+1]``.
+        indices: CSR column ids ``int64 [nnz]``.
+        caps: Cluster-size caps, finest first.
+        iterations: Most label-propagation sweeps per level.
+        seed: Seed of the first level (level ``l`` uses ``seed + l``).
+        progress: Called with a line after each level.
 
     Returns:
         ``(levels, top)``: per level, the cluster of every *node* of the input graph; and the graph
@@ -178,8 +189,12 @@ def multilevel_clusters(
                           np.ones(n))
     levels, of_node = [], np.arange(n, dtype=np.int64)
     for level, cap in enumerate(caps):
+        start = time.perf_counter()
         clusters = label_propagation(graph, cap, iterations, seed + level)
         of_node = clusters[of_node]
         levels.append(of_node)
         graph = coarsen(graph, clusters)
+        if progress is not None:
+            progress(f"partition level {level + 1}/{len(caps)}: {graph.num_nodes:,} clusters of at most {cap:,} "
+                     f"nodes ({time.perf_counter() - start:.1f}s)")
     return levels, graph

@@ -17,6 +17,8 @@ keeps its node ids, so users never see renumbered nodes.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from pipeline.partition import default_caps, multilevel_clusters
@@ -83,7 +85,8 @@ def cuthill_mckee(indptr: np.ndarray, indices: np.ndarray) -> np.ndarray:
     return np.concatenate(sequence).astype(np.int64)
 
 
-def partition_sequence(indptr: np.ndarray, indices: np.ndarray, caps: list[int] | None = None, seed: int = 0) -> np.ndarray:
+def partition_sequence(indptr: np.ndarray, indices: np.ndarray, caps: list[int] | None = None, seed: int = 0,
+                       progress: Callable[[str], None] | None = None) -> np.ndarray:
     """Nodes in partition order: by coarsest cluster (clusters in reverse Cuthill-McKee order of
     the cluster graph), then by each finer cluster, then by id.
 
@@ -92,6 +95,7 @@ def partition_sequence(indptr: np.ndarray, indices: np.ndarray, caps: list[int] 
         indices: CSR column ids ``int64 [nnz]``.
         caps: Cluster-size caps, finest first (default :func:`pipeline.partition.default_caps`).
         seed: Seed of the label propagation.
+        progress: Called with a line after each level.
 
     Returns:
         ``int64 [N]``: node ids in order.
@@ -99,13 +103,14 @@ def partition_sequence(indptr: np.ndarray, indices: np.ndarray, caps: list[int] 
     n = indptr.size - 1
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    levels, top = multilevel_clusters(indptr, indices, caps or default_caps(n), seed=seed)
+    levels, top = multilevel_clusters(indptr, indices, caps or default_caps(n), seed=seed, progress=progress)
     top_rank = np.empty(top.num_nodes, dtype=np.int64)
     top_rank[cuthill_mckee(top.indptr, top.indices)[::-1]] = np.arange(top.num_nodes)
     return np.lexsort([np.arange(n)] + levels[:-1] + [top_rank[levels[-1]]]).astype(np.int64)
 
 
-def node_order(indptr: np.ndarray, indices: np.ndarray, method: str = "rcm") -> np.ndarray:
+def node_order(indptr: np.ndarray, indices: np.ndarray, method: str = "rcm",
+               progress: Callable[[str], None] | None = None) -> np.ndarray:
     """New number of every node: ``order[v]`` is node ``v``'s position.
 
     Args:
@@ -113,6 +118,7 @@ def node_order(indptr: np.ndarray, indices: np.ndarray, method: str = "rcm") -> 
         indices: CSR column ids ``int64 [nnz]``.
         method: ``"rcm"`` (reverse Cuthill-McKee), ``"partition"`` (multi-level partition) or
             ``"none"`` (identity).
+        progress: Called with a line per stage of long methods (``"partition"``).
 
     Returns:
         ``int64 [N]``, a permutation of ``0..N-1``.
@@ -124,7 +130,7 @@ def node_order(indptr: np.ndarray, indices: np.ndarray, method: str = "rcm") -> 
     if method == "rcm":
         sequence = cuthill_mckee(indptr, indices)[::-1]
     elif method == "partition":
-        sequence = partition_sequence(indptr, indices)
+        sequence = partition_sequence(indptr, indices, progress=progress)
     else:
         raise ValueError(f"reorder: expected one of {list(REORDER_METHODS)}, got {method!r}")
     order = np.empty(n, dtype=np.int64)

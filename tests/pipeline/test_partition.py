@@ -79,7 +79,9 @@ def test_coarsen_keeps_weights():
 
 def test_multilevel_levels_nest():
     indptr, indices, _ = _planted(12, 20, seed=2)
-    levels, top = multilevel_clusters(indptr, indices, [8, 64, 256])
+    lines = []
+    levels, top = multilevel_clusters(indptr, indices, [8, 64, 256], progress=lines.append)
+    assert len(lines) == 3 and lines[0].startswith("partition level 1/3: ") and "at most 256 nodes" in lines[2]
     for fine, coarse in zip(levels, levels[1:]):  # every fine cluster lies in one coarse cluster
         pairs = np.unique(fine * (coarse.max() + 1) + coarse)
         assert pairs.size == fine.max() + 1
