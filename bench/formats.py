@@ -16,7 +16,9 @@ Per matrix and width, forward plus backward (``A @ X`` and ``A^T @ dY``):
   is "PyG") and the gather-scatter default beside them.
 
 The end-to-end part times training steps on synthetic-arxiv: GCN full-batch and GraphSAGE on
-neighbour-sampled batches, with gnnkit ``auto``, gnnkit ``csr`` and PyG's stock layers.
+neighbour-sampled batches, with gnnkit ``auto``, gnnkit with each fixed format that can win
+(``csr``, and ``native_csr`` / ``native_sell`` when the native kernels are built) and PyG's stock
+layers; ``auto_vs_best_fixed`` is the best fixed format's time over ``auto``'s.
 
 Example::
 
@@ -46,6 +48,9 @@ from gnnkit.sparse.measure import measure_formats  # noqa: E402
 from gnnkit.sparse.selector import current_selector, model_path  # noqa: E402
 
 warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
+
+#: Fixed formats the end-to-end part runs beside ``auto`` (native ones only when built).
+E2E_FIXED = ["csr", "native_csr", "native_sell"]
 
 #: Held-out matrices: kinds never in the corpus, and corpus kinds at unseen seeds and sizes.
 HELD_OUT = [
@@ -156,10 +161,31 @@ def twin_matrices(dataset: str, batch_size: int) -> list[tuple[str, Adjacency]]:
     return out
 
 
+class _TrainStep:
+    """One Adam training step of a fresh 3-layer ``model`` aggregating as ``config`` says
+    (``"pyg"``, or ``"gnnkit-<format>"`` with ``auto`` or a fixed format); same init for all."""
+
+    def __init__(self, model: str, config: str, in_dim: int, hidden: int, classes: int, cached: bool) -> None:
+        from gnnkit.models.node_gnn import NodeGNN
+
+        torch.manual_seed(0)
+        aggregation = "pyg" if config == "pyg" else "gnnkit"
+        fmt = config.removeprefix("gnnkit-") if aggregation == "gnnkit" else "auto"
+        self.net = NodeGNN(model, in_dim, hidden, classes, num_layers=3, aggregation=aggregation, format=fmt,
+                           cached=cached)
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=0.01)
+
+    def __call__(self, x: torch.Tensor, edge_index: torch.Tensor, adj: Adjacency | None, target: torch.Tensor,
+                 labels: torch.Tensor) -> None:
+        self.opt.zero_grad()
+        out = self.net(x, edge_index, adj=adj)[target]
+        torch.nn.functional.cross_entropy(out, labels).backward()
+        self.opt.step()
+
+
 def epoch_times(dataset: str, steps: int, batches: int, hidden: int) -> list[dict[str, Any]]:
-    """Training-step times of GCN full-batch and SAGE sampled: gnnkit auto / csr vs PyG."""
+    """Training-step times of GCN full-batch and SAGE sampled: gnnkit auto / fixed formats vs PyG."""
     from gnnkit.data.sampler import neighbor_loader
-    from gnnkit.models.node_gnn import NodeGNN
     from pipeline import preprocess, resolve
     from torch_geometric.data import Data
 
@@ -176,54 +202,42 @@ def epoch_times(dataset: str, steps: int, batches: int, hidden: int) -> list[dic
                              input_nodes=train, batch_size=1024, shuffle=True, seed=0)
     sampled = []
     for i, batch in enumerate(loader):  # the same batches for every configuration
-        if i == batches:
+        if i == max(batches, steps + 1):
             break
         sampled.append((batch.n_id, batch.edge_index, batch.batch_size))
     full_epoch_batches = math.ceil(train.numel() / 1024)
+    fixed = [f for f in E2E_FIXED if getattr(FORMATS[f], "selectable", lambda: True)()]
+    configs = ["gnnkit-auto"] + [f"gnnkit-{f}" for f in fixed] + ["pyg"]
     rows = []
     for model, mode in (("gcn", "full-batch"), ("sage", "sampled")):
-        times: dict[str, float] = {}
-        chosen: dict[str, Any] = {}
-        for config in ("gnnkit-auto", "gnnkit-csr", "pyg"):
-            torch.manual_seed(0)
-            aggregation = "pyg" if config == "pyg" else "gnnkit"
-            fmt = "csr" if config == "gnnkit-csr" else "auto"
-            net = NodeGNN(model, x.size(1), hidden, classes, num_layers=3, aggregation=aggregation, format=fmt,
-                          cached=mode == "full-batch")
-            opt = torch.optim.Adam(net.parameters(), lr=0.01)
-
-            def step(xb: torch.Tensor, ei: torch.Tensor, a: Adjacency | None, target: torch.Tensor,
-                     labels: torch.Tensor) -> None:
-                opt.zero_grad()
-                out = net(xb, ei, adj=a)[target]
-                torch.nn.functional.cross_entropy(out, labels).backward()
-                opt.step()
-
-            samples = []
-            if mode == "full-batch":
-                for i in range(steps + 1):  # the first step builds caches (conversions, GCN norm)
-                    start = time.perf_counter()
-                    step(x, edge_index, adj, train, y[train])
-                    if i:
-                        samples.append(time.perf_counter() - start)
-                times[config] = min(samples)
-            else:
-                for i, (n_id, ei, size) in enumerate(sampled):
-                    start = time.perf_counter()
+        steppers = {config: _TrainStep(model, config, x.size(1), hidden, classes, cached=mode == "full-batch")
+                    for config in configs}
+        samples: dict[str, list[float]] = {config: [] for config in configs}
+        # Interleaved: every configuration runs step i before any runs step i + 1, so a burst of
+        # load on the shared machine hits them alike. Step 0 builds caches and is not counted.
+        for i, (n_id, ei, size) in enumerate(sampled[:steps + 1] if mode == "full-batch" else sampled):
+            for config, run_step in steppers.items():
+                start = time.perf_counter()
+                if mode == "full-batch":
+                    run_step(x, edge_index, adj, train, y[train])
+                else:
                     a = (Adjacency.from_edge_index(ei, n_id.numel(), single_use=True)
-                         if aggregation == "gnnkit" else None)
-                    step(x[n_id], ei, a, torch.arange(size), y[n_id[:size]])
-                    if i:
-                        samples.append(time.perf_counter() - start)
-                times[config] = sorted(samples)[len(samples) // 2] * full_epoch_batches
-            if config == "gnnkit-auto":
-                chosen = net.format_report()
+                         if config != "pyg" else None)
+                    run_step(x[n_id], ei, a, torch.arange(size), y[n_id[:size]])
+                if i:
+                    samples[config].append(time.perf_counter() - start)
+        if mode == "full-batch":
+            times = {config: min(t) for config, t in samples.items()}
+        else:
+            times = {config: sorted(t)[len(t) // 2] * full_epoch_batches for config, t in samples.items()}
+        chosen = steppers["gnnkit-auto"].net.format_report()
         rows.append({"model": model, "mode": mode, "epoch_s": times, "auto_formats": chosen,
                      "auto_vs_csr": times["gnnkit-csr"] / times["gnnkit-auto"],
+                     "auto_vs_best_fixed": min(times[f"gnnkit-{f}"] for f in fixed) / times["gnnkit-auto"],
                      "auto_vs_pyg": times["pyg"] / times["gnnkit-auto"],
                      "note": ("one full-graph training step = one epoch; fastest of the steps" if mode == "full-batch"
-                              else f"median step over {batches - 1} pre-sampled batches x {full_epoch_batches} "
-                                   "batches per epoch (sampling excluded)")})
+                              else f"median step over {len(sampled) - 1} pre-sampled batches x {full_epoch_batches} "
+                                   "batches per epoch (sampling excluded)") + "; configurations interleaved step by step"})
     return rows
 
 
@@ -341,14 +355,17 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as err:
             print(f"(skipping end-to-end epoch times: {err})")
         if e2e:
+            summary["epoch_auto_vs_best_fixed"] = {f"{r['model']} {r['mode']}": round(r["auto_vs_best_fixed"], 3)
+                                                   for r in e2e}
             print("\nend-to-end epoch time (s) on", args.dataset)
-            print(f"  {'model':6s} {'mode':11s} {'gnnkit-auto':>12s} {'gnnkit-csr':>11s} {'pyg':>8s} "
-                  f"{'csr/auto':>9s} {'pyg/auto':>9s}  auto formats")
+            configs = list(e2e[0]["epoch_s"])
+            w = max(len(c) for c in configs) + 2
+            print("  " + f"{'model':6s} {'mode':11s}" + "".join(f"{c:>{w}s}" for c in configs)
+                  + f" {'best fixed/auto':>16s} {'pyg/auto':>9s}  auto formats")
             for r in e2e:
-                t = r["epoch_s"]
                 fmts = ", ".join(f"{k}:{v['forward']}/{v['backward']}@{v['width']}" for k, v in r["auto_formats"].items())
-                print(f"  {r['model']:6s} {r['mode']:11s} {t['gnnkit-auto']:12.3f} {t['gnnkit-csr']:11.3f} "
-                      f"{t['pyg']:8.3f} {r['auto_vs_csr']:9.2f} {r['auto_vs_pyg']:9.2f}  {fmts}")
+                print(f"  {r['model']:6s} {r['mode']:11s}" + "".join(f"{r['epoch_s'][c]:{w}.3f}" for c in configs)
+                      + f" {r['auto_vs_best_fixed']:16.2f} {r['auto_vs_pyg']:9.2f}  {fmts}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         meta = {"threads": torch.get_num_threads(), "torch": torch.__version__, "selector": str(model_path()),
