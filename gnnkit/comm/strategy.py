@@ -61,6 +61,7 @@ class GnnkitStrategy(DDPStrategy):
         density: Fraction of gradient elements sent by ``topk_a2a`` / ``topk_allgather``.
         gather: ``topk_a2a``'s all-gather phase: ``"auto"``, ``"dense"`` or ``"sparse"``.
         warmup_steps: Steps of dense all-reduce before a lossy mode takes over.
+        sign_error_feedback: ``signsgd`` with error feedback (Karimireddy et al., ICML 2019).
         powersgd_rank: Rank of PowerSGD's approximation.
         bucket_mb: DDP bucket (fusion) size in MiB, or ``"auto"``: binary search over measured step
             time in the first steps, then fixed.
@@ -86,6 +87,7 @@ class GnnkitStrategy(DDPStrategy):
         density: float = 0.01,
         gather: str = "auto",
         warmup_steps: int = 0,
+        sign_error_feedback: bool = False,
         powersgd_rank: int = 1,
         bucket_mb: Union[float, Literal["auto"]] = 25.0,
         tune_steps: int = 3,
@@ -111,6 +113,7 @@ class GnnkitStrategy(DDPStrategy):
             raise ValueError(f"tune_steps must be >= 1, got {tune_steps}")
         self.streams, self.density, self.gather = streams, density, gather
         self.warmup_steps, self.powersgd_rank = warmup_steps, powersgd_rank
+        self.sign_error_feedback = sign_error_feedback
         self.bucket_mb, self.tune_steps = bucket_mb, tune_steps
         self.communicator = self._make_communicator()  # validates the mode's options
         super().__init__(
@@ -138,7 +141,7 @@ class GnnkitStrategy(DDPStrategy):
             "multistream": lambda: MultiStreamAllReduce(streams=self.streams),
             "topk_a2a": lambda: TopKA2A(density=self.density, gather=self.gather),
             "topk_allgather": lambda: TopKAllGather(density=self.density),
-            "signsgd": SignSGD,
+            "signsgd": lambda: SignSGD(error_feedback=self.sign_error_feedback),
             "powersgd": lambda: PowerSGD(rank=self.powersgd_rank),
             "dear": DeAR,
         }
@@ -334,6 +337,7 @@ class GnnkitStrategy(DDPStrategy):
     def __repr__(self) -> str:
         return (f"GnnkitStrategy(comm={self.comm!r}, streams={self.streams}, density={self.density}, "
                 f"gather={self.gather!r}, warmup_steps={self.warmup_steps}, "
+                f"sign_error_feedback={self.sign_error_feedback}, "
                 f"powersgd_rank={self.powersgd_rank}, bucket_mb={self.bucket_mb!r}, "
                 f"tune_steps={self.tune_steps})")
 

@@ -122,6 +122,32 @@ def check_signsgd(rank: int) -> None:
         raise AssertionError(f"signsgd: sent {comm.bytes_sent} bytes")
 
 
+def check_signsgd_error_feedback(rank: int) -> None:
+    """Residual plus the rank's scaled sign equal gradient plus previous residual, step after
+    step, and the result is the majority vote of those accumulated signs."""
+    comm = SignSGD(error_feedback=True)
+    comm.setup(None)
+    n = 1001
+    layout = make_layout([("w", (n,))])
+    gen = torch.Generator().manual_seed(11 + rank)
+    prev = torch.zeros(n)
+    for _ in range(3):
+        grad = torch.randn(n, generator=gen)
+        acc = grad + prev
+        result = comm.launch(grad.clone(), layout).wait()
+        residual = comm.residuals.gather(layout)
+        scale = acc.abs().mean()
+        if not torch.allclose(residual + torch.sign(acc) * scale, acc, atol=1e-6):
+            raise AssertionError("signsgd error feedback: residual + scaled sign != accumulated gradient")
+        every = [torch.empty(n) for _ in range(WORLD)]
+        dist.all_gather(every, acc)
+        votes = sum(torch.where(g >= 0, 1, -1) for g in every)
+        expected = torch.sign(votes).float() * torch.stack([g.abs().mean() for g in every]).mean()
+        if not torch.allclose(result, expected, atol=1e-6):
+            raise AssertionError("signsgd error feedback: result is not the vote on the accumulated signs")
+        prev = residual
+
+
 def check_powersgd(rank: int) -> None:
     comm = PowerSGD(rank=1)
     comm.setup(None)
@@ -170,6 +196,7 @@ def run(rank: int, port: int, out: str) -> None:
         "topk_a2a_error_feedback_dense": lambda: check_error_feedback(TopKA2A(0.05, gather="dense"), rank),
         "topk_allgather_error_feedback": lambda: check_error_feedback(TopKAllGather(0.05), rank),
         "signsgd_majority_vote": lambda: check_signsgd(rank),
+        "signsgd_error_feedback": lambda: check_signsgd_error_feedback(rank),
         "powersgd_low_rank": lambda: check_powersgd(rank),
     }
     for name, check in checks.items():
