@@ -12,7 +12,11 @@ Variants, timed side by side (round-robin, median of rounds) on the same batches
 * ``TT plain``: every row contracts its own core slices (TT-Rec's lookup without reuse);
 * gnnkit's TT with each optimisation switched on in turn: ``+dedup``, ``+prefix reuse``, ``+hot
   cache`` (FALCON-style, highest-degree nodes; invalidated before every training step, as an
-  optimizer step would), ``+reorder`` (reverse Cuthill-McKee node order from the cache entry).
+  optimizer step would), ``+reorder`` (graph-aware node order from the cache entry, ``--reorder``:
+  multi-level partition by default, or reverse Cuthill-McKee);
+* when the native kernels are built (:mod:`gnnkit.native`): ``native fused``, the same dedup and
+  prefix reuse fused into one C++ kernel (what :class:`~gnnkit.tt.TTEmbedding` runs for tables
+  without a hot-row cache), and ``native fused +reorder``.
 
 ``train`` is forward + backward (rows/s), ``eval`` forward only without gradients. Every TT variant
 is checked against its own plain lookup on the first batch before timing. With ``--full-report``
@@ -38,12 +42,14 @@ from torch import Tensor, nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gnnkit.data.sampler import neighbor_loader  # noqa: E402
+from gnnkit.native import loader as native_loader  # noqa: E402
 from gnnkit.tt import TTConfig, TTEmbedding, auto_config  # noqa: E402
 from pipeline import preprocess, resolve  # noqa: E402
 from pipeline.reorder import prefix_sharing  # noqa: E402
 from torch_geometric.data import Data  # noqa: E402
 
 TT_STEPS = ["TT plain", "+dedup", "+prefix reuse", "+hot cache", "+reorder"]
+NATIVE_STEPS = ["native fused", "native fused +reorder"]
 
 
 def sample_batches(graph: Any, count: int, batch_size: int, fanout: list[int], seed: int) -> dict[str, list[Tensor]]:
@@ -90,13 +96,17 @@ def build_variants(num_nodes: int, dim: int, compression: float, hot_rows: int, 
         "+hot cache": _tt(cfg(), cores, hot=hot),
         "+reorder": _tt(cfg(), cores, order=order, hot=hot),
     }
+    if native_loader.available():  # hot_rows=0: TTEmbedding takes the fused kernel
+        fused = TTConfig(base.num_embeddings, base.p_shapes, base.q_shapes, base.ranks, hot_rows=0)
+        variants["native fused"] = _tt(fused, cores)
+        variants["native fused +reorder"] = _tt(fused, cores, order=order)
     return variants, base
 
 
 def check_variants(variants: dict[str, nn.Module], batch: Tensor) -> None:
     """Each TT variant's lookup equals its plain per-row lookup (values, and gradients of the cores)."""
     g = torch.randn(batch.numel(), variants["TT plain"].embedding_dim, generator=torch.Generator().manual_seed(1))
-    for name in TT_STEPS:
+    for name in tt_variants(variants):
         emb = variants[name]
         for fast in (True, False):
             for p in emb.parameters():
@@ -109,6 +119,11 @@ def check_variants(variants: dict[str, nn.Module], batch: Tensor) -> None:
         torch.testing.assert_close(got, out.detach(), rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
         for a, b in zip(got_grads, grads):
             torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4, msg=lambda m: f"{name} gradient: {m}")
+
+
+def tt_variants(variants: dict[str, nn.Module]) -> list[str]:
+    """Names of the TT variants present, in table order."""
+    return [name for name in TT_STEPS + NATIVE_STEPS if name in variants]
 
 
 def _step(emb: nn.Module, idx: Tensor, grad: Tensor, train: bool) -> None:
@@ -187,6 +202,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--dim", type=int, default=100)
     parser.add_argument("--compression", type=float, default=1000.0)
     parser.add_argument("--hot-rows", type=int, default=16384)
+    parser.add_argument("--reorder", default="partition", choices=["partition", "rcm"],
+                        help="node order of the +reorder variants")
     parser.add_argument("--batches", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=1024)
@@ -200,14 +217,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.manual_seed(0)
 
     spec = resolve(args.dataset)
-    graph = preprocess(spec, spec.preprocess.replace(reorder="rcm")).open()
+    graph = preprocess(spec, spec.preprocess.replace(reorder=args.reorder)).open()
     order = graph.extra["node_order"].clone()
     batches = sample_batches(graph, args.batches, args.batch_size, args.fanout, seed=0)
     variants, config = build_variants(graph.num_nodes, args.dim, args.compression, args.hot_rows, graph.degree(), order)
     check_variants(variants, batches["nodes"][0][:20000])
     ip, ix = graph.indptr.numpy(), graph.indices.numpy()
     sharing = {"identity": prefix_sharing(ip, ix, config.p_shapes[-1]),
-               "rcm": prefix_sharing(ip, ix, config.p_shapes[-1], order.numpy())}
+               args.reorder: prefix_sharing(ip, ix, config.p_shapes[-1], order.numpy())}
 
     results: dict[str, Any] = {}
     for workload in args.workloads:
@@ -229,7 +246,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"\n{args.dataset}: {graph.num_nodes:,} nodes x {args.dim}; TT p={config.p_shapes} q={config.q_shapes} "
           f"ranks={config.ranks}: {config.num_params:,} parameters, {config.compression:.0f}x compression; "
           f"hot rows {args.hot_rows:,}; edges sharing a last-level TT prefix: identity {sharing['identity']:.4f}, "
-          f"rcm {sharing['rcm']:.4f}")
+          f"{args.reorder} {sharing[args.reorder]:.4f}")
     for workload, res in results.items():
         print(f"\n[{workload}] {args.batches} sampled batches (batch {args.batch_size}, fan-out {args.fanout}), "
               f"{res['rows_per_batch']:,} rows/batch ({res['unique_per_batch']:,} distinct)")
@@ -239,7 +256,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   f"{row['train_vs_embedding']:>10.3f}x{row['memory_mb']:>11.2f}")
 
     main_rows = results[args.workloads[0]]["variants"]
-    ours = max(TT_STEPS[1:], key=lambda n: main_rows[n]["train_rows_s"])
+    ours = max(tt_variants(main_rows)[1:], key=lambda n: main_rows[n]["train_rows_s"])
     acc_full, acc_tt = _read_acc(args.full_report), _read_acc(args.tt_report)
     summary = {
         "compression": round(config.compression, 1),
