@@ -53,8 +53,8 @@ class WeightedGraph:
 
 
 def default_caps(num_nodes: int, levels: int = 3) -> list[int]:
-    """Cluster-size caps ``b, b^2, ..., b^levels / ...`` with ``b = ceil(num_nodes ** (1/3))``:
-    the block sizes of a three-core TT table's digits, topped by a level of ``8 b^2`` for ordering."""
+    """Cluster-size caps ``[b, b^2, 8 b^2][:levels]`` with ``b = ceil(num_nodes ** (1/3))``: the
+    block sizes of a three-core TT table's digits, topped by a coarser level for the ordering."""
     b = max(2, math.ceil(num_nodes ** (1.0 / 3.0) - 1e-9))
     caps = [b, b * b, 8 * b * b]
     return caps[:levels]
