@@ -140,7 +140,8 @@ def label_propagation(graph: WeightedGraph, cap: float, iterations: int = ITERAT
         room = mine | (size[lab] + graph.node_weights[node] <= cap)
         best = _best_per_node(node, np.where(room, score, -np.inf))
         best = best[room[best]]  # the best label with room, for nodes that have one
-        moving = (lab[best] != label[node[best]]) & (score[best] > own[node[best]]) & (rng.random(best.size) < 0.5)
+        moving = ((lab[best] != label[node[best]]) & (score[best] > own[node[best]])
+                  & (rng.random(best.size) < 0.5))  # a random half moves: no endless swaps
         movers, targets = node[best[moving]], lab[best[moving]]
         admitted = _admit(movers, targets, graph, size, cap, rng)
         movers, targets = movers[admitted], targets[admitted]
