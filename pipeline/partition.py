@@ -146,7 +146,8 @@ def label_propagation(graph: WeightedGraph, cap: float, iterations: int = ITERAT
         admitted = _admit(movers, targets, graph, size, cap, rng)
         movers, targets = movers[admitted], targets[admitted]
         moved = graph.node_weights[movers]
-        size += np.bincount(targets, weights=moved, minlength=n) - np.bincount(label[movers], weights=moved, minlength=n)
+        size += np.bincount(targets, weights=moved, minlength=n)
+        size -= np.bincount(label[movers], weights=moved, minlength=n)
         label[movers] = targets
         if movers.size < SETTLED * n:
             break
