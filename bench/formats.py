@@ -333,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=6, help="sampled batches per configuration")
     parser.add_argument("--hidden", type=int, default=128, help="hidden width of the end-to-end models")
     parser.add_argument("--no-e2e", action="store_true", help="skip the end-to-end epoch times")
-    parser.add_argument("--e2e-only", action="store_true", help="only the end-to-end epoch times")
+    parser.add_argument("--e2e-only", action="store_true",
+                        help="only the end-to-end epoch times (an existing --json keeps its matrix rows)")
     parser.add_argument("--quick", action="store_true", help="held-out synthetic matrices at 1/10 size")
     args = parser.parse_args(argv)
 
@@ -342,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
           f"threads {torch.get_num_threads()}")
     rows: list[dict[str, Any]] = []
     summary: dict[str, Any] = {}
+    if args.e2e_only and args.json and args.json.is_file():  # keep the matrix part of an earlier run
+        previous = json.loads(args.json.read_text())
+        rows, summary = previous.get("rows", []), previous.get("summary", {})
     if not args.e2e_only:
         rows = bench_matrices(args)
         summary = summarise(rows)
@@ -370,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         meta = {"threads": torch.get_num_threads(), "torch": torch.__version__, "selector": str(model_path()),
                 "selector_meta": selector.meta, "widths": args.widths, "repeats": args.repeats,
-                "quick": args.quick, "loadavg_at_end": os.getloadavg()}
+                "quick": args.quick, "e2e_steps": args.steps, "e2e_batches": args.batches,
+                "loadavg_at_end": os.getloadavg()}
         args.json.write_text(json.dumps({"summary": summary, "rows": rows, "end_to_end": e2e, "meta": meta},
                                         indent=2, default=float) + "\n")
         print(f"\nwrote {args.json}")

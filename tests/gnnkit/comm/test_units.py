@@ -97,8 +97,12 @@ def test_registry_and_resolver() -> None:
 def test_strategy_repr_and_options() -> None:
     s = GnnkitStrategy(comm="topk_a2a", density=0.05, bucket_mb="auto")
     assert repr(s) == ("GnnkitStrategy(comm='topk_a2a', streams=2, density=0.05, gather='auto', "
-                       "warmup_steps=0, powersgd_rank=1, bucket_mb='auto', tune_steps=3)")
+                       "warmup_steps=0, sign_error_feedback=False, powersgd_rank=1, bucket_mb='auto', "
+                       "tune_steps=3)")
     assert repr(s.communicator) == "TopKA2A(density=0.05, gather='auto')"
+    signs = GnnkitStrategy(comm="signsgd", sign_error_feedback=True).communicator
+    assert signs.error_feedback and repr(signs) == "SignSGD(error_feedback=True)"
+    assert repr(GnnkitStrategy(comm="signsgd").communicator) == "SignSGD()"
     assert repr(MultiStreamAllReduce(streams=4)) == "MultiStreamAllReduce(streams=4, min_part_kb=256.0)"
     assert repr(PowerSGD(rank=2)) == "PowerSGD(rank=2, seed=0)"
     assert s._ddp_kwargs["bucket_cap_mb"] == 1.0
