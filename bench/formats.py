@@ -214,9 +214,12 @@ def epoch_times(dataset: str, steps: int, batches: int, hidden: int) -> list[dic
                     for config in configs}
         samples: dict[str, list[float]] = {config: [] for config in configs}
         # Interleaved: every configuration runs step i before any runs step i + 1, so a burst of
-        # load on the shared machine hits them alike. Step 0 builds caches and is not counted.
+        # load on the shared machine hits them alike; the order rotates every step, so no
+        # configuration always follows the same one (allocator and cache state). Step 0 builds
+        # caches and is not counted.
         for i, (n_id, ei, size) in enumerate(sampled[:steps + 1] if mode == "full-batch" else sampled):
-            for config, run_step in steppers.items():
+            for config in configs[i % len(configs):] + configs[:i % len(configs)]:
+                run_step = steppers[config]
                 start = time.perf_counter()
                 if mode == "full-batch":
                     run_step(x, edge_index, adj, train, y[train])
@@ -237,7 +240,7 @@ def epoch_times(dataset: str, steps: int, batches: int, hidden: int) -> list[dic
                      "auto_vs_pyg": times["pyg"] / times["gnnkit-auto"],
                      "note": ("one full-graph training step = one epoch; fastest of the steps" if mode == "full-batch"
                               else f"median step over {len(sampled) - 1} pre-sampled batches x {full_epoch_batches} "
-                                   "batches per epoch (sampling excluded)") + "; configurations interleaved step by step"})
+                                   "batches per epoch (sampling excluded)") + "; configurations interleaved step by step, order rotating"})
     return rows
 
 
