@@ -206,7 +206,7 @@ def epoch_times(dataset: str, steps: int, batches: int, hidden: int) -> list[dic
             break
         sampled.append((batch.n_id, batch.edge_index, batch.batch_size))
     full_epoch_batches = math.ceil(train.numel() / 1024)
-    fixed = [f for f in E2E_FIXED if getattr(FORMATS[f], "selectable", lambda: True)()]
+    fixed = [f for f in E2E_FIXED if FORMATS[f].selectable()]
     configs = ["gnnkit-auto"] + [f"gnnkit-{f}" for f in fixed] + ["pyg"]
     rows = []
     for model, mode in (("gcn", "full-batch"), ("sage", "sampled")):

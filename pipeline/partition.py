@@ -60,17 +60,17 @@ def default_caps(num_nodes: int, levels: int = 3) -> list[int]:
     return caps[:levels]
 
 
-def label_weights(graph: WeightedGraph, label: np.ndarray, rows: np.ndarray | None = None
+def label_weights(graph: WeightedGraph, label: np.ndarray, rows: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Edge weight from every node to every label among its neighbours (``rows``: the graph's
-    :meth:`~WeightedGraph.rows`, if already at hand).
+    :meth:`~WeightedGraph.rows`, computed once per level by the caller).
 
     Returns:
         ``(node, label, weight)``, one entry per distinct (node, neighbour label) pair, sorted by
         node then label.
     """
     n = graph.num_nodes
-    key = (graph.rows() if rows is None else rows) * n + label[graph.indices]
+    key = rows * n + label[graph.indices]
     if graph.weights is None:  # unit weights: counts are run lengths of the sorted keys
         key.sort()
         starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1]))) if key.size else key
@@ -89,12 +89,18 @@ def _first_per_group(group: np.ndarray) -> np.ndarray:
     return np.flatnonzero(first)
 
 
+def _runs(group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(starts, run)`` of a sorted ``group`` array: where each run of equal values starts, and
+    the run number of every position."""
+    starts = _first_per_group(group)
+    return starts, np.repeat(np.arange(starts.size), np.diff(np.append(starts, group.size)))
+
+
 def _best_per_node(node: np.ndarray, score: np.ndarray) -> np.ndarray:
     """Position of the highest ``score`` of every run of equal ``node`` (sorted), the first on a
     tie; linear time, no sort."""
-    starts = _first_per_group(node)
+    starts, run = _runs(node)
     best = np.maximum.reduceat(score, starts) if starts.size else score
-    run = np.repeat(np.arange(starts.size), np.diff(np.append(starts, node.size)))
     top = np.flatnonzero(score == best[run])
     return top[_first_per_group(node[top])]
 
@@ -106,9 +112,8 @@ def _admit(nodes: np.ndarray, targets: np.ndarray, graph: WeightedGraph, size: n
     order = np.lexsort((rng.random(nodes.size), targets))
     weight = graph.node_weights[nodes[order]]
     cum = np.cumsum(weight)
-    starts = _first_per_group(targets[order])
-    group = np.repeat(np.arange(starts.size), np.diff(np.append(starts, order.size)))
-    incoming = cum - (cum[starts] - weight[starts])[group]
+    starts, run = _runs(targets[order])
+    incoming = cum - (cum[starts] - weight[starts])[run]
     admitted = np.empty(nodes.size, dtype=bool)
     admitted[order] = size[targets[order]] + incoming <= cap
     return admitted

@@ -87,7 +87,7 @@ def measure_formats(
         ``{format: FormatTiming}`` for the applicable formats (native ones only when built).
     """
     names = [n for n in (list(FORMATS) if formats is None else formats)
-             if FORMATS[n].applicable(adj) and getattr(FORMATS[n], "selectable", lambda: True)()]  # unbuilt native: no
+             if FORMATS[n].applicable(adj) and FORMATS[n].selectable()]  # unbuilt native: no
     x = torch.randn(adj.num_cols, width, generator=torch.Generator().manual_seed(seed))
     adj.rows()
     adj.t()

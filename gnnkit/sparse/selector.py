@@ -142,9 +142,7 @@ def usable(fmt: Any, adj: Adjacency) -> bool:
     """Whether the selector may pick ``fmt`` for ``adj``: it holds the matrix, needs no
     conversion if the matrix is single-use, and is selectable here (native formats: only when
     their kernels are built)."""
-    selectable = getattr(fmt, "selectable", None)
-    return (fmt.applicable(adj) and (fmt.conversion_free or not adj.single_use)
-            and (selectable is None or selectable()))
+    return fmt.applicable(adj) and (fmt.conversion_free or not adj.single_use) and fmt.selectable()
 
 
 def calibrated_path() -> Path:

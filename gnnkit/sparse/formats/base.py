@@ -69,6 +69,10 @@ class SpmmFormat(ABC):
         """Whether this format can hold ``adj`` at a sensible memory cost."""
         return True
 
+    def selectable(self) -> bool:
+        """Whether the selector (and labelling) may use this format on this machine."""
+        return True
+
     @abstractmethod
     def convert(self, adj: Adjacency, dtype: torch.dtype) -> Any:
         """Build this format's representation of ``adj`` with values of ``dtype``."""
