@@ -17,6 +17,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger
 
+from gnnkit.allocator import retain_freed_memory
 from gnnkit.data.datamodule import GraphDataModule
 from gnnkit.module import NodeClassifier
 from gnnkit.report import EpochTimer, write_report
@@ -88,6 +89,7 @@ def run(recipe: str, overrides: list[str]) -> dict[str, Any]:
         overrides: LightningCLI arguments (``--trainer.max_epochs 5``), plus ``--run_dir PATH``.
     """
     setup_logging()
+    retain_freed_memory()
     run_dir, overrides = _split_run_dir(overrides)
     if run_dir is None:
         run_dir = Path("runs") / f"{Path(recipe).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
