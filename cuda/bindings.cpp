@@ -56,8 +56,13 @@ std::vector<at::Tensor> tt_backward(const at::Tensor& grad, const at::Tensor& c0
                        tt_backward_cuda(grad, c0, c1, c2, perm, seg, uniq, group, level));
 }
 
+std::vector<at::Tensor> select_magnitude(const at::Tensor& x, double threshold) {
+  // CPU only: gnnkit.comm.sparse keeps GPU tensors on its PyTorch path.
+  return select_magnitude_cpu(x, threshold);
+}
+
 std::vector<std::string> kernels() {
-  std::vector<std::string> names{"spmm_csr", "spmm_sell", "sample_neighbors", "tt_lookup"};
+  std::vector<std::string> names{"spmm_csr", "spmm_sell", "sample_neighbors", "tt_lookup", "select_magnitude"};
 #ifdef GNNKIT_WITH_CUDA
   for (const char* n : {"spmm_csr_cuda", "spmm_sell_cuda", "sample_neighbors_cuda", "tt_lookup_cuda"}) names.push_back(n);
 #endif
@@ -74,5 +79,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("sample_neighbors", &gnnkit::sample_neighbors, "uniform multi-hop neighbour sampling");
   m.def("tt_forward", &gnnkit::tt_forward, "fused 3-core TT lookup with prefix reuse");
   m.def("tt_backward", &gnnkit::tt_backward, "gradients of the fused TT lookup");
+  m.def("select_magnitude", &gnnkit::select_magnitude, "elements with |x| >= threshold, with their indices");
   m.def("kernels", &gnnkit::kernels, "names of the kernels in this build");
 }

@@ -44,4 +44,7 @@ std::vector<at::Tensor> tt_backward_cpu(const at::Tensor& grad, const at::Tensor
                                         const at::Tensor& uniq, const at::Tensor& group,
                                         const at::Tensor& level);
 
+// Elements of 1-D float32 x with |x| >= threshold: (indices int64 [m], values [m]), in index order.
+std::vector<at::Tensor> select_magnitude_cpu(const at::Tensor& x, double threshold);
+
 }  // namespace gnnkit

@@ -7,6 +7,9 @@ import math
 import torch
 from torch import Tensor
 
+from gnnkit import native
+from gnnkit.native import ops as native_ops
+
 
 def topk_count(numel: int, density: float) -> int:
     """How many elements a top-k at ``density`` keeps of ``numel`` (at least one of a non-empty)."""
@@ -26,8 +29,10 @@ def topk_indices(x: Tensor, k: int, scratch: Tensor | None = None) -> Tensor:
 
     Exact, but faster than ``torch.topk`` on long CPU tensors: a strided sample of ``|x|`` gives a
     threshold that about ``2k`` elements pass; ``torch.topk`` then runs on those candidates only.
-    If fewer than ``k`` pass (an unlucky sample), it falls back to ``torch.topk`` on all of ``x``.
-    Among equal magnitudes the choice may differ from ``torch.topk``'s; the selected magnitudes do not.
+    The candidates come from one pass of the native ``select_magnitude`` kernel on float32 CPU
+    tensors when it is built, else from PyTorch ops. If fewer than ``k`` pass (an unlucky sample),
+    it falls back to ``torch.topk`` on all of ``x``. Among equal magnitudes the choice may differ
+    from ``torch.topk``'s; the selected magnitudes do not.
 
     Args:
         x: 1-D values.
@@ -38,16 +43,27 @@ def topk_indices(x: Tensor, k: int, scratch: Tensor | None = None) -> Tensor:
     n = x.numel()
     if k >= n:
         return torch.arange(n, device=x.device)
-    magnitude = torch.abs(x, out=scratch[:n]) if scratch is not None else x.abs()
     if n >= FAST_TOPK_MIN and 8 * k < n:
         stride = max(1, n // _SAMPLE)
-        sample = magnitude[::stride]
+        sample = x[::stride].abs()
         rank = min(sample.numel(), 2 * k * sample.numel() // n + 8)
         threshold = torch.topk(sample, rank, sorted=True).values[-1]
-        candidates = (magnitude >= threshold).nonzero().flatten()
-        if candidates.numel() >= k:
-            return candidates[torch.topk(magnitude[candidates], k, sorted=False).indices]
+        candidates = _candidates(x, threshold, scratch)
+        if candidates is not None and candidates[0].numel() >= k:
+            indices, magnitude = candidates
+            return indices[torch.topk(magnitude, k, sorted=False).indices]
+    magnitude = torch.abs(x, out=scratch[:n]) if scratch is not None else x.abs()
     return torch.topk(magnitude, k, sorted=False).indices
+
+
+def _candidates(x: Tensor, threshold: Tensor, scratch: Tensor | None) -> tuple[Tensor, Tensor] | None:
+    """Indices and magnitudes of the elements of ``x`` with ``|x| >= threshold``."""
+    if x.device.type == "cpu" and x.dtype == torch.float32 and native.available():
+        indices, values = native_ops.select_magnitude(x, float(threshold))
+        return indices, values.abs()
+    magnitude = torch.abs(x, out=scratch[:x.numel()]) if scratch is not None else x.abs()
+    indices = (magnitude >= threshold).nonzero().flatten()
+    return indices, magnitude[indices]
 
 
 def scratch_of(flat: Tensor) -> Tensor | None:

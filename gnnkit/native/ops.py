@@ -3,7 +3,8 @@
 * :func:`spmm` / :func:`spmm_sell`: ``A @ X`` (sum or row mean) over CSR or SELL-C-sigma, with the
   backward pass multiplying by the transpose;
 * :func:`sample_neighbors`: one multi-hop uniform neighbour sample;
-* :func:`tt_lookup`: the fused three-core TT lookup and its gradients.
+* :func:`tt_lookup`: the fused three-core TT lookup and its gradients;
+* :func:`select_magnitude`: the elements of a gradient at or above a magnitude threshold.
 """
 
 from __future__ import annotations
@@ -189,6 +190,14 @@ def tt_lookup(cores: Sequence[Tensor], rows: Tensor) -> Tensor:
     if not tt_supported(cores):
         raise ValueError("tt_lookup: needs exactly three 4-D float cores on one device with one dtype")
     return _TTLookup.apply(rows.reshape(-1), *cores)
+
+
+# -- magnitude selection ----------------------------------------------------------------------------
+def select_magnitude(x: Tensor, threshold: float) -> tuple[Tensor, Tensor]:
+    """Indices (int64, ascending) and values of the elements of 1-D float32 CPU ``x`` with
+    ``|x| >= threshold``, in one pass (the candidate step of :func:`gnnkit.comm.sparse.topk_indices`)."""
+    indices, values = _module().select_magnitude(x, float(threshold))
+    return indices, values
 
 
 def sample_from_nodes(sampler: Any, seed_nodes: Tensor, generator: torch.Generator | None, local: Tensor,

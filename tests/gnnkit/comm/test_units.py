@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from lightning.pytorch.strategies import StrategyRegistry
@@ -132,8 +134,18 @@ def test_recipes_build_their_strategy() -> None:
         assert strategy.comm == recipe.stem[5:]
 
 
+@pytest.mark.parametrize("use_native", [True, False], ids=["native", "pytorch"])
 @pytest.mark.parametrize("kind", ["normal", "ties", "sparse", "sorted"])
-def test_fast_topk_matches_torch_topk(kind: str) -> None:
+def test_fast_topk_matches_torch_topk(kind: str, use_native: bool) -> None:
+    from gnnkit import native
+
+    if use_native and not native.available():
+        pytest.skip("native kernels not built here")
+    with contextlib.nullcontext() if use_native else native.disabled():
+        _check_fast_topk(kind)
+
+
+def _check_fast_topk(kind: str) -> None:
     n, k = 300_000, 1500
     gen = torch.Generator().manual_seed(3)
     x = {"normal": torch.randn(n, generator=gen),
