@@ -5,7 +5,9 @@ Networks", LCPC 2021 <https://arxiv.org/abs/2111.00352>, a model trained offline
 timings maps cheap matrix features (:mod:`gnnkit.sparse.features`) to a storage format. gnnkit's
 model is cost-sensitive: a multi-output tree ensemble predicts, for every format, the log of its
 time relative to the fastest one (forward or backward product, conversion amortised), and the
-selector takes the smallest prediction among the formats that can hold the matrix.
+selector takes the smallest prediction among the formats that can hold the matrix. For matrices
+that serve many steps, :func:`choose_format` then times the pick against a runner-up predicted
+almost as fast, on the matrix itself, and keeps the faster.
 
 Model files are JSON (:meth:`Selector.save` / :meth:`Selector.load`), never pickle. The selector in
 use is, in order: the one set with :func:`set_selector`; the file named by ``$GNNKIT_SELECTOR``;
@@ -16,6 +18,7 @@ shipped with the package (``selector_model.json``).
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,14 @@ from gnnkit.sparse.adjacency import Adjacency
 from gnnkit.sparse.features import FEATURE_NAMES, feature_vector, matrix_features, transposed_features
 from gnnkit.sparse.forest import TreeEnsemble
 from gnnkit.sparse.formats import FORMATS
+from gnnkit.sparse.measure import best_format, measure_formats
+
+#: ``"auto"`` times the model's pick against the runner-up on the matrix itself when the runner-up's
+#: predicted cost is within this factor (see :func:`choose_format`).
+VERIFY_WITHIN = 1.5
+#: Timed rounds (after one warm-up) of that comparison.
+VERIFY_ROUNDS = 3
+VERIFY_ENV = "GNNKIT_SPMM_VERIFY"
 
 MODEL_KIND = "gnnkit-spmm-selector"
 MODEL_VERSION = 1
@@ -75,13 +86,18 @@ class Selector:
         costs = self.ensemble.predict(vector)
         return {name: float(c) for name, c in zip(self.formats, costs) if name in FORMATS}
 
-    def rank(self, adj: Adjacency, width: int, transpose: bool = False,
-             threads: int | None = None) -> list[tuple[str, float]]:
-        """``(format, predicted cost)`` for every format that can hold ``adj``, best first."""
+    def costs(self, adj: Adjacency, width: int, transpose: bool = False,
+              threads: int | None = None) -> dict[str, float]:
+        """Predicted log relative cost of every known format for ``adj`` (or ``adj^T``) at ``width``."""
         feats = matrix_features(adj)
         if transpose:
             feats = transposed_features(feats)
-        costs = self.predict_costs(feature_vector(feats, width, threads))
+        return self.predict_costs(feature_vector(feats, width, threads))
+
+    def rank(self, adj: Adjacency, width: int, transpose: bool = False,
+             threads: int | None = None) -> list[tuple[str, float]]:
+        """``(format, predicted cost)`` for every format that can hold ``adj``, best first."""
+        costs = self.costs(adj, width, transpose, threads)
         ranked = [(n, c) for n, c in costs.items() if usable(FORMATS[n], adj)]
         return sorted(ranked, key=lambda item: item[1])
 
@@ -91,10 +107,7 @@ class Selector:
         Applicability is checked in predicted order, so a format's check (BSR counts its
         blocks) runs only when that format would otherwise be chosen.
         """
-        feats = matrix_features(adj)
-        if transpose:
-            feats = transposed_features(feats)
-        costs = self.predict_costs(feature_vector(feats, width, threads))
+        costs = self.costs(adj, width, transpose, threads)
         return self.pick(costs, lambda name: usable(FORMATS[name], adj))
 
     # -- JSON ----------------------------------------------------------------------------------
@@ -183,6 +196,35 @@ def current_selector() -> Selector:
     return _loaded[path]
 
 
-def choose_format(adj: Adjacency, width: int, transpose: bool = False) -> str:
-    """The selector's format for ``adj @ X`` (or ``adj^T @ X``) with ``X`` of width ``width``."""
-    return current_selector().select(adj, width, transpose)
+def choose_format(adj: Adjacency, width: int, transpose: bool = False, verify: bool | None = None) -> str:
+    """The format for ``adj @ X`` (or ``adj^T @ X``) with ``X`` of width ``width``.
+
+    The selector's model picks. For a matrix that serves many steps (not ``single_use``), when the
+    runner-up's predicted cost is within a factor :data:`VERIFY_WITHIN` of the pick's, both are
+    timed on this very matrix (a few products with a random ``X``, conversion amortised as in the
+    labels) and the faster is kept, as cuDNN's benchmark mode times its candidate algorithms. It
+    settles the close calls where the model's training labels were within noise of each other,
+    once per matrix and width, for a few products' time. Single-use matrices (sampled blocks) keep
+    the model's pick: one product could not repay a measurement.
+
+    Args:
+        adj: The matrix.
+        width: Feature width.
+        transpose: Choose for ``adj^T`` (the backward pass).
+        verify: Time close calls (default: on unless ``$GNNKIT_SPMM_VERIFY`` is ``0``; off gives
+            the model's pick alone, the same on every run).
+    """
+    selector = current_selector()
+    costs = selector.costs(adj, width, transpose)
+    pick = selector.pick(costs, lambda name: usable(FORMATS[name], adj))
+    if verify is None:
+        verify = os.environ.get(VERIFY_ENV, "1").strip() != "0"
+    if not verify or adj.single_use or adj.nnz == 0 or pick not in costs:
+        return pick
+    rivals = sorted((c, n) for n, c in costs.items()
+                    if n != pick and c - costs[pick] <= math.log(VERIFY_WITHIN) and usable(FORMATS[n], adj))
+    if not rivals:
+        return pick
+    timings = measure_formats(adj.t() if transpose else adj, width, [pick, rivals[0][1]],
+                              repeats=VERIFY_ROUNDS, min_seconds=0.0)
+    return best_format(timings) if timings else pick

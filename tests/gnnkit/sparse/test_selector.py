@@ -10,7 +10,7 @@ from gnnkit.sparse.calibrate import fit_selector, label_corpus, selection_qualit
 from gnnkit.sparse.corpus import GENERATORS, MatrixSpec, sample_specs
 from gnnkit.sparse.features import FEATURE_NAMES
 from gnnkit.sparse.forest import TreeEnsemble
-from gnnkit.sparse.selector import SHIPPED_MODEL, Selector, current_selector, set_selector
+from gnnkit.sparse.selector import SHIPPED_MODEL, Selector, choose_format, current_selector, set_selector
 
 
 def stump(feature: int, threshold: float, low: list[float], high: list[float]) -> dict:
@@ -94,6 +94,28 @@ def test_single_use_matrices_only_get_conversion_free_formats():
     one_off.single_use = True
     assert selector.select(one_off, 16) == "segment" and selector.select(one_off, 16, transpose=True) == "segment"
     assert [name for name, _ in selector.rank(one_off, 16)] == ["segment", "csr"]
+
+
+def test_close_calls_are_timed_on_the_matrix(monkeypatch):
+    # gather-scatter predicted a little cheaper than CSR; on the matrix CSR is several times faster
+    formats = ["csr", "gather_scatter"]
+    close = Selector(TreeEnsemble([stump(0, 1e12, [0.1, 0.0], [0.1, 0.0])], len(FEATURE_NAMES), 2), formats)
+    far = Selector(TreeEnsemble([stump(0, 1e12, [2.0, 0.0], [2.0, 0.0])], len(FEATURE_NAMES), 2), formats)
+    spec = MatrixSpec("rmat", 20000, 20000, 8, 0)
+    adj, one_off = spec.build(), spec.build()
+    one_off.single_use = True
+    set_selector(close)
+    try:
+        assert choose_format(adj, 64, verify=False) == "gather_scatter"
+        assert choose_format(adj, 64) == "csr" and choose_format(adj, 64, transpose=True) == "csr"
+        assert choose_format(one_off, 64) == "gather_scatter"  # one product cannot repay a measurement
+        monkeypatch.setenv("GNNKIT_SPMM_VERIFY", "0")
+        assert choose_format(adj, 64) == "gather_scatter"
+        monkeypatch.delenv("GNNKIT_SPMM_VERIFY")
+        set_selector(far)  # the runner-up is predicted e^2 = 7.4x slower: the model decides alone
+        assert choose_format(adj, 64) == "gather_scatter"
+    finally:
+        set_selector(None)
 
 
 def test_model_file_round_trip_and_environment_override(tmp_path, monkeypatch):
