@@ -9,7 +9,9 @@ Per matrix and width, forward plus backward (``A @ X`` and ``A^T @ dY``):
 
 - every format's time (the same format in both passes; product + conversion / 100, measured
   interleaved, fastest of the rounds, by :func:`gnnkit.sparse.measure.measure_formats`);
-- ``selected``: the selector's forward and backward formats; ``oracle``: the best format of each
+- ``selected``: ``auto``'s forward and backward formats (the model's pick, close calls timed on
+  the matrix, see :func:`gnnkit.sparse.selector.choose_format`); ``predicted``: the model's pick
+  alone (``model/orc`` in the table); ``oracle``: the best format of each
   pass; ``csr``: gnnkit's CSR with cached transpose (the strong always-CSR baseline);
 - PyG, timed end to end with autograd against gnnkit's ``spmm`` with the selected formats:
   ``EdgeIndex.matmul`` and ``torch.sparse.mm`` on a CSR tensor (PyG's fast paths; the best of them
@@ -41,11 +43,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gnnkit.allocator import retain_freed_memory  # noqa: E402
 from gnnkit.sparse import Adjacency, plan, spmm  # noqa: E402
 from gnnkit.sparse.corpus import MatrixSpec  # noqa: E402
 from gnnkit.sparse.formats import FORMATS  # noqa: E402
 from gnnkit.sparse.measure import measure_formats  # noqa: E402
-from gnnkit.sparse.selector import current_selector, model_path  # noqa: E402
+from gnnkit.sparse.selector import choose_format, current_selector, model_path  # noqa: E402
 
 warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
 
@@ -114,7 +117,10 @@ def bench_matrix(name: str, adj: Adjacency, width: int, repeats: int) -> dict[st
     bwd = measure_formats(adj.t(), width, repeats=repeats)
     cost_f = {n: t.cost() for n, t in fwd.items()}
     cost_b = {n: t.cost() for n, t in bwd.items()}
-    p = plan(adj, width)
+    start = time.perf_counter()
+    p = plan(adj, width)  # "auto": the model's pick, close calls timed on the matrix
+    plan_s = time.perf_counter() - start
+    predicted_f, predicted_b = (choose_format(adj, width, transpose=t, verify=False) for t in (False, True))
     selected = cost_f[p.forward] + cost_b[p.backward]
     oracle_f, oracle_b = min(cost_f, key=cost_f.get), min(cost_b, key=cost_b.get)
     oracle = cost_f[oracle_f] + cost_b[oracle_b]
@@ -135,6 +141,8 @@ def bench_matrix(name: str, adj: Adjacency, width: int, repeats: int) -> dict[st
         "matrix": name, "rows": adj.num_rows, "cols": adj.num_cols, "nnz": adj.nnz, "width": width,
         "format_ms": {n: round((cost_f[n] + cost_b.get(n, math.inf)) * 1e3, 4) for n in cost_f if n in cost_b},
         "selected": f"{p.forward}/{p.backward}", "oracle": f"{oracle_f}/{oracle_b}",
+        "predicted": f"{predicted_f}/{predicted_b}", "plan_s": plan_s,
+        "predicted_over_oracle": (cost_f[predicted_f] + cost_b[predicted_b]) / oracle,
         "selected_ms": selected * 1e3, "oracle_ms": oracle * 1e3, "csr_ms": csr * 1e3,
         "autograd_ms": {k: v * 1e3 for k, v in autograd.items()}, "pyg_best": pyg_best_name,
     }
@@ -183,7 +191,33 @@ class _TrainStep:
         self.opt.step()
 
 
-def epoch_times(dataset: str, steps: int, batches: int, hidden: int) -> list[dict[str, Any]]:
+def _rotated(items: list[str], k: int) -> list[str]:
+    return items[k % len(items):] + items[:k % len(items)]
+
+
+def _interleaved_times(configs: list[str], make_step: Callable[[str], Callable[[Any], None]],
+                       inputs: list[Any], trials: int) -> dict[str, list[float]]:
+    """Seconds per step of each configuration, measured interleaved.
+
+    Every configuration runs input ``i`` before any runs input ``i + 1``, so a burst of load on the
+    shared machine hits them alike, and the order rotates every step, so no configuration always
+    follows the same one. Each trial builds fresh models, in an order that also rotates (the model
+    built first measured 3-4% slower than an identical one built second). The first input of a
+    trial builds caches and is not counted.
+    """
+    samples: dict[str, list[float]] = {config: [] for config in configs}
+    for trial in range(trials):
+        steppers = {config: make_step(config) for config in _rotated(configs, trial)}
+        for i, item in enumerate(inputs):
+            for config in _rotated(configs, trial + i):
+                start = time.perf_counter()
+                steppers[config](item)
+                if i:
+                    samples[config].append(time.perf_counter() - start)
+    return samples
+
+
+def epoch_times(dataset: str, steps: int, batches: int, hidden: int, trials: int) -> list[dict[str, Any]]:
     """Training-step times of GCN full-batch and SAGE sampled: gnnkit auto / fixed formats vs PyG."""
     from gnnkit.data.sampler import neighbor_loader
     from pipeline import preprocess, resolve
@@ -202,7 +236,7 @@ def epoch_times(dataset: str, steps: int, batches: int, hidden: int) -> list[dic
                              input_nodes=train, batch_size=1024, shuffle=True, seed=0)
     sampled = []
     for i, batch in enumerate(loader):  # the same batches for every configuration
-        if i == max(batches, steps + 1):
+        if i == batches + 1:
             break
         sampled.append((batch.n_id, batch.edge_index, batch.batch_size))
     full_epoch_batches = math.ceil(train.numel() / 1024)
@@ -210,49 +244,51 @@ def epoch_times(dataset: str, steps: int, batches: int, hidden: int) -> list[dic
     configs = ["gnnkit-auto"] + [f"gnnkit-{f}" for f in fixed] + ["pyg"]
     rows = []
     for model, mode in (("gcn", "full-batch"), ("sage", "sampled")):
-        steppers = {config: _TrainStep(model, config, x.size(1), hidden, classes, cached=mode == "full-batch")
-                    for config in configs}
-        samples: dict[str, list[float]] = {config: [] for config in configs}
-        # Interleaved: every configuration runs step i before any runs step i + 1, so a burst of
-        # load on the shared machine hits them alike; the order rotates every step, so no
-        # configuration always follows the same one (allocator and cache state). Step 0 builds
-        # caches and is not counted.
-        for i, (n_id, ei, size) in enumerate(sampled[:steps + 1] if mode == "full-batch" else sampled):
-            for config in configs[i % len(configs):] + configs[:i % len(configs)]:
-                run_step = steppers[config]
-                start = time.perf_counter()
-                if mode == "full-batch":
-                    run_step(x, edge_index, adj, train, y[train])
-                else:
-                    a = (Adjacency.from_edge_index(ei, n_id.numel(), single_use=True)
-                         if config != "pyg" else None)
-                    run_step(x[n_id], ei, a, torch.arange(size), y[n_id[:size]])
-                if i:
-                    samples[config].append(time.perf_counter() - start)
+        chosen: dict[str, Any] = {}
+
+        def make_step(config: str, model: str = model, mode: str = mode) -> Callable[[Any], None]:
+            step = _TrainStep(model, config, x.size(1), hidden, classes, cached=mode == "full-batch")
+            if config == "gnnkit-auto":
+                chosen["net"] = step.net
+            if mode == "full-batch":
+                return lambda _: step(x, edge_index, adj, train, y[train])
+
+            def sampled_step(item: tuple[torch.Tensor, torch.Tensor, int]) -> None:
+                n_id, ei, size = item
+                a = Adjacency.from_edge_index(ei, n_id.numel(), single_use=True) if config != "pyg" else None
+                step(x[n_id], ei, a, torch.arange(size), y[n_id[:size]])
+            return sampled_step
+
+        inputs = [None] * (steps + 1) if mode == "full-batch" else sampled
+        samples = _interleaved_times(configs, make_step, inputs, trials)
         if mode == "full-batch":
             times = {config: min(t) for config, t in samples.items()}
         else:
             times = {config: sorted(t)[len(t) // 2] * full_epoch_batches for config, t in samples.items()}
-        chosen = steppers["gnnkit-auto"].net.format_report()
-        rows.append({"model": model, "mode": mode, "epoch_s": times, "auto_formats": chosen,
+        medians = {config: sorted(t)[len(t) // 2] for config, t in samples.items()}
+        rows.append({"model": model, "mode": mode, "epoch_s": times, "step_median_s": medians,
+                     "auto_formats": chosen["net"].format_report(),
                      "auto_vs_csr": times["gnnkit-csr"] / times["gnnkit-auto"],
                      "auto_vs_best_fixed": min(times[f"gnnkit-{f}"] for f in fixed) / times["gnnkit-auto"],
                      "auto_vs_pyg": times["pyg"] / times["gnnkit-auto"],
                      "note": ("one full-graph training step = one epoch; fastest of the steps" if mode == "full-batch"
                               else f"median step over {len(sampled) - 1} pre-sampled batches x {full_epoch_batches} "
-                                   "batches per epoch (sampling excluded)") + "; configurations interleaved step by step, order rotating"})
+                                   "batches per epoch (sampling excluded)")
+                             + f"; {trials} trials of fresh models; configurations interleaved step by step, "
+                               "order rotating"})
     return rows
 
 
 def print_table(rows: list[dict[str, Any]], formats: list[str]) -> None:
     short = {"gather_scatter": "gs", "segment": "seg", "bsr16": "bsr16", "bsr4": "bsr4", "dense": "dense"}
     head = ["matrix", "F"] + [short.get(f, f) for f in formats] + [
-        "selected", "oracle", "sel/orc", "csr/sel", "pyg/sel", "pyggs/sel"]
+        "selected", "oracle", "sel/orc", "model/orc", "csr/sel", "pyg/sel", "pyggs/sel"]
     lines = [head]
     for r in rows:
         cells = [r["matrix"][:34], str(r["width"])]
         cells += [f"{r['format_ms'][f]:.2f}" if f in r["format_ms"] else "-" for f in formats]
-        cells += [r["selected"], r["oracle"], f"{r['selected_over_oracle']:.2f}", f"{r['speedup_vs_csr']:.2f}",
+        cells += [r["selected"], r["oracle"], f"{r['selected_over_oracle']:.2f}", f"{r['predicted_over_oracle']:.2f}",
+                  f"{r['speedup_vs_csr']:.2f}",
                   f"{r['speedup_vs_pyg']:.2f}", f"{r['speedup_vs_pyg_gather_scatter']:.2f}"]
         lines.append(cells)
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
@@ -314,6 +350,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     worst = min(rows, key=lambda r: r["speedup_vs_csr"])
     return {
         "selected_over_oracle": geomean([r["selected_over_oracle"] for r in rows]),
+        "predicted_over_oracle": geomean([r["predicted_over_oracle"] for r in rows]),
         "speedup_vs_csr": geomean([r["speedup_vs_csr"] for r in rows]),
         "speedup_vs_pyg": geomean([r["speedup_vs_pyg"] for r in rows]),
         "speedup_vs_pyg_gather_scatter": geomean([r["speedup_vs_pyg_gather_scatter"] for r in rows]),
@@ -332,8 +369,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--widths", type=int, nargs="+", default=[32, 128])
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--dataset", default="synthetic-arxiv", help="twin for the adjacency and the epoch times")
-    parser.add_argument("--steps", type=int, default=3, help="timed full-batch steps per configuration")
-    parser.add_argument("--batches", type=int, default=6, help="sampled batches per configuration")
+    parser.add_argument("--steps", type=int, default=6, help="timed full-batch steps per configuration and trial")
+    parser.add_argument("--batches", type=int, default=8, help="sampled batches per configuration and trial")
+    parser.add_argument("--trials", type=int, default=3,
+                        help="end-to-end trials, each with fresh models built in a rotated order")
     parser.add_argument("--hidden", type=int, default=128, help="hidden width of the end-to-end models")
     parser.add_argument("--no-e2e", action="store_true", help="skip the end-to-end epoch times")
     parser.add_argument("--e2e-only", action="store_true",
@@ -341,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="held-out synthetic matrices at 1/10 size")
     args = parser.parse_args(argv)
 
+    retain_freed_memory()  # as `gnnkit run` does: no page faults on every step's large activations
     selector = current_selector()
     print(f"selector: {model_path()} ({selector.meta.get('matrices', '?')} training matrices); "
           f"threads {torch.get_num_threads()}")
@@ -358,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     e2e = []
     if not args.no_e2e:
         try:
-            e2e = epoch_times(args.dataset, args.steps, args.batches, args.hidden)
+            e2e = epoch_times(args.dataset, args.steps, args.batches, args.hidden, args.trials)
         except Exception as err:
             print(f"(skipping end-to-end epoch times: {err})")
         if e2e:
@@ -377,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         meta = {"threads": torch.get_num_threads(), "torch": torch.__version__, "selector": str(model_path()),
                 "selector_meta": selector.meta, "widths": args.widths, "repeats": args.repeats,
-                "quick": args.quick, "e2e_steps": args.steps, "e2e_batches": args.batches,
+                "quick": args.quick, "e2e_steps": args.steps, "e2e_batches": args.batches, "e2e_trials": args.trials,
                 "loadavg_at_end": os.getloadavg()}
         args.json.write_text(json.dumps({"summary": summary, "rows": rows, "end_to_end": e2e, "meta": meta},
                                         indent=2, default=float) + "\n")
