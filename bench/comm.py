@@ -63,11 +63,15 @@ def worker(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
+    from gnnkit import native
+    from gnnkit.allocator import retain_freed_memory
     from gnnkit.comm import DeAR, MultiStreamAllReduce, PowerSGD, SignSGD, TopKA2A, TopKAllGather
     from gnnkit.comm.allreduce import AllReduce
     from gnnkit.comm.base import make_layout
 
+    retain_freed_memory()  # as `gnnkit run` does: gradient-sized buffers are reused, not page-faulted
     torch.set_num_threads(1)
+    native_select = native.available() and "select_magnitude" in native.kernels()  # built before timing
     dist.init_process_group("gloo", init_method=f"tcp://{args.master}:{args.port}", rank=args.rank,
                             world_size=args.ranks)
     classes = {"allreduce": AllReduce, "multistream": MultiStreamAllReduce, "topk_a2a": TopKA2A,
@@ -104,7 +108,7 @@ def worker(args: argparse.Namespace) -> None:
         return statistics.median(times)
 
     sizes = {k: SIZES[k] for k in args.sizes}
-    results: dict = {"comm": {}, "compute": {}}
+    results: dict = {"comm": {}, "compute": {}, "native_select": native_select}
     for name, n in {**CALIBRATION_SIZES, **sizes}.items():
         data = buckets(n)
         for mode, opts in MODES:
@@ -124,8 +128,9 @@ def worker(args: argparse.Namespace) -> None:
         comm.setup(own)
         times = []
         for _ in range(3):
+            work = [(flat.clone(), layout) for flat, layout in data]  # as in timed(): copies not counted
             start = time.perf_counter()
-            for f in [comm.launch(flat.clone(), layout) for flat, layout in data]:
+            for f in [comm.launch(flat, layout) for flat, layout in work]:
                 f.wait()
             times.append(time.perf_counter() - start)
         results["compute"][key] = min(times[1:]) / big
