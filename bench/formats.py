@@ -20,7 +20,8 @@ Per matrix and width, forward plus backward (``A @ X`` and ``A^T @ dY``):
 The end-to-end part times training steps on synthetic-arxiv: GCN full-batch and GraphSAGE on
 neighbour-sampled batches, with gnnkit ``auto``, gnnkit with each fixed format that can win
 (``csr``, and ``native_csr`` / ``native_sell`` when the native kernels are built) and PyG's stock
-layers; ``auto_vs_best_fixed`` is the best fixed format's time over ``auto``'s.
+layers, each configuration in a process of its own (rounds in rotating order);
+``auto_vs_best_fixed`` is the best fixed format's time over ``auto``'s.
 
 Example::
 
@@ -33,6 +34,7 @@ import argparse
 import json
 import math
 import os
+import subprocess
 import sys
 import time
 import warnings
@@ -195,87 +197,93 @@ def _rotated(items: list[str], k: int) -> list[str]:
     return items[k % len(items):] + items[:k % len(items)]
 
 
-def _interleaved_times(configs: list[str], make_step: Callable[[str], Callable[[Any], None]],
-                       inputs: list[Any], trials: int) -> dict[str, list[float]]:
-    """Seconds per step of each configuration, measured interleaved.
+def e2e_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """Step times of one configuration, alone in this process (``--e2e-worker``).
 
-    Every configuration runs input ``i`` before any runs input ``i + 1``, so a burst of load on the
-    shared machine hits them alike, and the order rotates every step, so no configuration always
-    follows the same one. Each trial builds fresh models, in an order that also rotates (the model
-    built first measured 3-4% slower than an identical one built second). The first input of a
-    trial builds caches and is not counted.
+    ``spec``: ``dataset``, ``model`` (``"gcn"`` full-batch or ``"sage"`` sampled), ``config``,
+    ``count`` (timed steps, after one untimed step that builds caches) and ``hidden``. Sampled
+    batches come from a seeded loader, so every process trains on the same batches.
     """
-    samples: dict[str, list[float]] = {config: [] for config in configs}
-    for trial in range(trials):
-        steppers = {config: make_step(config) for config in _rotated(configs, trial)}
-        for i, item in enumerate(inputs):
-            for config in _rotated(configs, trial + i):
-                start = time.perf_counter()
-                steppers[config](item)
-                if i:
-                    samples[config].append(time.perf_counter() - start)
-    return samples
-
-
-def epoch_times(dataset: str, steps: int, batches: int, hidden: int, trials: int) -> list[dict[str, Any]]:
-    """Training-step times of GCN full-batch and SAGE sampled: gnnkit auto / fixed formats vs PyG."""
     from gnnkit.data.sampler import neighbor_loader
     from pipeline import preprocess, resolve
     from torch_geometric.data import Data
 
-    spec = resolve(dataset)
-    graph = preprocess(spec, spec.preprocess).open()
-    n = graph.num_nodes
-    x = graph.x if graph.x is not None else torch.randn(n, 128)
+    dataset = resolve(spec["dataset"])
+    graph = preprocess(dataset, dataset.preprocess).open()
+    n, count, config = graph.num_nodes, spec["count"], spec["config"]
+    x = graph.x if graph.x is not None else torch.randn(n, 128, generator=torch.Generator().manual_seed(0))
     classes = int(graph.meta.get("num_classes", 40))
     y = graph.y.view(-1).clamp(min=0) % classes
-    edge_index = graph.edge_index()
-    adj = Adjacency(graph.indptr, graph.indices)
     train = graph.split["train"]
-    loader = neighbor_loader(Data(num_nodes=n), graph.indptr, graph.indices, num_neighbors=[15, 10, 5],
-                             input_nodes=train, batch_size=1024, shuffle=True, seed=0)
-    sampled = []
-    for i, batch in enumerate(loader):  # the same batches for every configuration
-        if i == batches + 1:
-            break
-        sampled.append((batch.n_id, batch.edge_index, batch.batch_size))
-    full_epoch_batches = math.ceil(train.numel() / 1024)
+    full_batch = spec["model"] == "gcn"
+    step = _TrainStep(spec["model"], config, x.size(1), spec["hidden"], classes, cached=full_batch)
+    if full_batch:
+        edge_index, adj = graph.edge_index(), Adjacency(graph.indptr, graph.indices)
+        inputs = [(x, edge_index, adj, train, y[train])] * (count + 1)
+    else:
+        loader = neighbor_loader(Data(num_nodes=n), graph.indptr, graph.indices, num_neighbors=[15, 10, 5],
+                                 input_nodes=train, batch_size=1024, shuffle=True, seed=0)
+        inputs = []
+        for batch in loader:
+            if len(inputs) == count + 1:
+                break
+            a = (Adjacency.from_edge_index(batch.edge_index, batch.num_nodes, single_use=True)
+                 if config != "pyg" else None)
+            inputs.append((x[batch.n_id], batch.edge_index, a, torch.arange(batch.batch_size),
+                           y[batch.n_id[:batch.batch_size]]))
+    times = []
+    for item in inputs:
+        start = time.perf_counter()
+        step(*item)
+        times.append(time.perf_counter() - start)
+    return {"times": times[1:], "formats": step.net.format_report() if config != "pyg" else {},
+            "epoch_batches": math.ceil(train.numel() / 1024)}
+
+
+def _run_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, __file__, "--e2e-worker", json.dumps(spec)], capture_output=True,
+                         text=True, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"end-to-end worker {spec['config']} failed: {out.stderr.strip().splitlines()[-1:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def epoch_times(dataset: str, steps: int, batches: int, hidden: int, trials: int) -> list[dict[str, Any]]:
+    """Training-step times of GCN full-batch and SAGE sampled: gnnkit auto / fixed formats vs PyG.
+
+    Each configuration runs in a process of its own, as a training run would (no heap, cache or
+    allocator state shared with the others); ``trials`` rounds run every configuration once, in an
+    order that rotates from round to round, so slow drifts of the machine hit them alike.
+    """
     fixed = [f for f in E2E_FIXED if FORMATS[f].selectable()]
     configs = ["gnnkit-auto"] + [f"gnnkit-{f}" for f in fixed] + ["pyg"]
     rows = []
     for model, mode in (("gcn", "full-batch"), ("sage", "sampled")):
+        samples: dict[str, list[float]] = {config: [] for config in configs}
         chosen: dict[str, Any] = {}
-
-        def make_step(config: str, model: str = model, mode: str = mode) -> Callable[[Any], None]:
-            step = _TrainStep(model, config, x.size(1), hidden, classes, cached=mode == "full-batch")
-            if config == "gnnkit-auto":
-                chosen["net"] = step.net
-            if mode == "full-batch":
-                return lambda _: step(x, edge_index, adj, train, y[train])
-
-            def sampled_step(item: tuple[torch.Tensor, torch.Tensor, int]) -> None:
-                n_id, ei, size = item
-                a = Adjacency.from_edge_index(ei, n_id.numel(), single_use=True) if config != "pyg" else None
-                step(x[n_id], ei, a, torch.arange(size), y[n_id[:size]])
-            return sampled_step
-
-        inputs = [None] * (steps + 1) if mode == "full-batch" else sampled
-        samples = _interleaved_times(configs, make_step, inputs, trials)
+        for trial in range(trials):
+            for config in _rotated(configs, trial):
+                spec = {"dataset": dataset, "model": model, "config": config, "hidden": hidden,
+                        "count": steps if mode == "full-batch" else batches}
+                result = _run_worker(spec)
+                samples[config] += result["times"]
+                chosen = result["formats"] if config == "gnnkit-auto" else chosen
+                epoch_batches = result["epoch_batches"]
+            print(f"  {model} {mode}: trial {trial + 1}/{trials} done", flush=True)
         if mode == "full-batch":
             times = {config: min(t) for config, t in samples.items()}
         else:
-            times = {config: sorted(t)[len(t) // 2] * full_epoch_batches for config, t in samples.items()}
+            times = {config: sorted(t)[len(t) // 2] * epoch_batches for config, t in samples.items()}
         medians = {config: sorted(t)[len(t) // 2] for config, t in samples.items()}
         rows.append({"model": model, "mode": mode, "epoch_s": times, "step_median_s": medians,
-                     "auto_formats": chosen["net"].format_report(),
+                     "auto_formats": chosen,
                      "auto_vs_csr": times["gnnkit-csr"] / times["gnnkit-auto"],
                      "auto_vs_best_fixed": min(times[f"gnnkit-{f}"] for f in fixed) / times["gnnkit-auto"],
                      "auto_vs_pyg": times["pyg"] / times["gnnkit-auto"],
                      "note": ("one full-graph training step = one epoch; fastest of the steps" if mode == "full-batch"
-                              else f"median step over {len(sampled) - 1} pre-sampled batches x {full_epoch_batches} "
+                              else f"median step over {batches} pre-sampled batches per trial x {epoch_batches} "
                                    "batches per epoch (sampling excluded)")
-                             + f"; {trials} trials of fresh models; configurations interleaved step by step, "
-                               "order rotating"})
+                             + f"; each configuration in its own process, {trials} trials in rotating order"})
     return rows
 
 
@@ -372,13 +380,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=6, help="timed full-batch steps per configuration and trial")
     parser.add_argument("--batches", type=int, default=8, help="sampled batches per configuration and trial")
     parser.add_argument("--trials", type=int, default=3,
-                        help="end-to-end trials, each with fresh models built in a rotated order")
+                        help="end-to-end rounds, each running every configuration once in its own process")
     parser.add_argument("--hidden", type=int, default=128, help="hidden width of the end-to-end models")
     parser.add_argument("--no-e2e", action="store_true", help="skip the end-to-end epoch times")
     parser.add_argument("--e2e-only", action="store_true",
                         help="only the end-to-end epoch times (an existing --json keeps its matrix rows)")
     parser.add_argument("--quick", action="store_true", help="held-out synthetic matrices at 1/10 size")
+    parser.add_argument("--e2e-worker", metavar="JSON", help=argparse.SUPPRESS)  # one configuration's steps
     args = parser.parse_args(argv)
+    if args.e2e_worker:
+        retain_freed_memory()
+        print(json.dumps(e2e_worker(json.loads(args.e2e_worker))))
+        return 0
 
     retain_freed_memory()  # as `gnnkit run` does: no page faults on every step's large activations
     selector = current_selector()
