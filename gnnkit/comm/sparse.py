@@ -48,15 +48,14 @@ def topk_indices(x: Tensor, k: int, scratch: Tensor | None = None) -> Tensor:
         sample = x[::stride].abs()
         rank = min(sample.numel(), 2 * k * sample.numel() // n + 8)
         threshold = torch.topk(sample, rank, sorted=True).values[-1]
-        candidates = _candidates(x, threshold, scratch)
-        if candidates is not None and candidates[0].numel() >= k:
-            indices, magnitude = candidates
+        indices, magnitude = _candidates(x, threshold, scratch)
+        if indices.numel() >= k:
             return indices[torch.topk(magnitude, k, sorted=False).indices]
     magnitude = torch.abs(x, out=scratch[:n]) if scratch is not None else x.abs()
     return torch.topk(magnitude, k, sorted=False).indices
 
 
-def _candidates(x: Tensor, threshold: Tensor, scratch: Tensor | None) -> tuple[Tensor, Tensor] | None:
+def _candidates(x: Tensor, threshold: Tensor, scratch: Tensor | None) -> tuple[Tensor, Tensor]:
     """Indices and magnitudes of the elements of ``x`` with ``|x| >= threshold``."""
     if x.device.type == "cpu" and x.dtype == torch.float32 and native.available():
         indices, values = native_ops.select_magnitude(x, float(threshold))

@@ -196,7 +196,7 @@ def tt_lookup(cores: Sequence[Tensor], rows: Tensor) -> Tensor:
 def select_magnitude(x: Tensor, threshold: float) -> tuple[Tensor, Tensor]:
     """Indices (int64, ascending) and values of the elements of 1-D float32 CPU ``x`` with
     ``|x| >= threshold``, in one pass (the candidate step of :func:`gnnkit.comm.sparse.topk_indices`)."""
-    indices, values = _module().select_magnitude(x, float(threshold))
+    indices, values = _module().select_magnitude(x, float(threshold))  # pybind returns a list
     return indices, values
 
 
