@@ -28,8 +28,9 @@ def retain_freed_memory(mmap_threshold: int = 1 << 30, top_pad: int = 64 << 20) 
     """Make glibc's ``malloc`` reuse freed blocks up to ``mmap_threshold`` bytes instead of unmapping them.
 
     A no-op (returning ``False``) where the C library is not glibc, or when the environment
-    variable ``GNNKIT_RETAIN_FREED_MEMORY`` is ``0``. ``gnnkit run`` and the benchmarks call it
-    at start; call it yourself in a script that trains with your own ``Trainer``.
+    variable ``GNNKIT_RETAIN_FREED_MEMORY`` is ``0``. ``gnnkit run`` and the formats, comm and
+    native benchmarks call it at start; call it yourself in a script that trains with your own
+    ``Trainer``.
 
     Args:
         mmap_threshold: Allocations below this many bytes come from the heap, not from ``mmap``.
