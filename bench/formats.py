@@ -270,11 +270,11 @@ def epoch_times(dataset: str, steps: int, batches: int, hidden: int, trials: int
                 chosen = result["formats"] if config == "gnnkit-auto" else chosen
                 epoch_batches = result["epoch_batches"]
             print(f"  {model} {mode}: trial {trial + 1}/{trials} done", flush=True)
+        medians = {config: sorted(t)[len(t) // 2] for config, t in samples.items()}
         if mode == "full-batch":
             times = {config: min(t) for config, t in samples.items()}
         else:
-            times = {config: sorted(t)[len(t) // 2] * epoch_batches for config, t in samples.items()}
-        medians = {config: sorted(t)[len(t) // 2] for config, t in samples.items()}
+            times = {config: m * epoch_batches for config, m in medians.items()}
         rows.append({"model": model, "mode": mode, "epoch_s": times, "step_median_s": medians,
                      "auto_formats": chosen,
                      "auto_vs_csr": times["gnnkit-csr"] / times["gnnkit-auto"],
@@ -388,12 +388,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="held-out synthetic matrices at 1/10 size")
     parser.add_argument("--e2e-worker", metavar="JSON", help=argparse.SUPPRESS)  # one configuration's steps
     args = parser.parse_args(argv)
+    retain_freed_memory()  # as `gnnkit run` does: no page faults on every step's large activations
     if args.e2e_worker:
-        retain_freed_memory()
         print(json.dumps(e2e_worker(json.loads(args.e2e_worker))))
         return 0
 
-    retain_freed_memory()  # as `gnnkit run` does: no page faults on every step's large activations
     selector = current_selector()
     print(f"selector: {model_path()} ({selector.meta.get('matrices', '?')} training matrices); "
           f"threads {torch.get_num_threads()}")

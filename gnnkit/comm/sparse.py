@@ -51,8 +51,12 @@ def topk_indices(x: Tensor, k: int, scratch: Tensor | None = None) -> Tensor:
         indices, magnitude = _candidates(x, threshold, scratch)
         if indices.numel() >= k:
             return indices[torch.topk(magnitude, k, sorted=False).indices]
-    magnitude = torch.abs(x, out=scratch[:n]) if scratch is not None else x.abs()
-    return torch.topk(magnitude, k, sorted=False).indices
+    return torch.topk(_magnitude(x, scratch), k, sorted=False).indices
+
+
+def _magnitude(x: Tensor, scratch: Tensor | None) -> Tensor:
+    """``|x|``, written into ``scratch`` when one is given."""
+    return torch.abs(x, out=scratch[:x.numel()]) if scratch is not None else x.abs()
 
 
 def _candidates(x: Tensor, threshold: Tensor, scratch: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -60,7 +64,7 @@ def _candidates(x: Tensor, threshold: Tensor, scratch: Tensor | None) -> tuple[T
     if x.device.type == "cpu" and x.dtype == torch.float32 and native.available():
         indices, values = native_ops.select_magnitude(x, float(threshold))
         return indices, values.abs()
-    magnitude = torch.abs(x, out=scratch[:x.numel()]) if scratch is not None else x.abs()
+    magnitude = _magnitude(x, scratch)
     indices = (magnitude >= threshold).nonzero().flatten()
     return indices, magnitude[indices]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -21,8 +22,6 @@ print(sum(faults[-3:]))  # the heap settles within a few rounds (aligned request
 
 
 def probe(env_value: str | None) -> tuple[str, int]:
-    import os
-
     env = {k: v for k, v in os.environ.items() if k != "GNNKIT_RETAIN_FREED_MEMORY"}
     if env_value is not None:
         env["GNNKIT_RETAIN_FREED_MEMORY"] = env_value
