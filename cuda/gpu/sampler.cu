@@ -12,6 +12,8 @@ namespace {
 
 // One thread per frontier node: the whole row, k draws with replacement, or k distinct
 // positions by Floyd's algorithm (membership by a scan of the thread's own output, O(k^2)).
+// Up to k = 64 the CPU kernel draws the same positions; above it, on rows shorter than 4k, the
+// CPU takes a partial Fisher-Yates shuffle instead (equally uniform, other draws).
 __global__ void sample_hop_kernel(const int64_t* indptr, const int64_t* frontier, const int64_t* offset,
                                   const int64_t* count, int64_t frontier_size, int64_t k, bool replace, uint64_t seed,
                                   uint64_t hop, int64_t* edges) {

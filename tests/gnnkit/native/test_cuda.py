@@ -1,0 +1,135 @@
+"""The CUDA kernels against the CPU kernels and the dense references (values, gradients, samples).
+
+These run only where torch sees a GPU and the build includes the CUDA kernels; CI (no GPU)
+compile-checks the same sources in ``test_nvcc_compile.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gnnkit.native import ops
+
+from .conftest import GRAPHS, powerlaw_csr
+from .test_sampler import check_sample
+from .test_spmm import num_cols_of, reference
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: CUDA kernels not run")
+
+
+@pytest.fixture(scope="module")
+def cuda_ext(ext):
+    """The native build, which on a GPU machine must include the CUDA kernels."""
+    assert "spmm_csr_cuda" in ext.kernels(), f"the build on a CUDA machine lacks CUDA kernels: {ext.kernels()}"
+    return ext
+
+
+def _cuda(*tensors):
+    return [None if t is None else t.cuda() for t in tensors]
+
+
+@pytest.mark.parametrize("width", [1, 7, 32, 83, 130])
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("graph", sorted(GRAPHS))
+def test_csr_spmm_on_gpu_matches_dense(cuda_ext, graph, weighted, reduce, width):
+    indptr, indices = GRAPHS[graph]()
+    n_cols = num_cols_of(graph, indices, indptr)
+    g = torch.Generator().manual_seed(width)
+    values = torch.rand(indices.numel(), generator=g, dtype=torch.float64) if weighted else None
+    x = torch.randn(n_cols, width, generator=g, dtype=torch.float64)
+    w = torch.randn(indptr.numel() - 1, width, generator=g, dtype=torch.float64)
+    xc = x.cuda().requires_grad_()
+    out = ops.spmm(*_cuda(indptr, indices), xc, values=None if values is None else values.cuda(), reduce=reduce)
+    assert out.is_cuda
+    x.requires_grad_()
+    expected = reference(indptr, indices, n_cols, x, values, reduce == "mean")
+    torch.testing.assert_close(out.cpu(), expected)
+    (grad,) = torch.autograd.grad((out * w.cuda()).sum(), xc)
+    (grad_expected,) = torch.autograd.grad((expected * w).sum(), x)
+    torch.testing.assert_close(grad.cpu(), grad_expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+@pytest.mark.parametrize("graph", sorted(GRAPHS))
+def test_sell_spmm_on_gpu_matches_cpu_kernel(cuda_ext, graph, reduce, dtype):
+    indptr, indices = GRAPHS[graph]()
+    n_cols = num_cols_of(graph, indices, indptr)
+    values = torch.rand(indices.numel(), generator=torch.Generator().manual_seed(1), dtype=dtype)
+    x = torch.randn(n_cols, 45, generator=torch.Generator().manual_seed(2), dtype=dtype)
+    cpu = ops.to_sell(ops.CSR(indptr, indices, values, n_cols), dtype=dtype)
+    gpu = ops.to_sell(ops.CSR(*_cuda(indptr, indices, values), n_cols), dtype=dtype)
+    assert gpu.cols.is_cuda
+    out = ops.spmm_sell(gpu, x.cuda(), mean=reduce == "mean")
+    tol = {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else {}  # summation order differs
+    torch.testing.assert_close(out.cpu(), ops.spmm_sell(cpu, x, mean=reduce == "mean"), **tol)
+    expected = reference(indptr, indices, n_cols, x.double(), values.double(), reduce == "mean")
+    torch.testing.assert_close(out.cpu(), expected.to(dtype), **tol)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_large_skewed_spmm_on_gpu(cuda_ext, reduce):
+    """A hub row of 60,000 entries split into many segments (added atomically), rows just below and
+    above one segment, many warps, float32; CSR and SELL against the CPU kernel."""
+    indptr, indices = powerlaw_csr(20000, seed=5, avg=12)
+    deg = indptr.diff()
+    assert deg.max() > 100 * 256
+    assert bool(((deg > 200) & (deg <= 256)).any()) and bool(((deg > 256) & (deg < 600)).any())
+    x = torch.randn(20000, 70)
+    mean = reduce == "mean"
+    expected = ops.spmm(indptr, indices, x.double(), reduce=reduce)
+    tol = {"atol": 1e-2, "rtol": 1e-4}  # float32 sums of up to 60,000 terms of size ~1 (a lost segment: ~10)
+    out = ops.spmm(*_cuda(indptr, indices), x.cuda(), reduce=reduce)
+    torch.testing.assert_close(out.cpu().double(), expected, **tol)
+    sell = ops.to_sell(ops.CSR(*_cuda(indptr, indices), None, 20000))
+    torch.testing.assert_close(ops.spmm_sell(sell, x.cuda(), mean=mean).cpu().double(), expected, **tol)
+
+
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("fanouts", [[5, 3], [-1, 2], [0, 4], [40, 70]])
+def test_sampler_on_gpu_is_valid_deterministic_and_equals_cpu(cuda_ext, replace, fanouts):
+    indptr, indices = powerlaw_csr(500, seed=4, avg=30)
+    seeds = torch.tensor([3, 0, 7, 7, 499, 12, 3, 250])  # repeated seeds, hub (node 0), empty rows likely
+    cpu = ops.sample_neighbors(indptr, indices, seeds, fanouts, replace, seed=11)
+    local = torch.full((500,), -1, dtype=torch.int64, device="cuda")
+    gpu = ops.sample_neighbors(*_cuda(indptr, indices, seeds), fanouts, replace, seed=11, local=local)
+    again = ops.sample_neighbors(*_cuda(indptr, indices, seeds), fanouts, replace, seed=11, local=local)
+    assert bool((local == -1).all()), "the scratch map must be left as found"
+    host = [t.cpu() for t in gpu[:4]] + list(gpu[4:])
+    check_sample(indptr, indices, seeds, fanouts, replace, *host)
+    for a, b in zip(gpu[:4], again[:4]):
+        assert torch.equal(a, b)
+    # the random streams are keyed by (seed, hop, frontier position) on both devices, and both
+    # draw distinct neighbours by Floyd's algorithm up to fan-out 64 (beyond it the CPU takes a
+    # partial shuffle on short rows: equally uniform, other draws)
+    if replace or max(fanouts) <= 64:
+        for a, b in zip(host, cpu):
+            assert torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_tt_lookup_on_gpu_matches_cpu_values_and_gradients(cuda_ext, dtype):
+    g = torch.Generator().manual_seed(3)
+    shapes = [(7, 1, 3, 4), (5, 4, 2, 6), (6, 6, 4, 1)]
+    cores = [torch.randn(*s, generator=g, dtype=dtype) for s in shapes]
+    rows = torch.cat([torch.randint(0, 210, (300,), generator=g), torch.tensor([0, 209, 209, 5])])
+    weight = torch.randn(rows.numel(), 24, generator=g, dtype=dtype)
+    cpu_cores = [c.clone().requires_grad_() for c in cores]
+    gpu_cores = [c.cuda().requires_grad_() for c in cores]
+    out_cpu = ops.tt_lookup(cpu_cores, rows)
+    out_gpu = ops.tt_lookup(gpu_cores, rows.cuda())
+    tol = {"atol": 1e-5, "rtol": 1e-4} if dtype == torch.float32 else {}
+    torch.testing.assert_close(out_gpu.cpu(), out_cpu, **tol)
+    grads_cpu = torch.autograd.grad((out_cpu * weight).sum(), cpu_cores)
+    grads_gpu = torch.autograd.grad((out_gpu * weight.cuda()).sum(), gpu_cores)
+    for a, b in zip(grads_gpu, grads_cpu):
+        torch.testing.assert_close(a.cpu(), b, **tol)
+
+
+def test_tt_lookup_on_gpu_of_no_rows(cuda_ext):
+    cores = [torch.randn(3, 1, 2, 2, device="cuda"), torch.randn(3, 2, 2, 2, device="cuda"),
+             torch.randn(3, 2, 2, 1, device="cuda")]
+    out = ops.tt_lookup(cores, torch.zeros(0, dtype=torch.long, device="cuda"))
+    assert out.shape == (0, 8) and out.is_cuda
