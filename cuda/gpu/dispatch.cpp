@@ -23,6 +23,24 @@ at::Tensor exclusive_cumsum(const at::Tensor& counts) {
   return at::cat({at::zeros({1}, counts.options()), counts.cumsum(0)});
 }
 
+// The SpMM work plan (see gpu::spmm_plan), made on the stream without a host sync: extra_ptr and
+// an upper bound of the number of work items. `out` is zeroed where rows are split.
+struct Items {
+  at::Tensor extra_ptr;
+  int64_t count;
+};
+
+template <typename T>
+Items spmm_items(const int64_t* indptr, const int64_t* row_len, const int64_t* perm, int64_t rows, int64_t nnz,
+                 at::Tensor& out) {
+  at::Tensor extra_ptr = at::empty({rows + 1}, out.options().dtype(at::kLong));
+  gpu::spmm_plan<T>(indptr, row_len, perm, rows, extra_ptr.data_ptr<int64_t>(), out.data_ptr<T>(), out.size(1),
+                    stream());
+  extra_ptr.slice(0, 1).cumsum_(0);
+  return {extra_ptr, rows + (nnz + gpu::kSegment - 1) / gpu::kSegment};
+}
+
+
 }  // namespace
 
 at::Tensor spmm_csr_cuda(const at::Tensor& indptr, const at::Tensor& indices, const std::optional<at::Tensor>& values,
@@ -34,10 +52,13 @@ at::Tensor spmm_csr_cuda(const at::Tensor& indptr, const at::Tensor& indices, co
   const int64_t R = indptr.numel() - 1, F = x.size(1);
   at::Tensor out = at::empty({R, F}, x.options());
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "spmm_csr_cuda", [&] {
+    if (R == 0 || F == 0) return;
+    const Items items = spmm_items<scalar_t>(indptr.data_ptr<int64_t>(), nullptr, nullptr, R, indices.numel(), out);
     at::Tensor w = values ? values->to(x.scalar_type()).contiguous() : at::Tensor();
     gpu::spmm_csr<scalar_t>(indptr.data_ptr<int64_t>(), indices.data_ptr<int64_t>(),
                             values ? w.data_ptr<scalar_t>() : nullptr, x.data_ptr<scalar_t>(),
-                            out.data_ptr<scalar_t>(), R, F, mean, stream());
+                            out.data_ptr<scalar_t>(), R, items.extra_ptr.data_ptr<int64_t>(), items.count, F, mean,
+                            stream());
   });
   return out;
 }
@@ -51,9 +72,13 @@ at::Tensor spmm_sell_cuda(const at::Tensor& chunk_ptr, const at::Tensor& perm, c
   const int64_t R = perm.numel(), F = x.size(1);
   at::Tensor out = at::empty({R, F}, x.options());
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "spmm_sell_cuda", [&] {
+    if (R == 0 || F == 0) return;
+    const Items items = spmm_items<scalar_t>(nullptr, row_len.data_ptr<int64_t>(), perm.data_ptr<int64_t>(), R,
+                                             cols.numel(), out);
     gpu::spmm_sell<scalar_t>(chunk_ptr.data_ptr<int64_t>(), perm.data_ptr<int64_t>(), row_len.data_ptr<int64_t>(),
                              cols.data_ptr<int64_t>(), vals.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(),
-                             out.data_ptr<scalar_t>(), R, chunk, F, mean, stream());
+                             out.data_ptr<scalar_t>(), R, chunk, items.extra_ptr.data_ptr<int64_t>(), items.count, F,
+                             mean, stream());
   });
   return out;
 }

@@ -10,18 +10,34 @@
 namespace gnnkit {
 namespace gpu {
 
-// out[r] = sum_e w_e x[col_e] (/ row count when mean); one warp per row and 32 features,
+// Rows longer than this many entries are split into segments of this length, each its own
+// work item, so that a power-law hub does not keep one warp busy while the rest of the GPU idles.
+constexpr int64_t kSegment = 256;
+
+// The work plan of spmm_csr / spmm_sell: per row, its segments beyond the first into
+// extra_ptr[1 .. rows] (extra_ptr[0] = 0), with the output rows of split rows zeroed; row lengths
+// from indptr (CSR) or row_len (SELL slots, output row perm[t]). The counts still need an
+// inclusive scan (extra_ptr[1:]) before the product runs.
+template <typename T>
+void spmm_plan(const int64_t* indptr, const int64_t* row_len, const int64_t* perm, int64_t rows, int64_t* extra_ptr,
+               T* out, int64_t width, cudaStream_t stream);
+
+// out[r] = sum_e w_e x[col_e] (/ row count when mean); one warp per work item and 32 features,
 // column indices staged through shared memory (GE-SpMM's coalesced row caching,
-// https://arxiv.org/abs/2007.03179).
+// https://arxiv.org/abs/2007.03179). Work items: one per row (its first kSegment entries), then
+// the further segments of rows longer than kSegment (extra_ptr, from spmm_plan). `items` may
+// exceed their number (an upper bound, rows + nnz / kSegment, so no host sync is needed).
+// Segments of a split row add into it atomically (float sums in varying order).
 template <typename T>
 void spmm_csr(const int64_t* indptr, const int64_t* indices, const T* values, const T* x, T* out,
-              int64_t rows, int64_t width, bool mean, cudaStream_t stream);
+              int64_t rows, const int64_t* extra_ptr, int64_t items, int64_t width, bool mean, cudaStream_t stream);
 
-// The same over SELL-C-sigma (https://arxiv.org/abs/1307.6209): row slot t of chunk t / C.
+// The same over SELL-C-sigma (https://arxiv.org/abs/1307.6209): row slot t of chunk t / C, items
+// over the slots' lengths row_len.
 template <typename T>
 void spmm_sell(const int64_t* chunk_ptr, const int64_t* perm, const int64_t* row_len, const int64_t* cols,
-               const T* vals, const T* x, T* out, int64_t rows, int64_t chunk, int64_t width, bool mean,
-               cudaStream_t stream);
+               const T* vals, const T* x, T* out, int64_t rows, int64_t chunk, const int64_t* extra_ptr,
+               int64_t items, int64_t width, bool mean, cudaStream_t stream);
 
 // One hop of uniform sampling: frontier node i writes count[i] edge positions at offset[i].
 void sample_hop(const int64_t* indptr, const int64_t* frontier, const int64_t* offset, const int64_t* count,
