@@ -18,7 +18,12 @@
 Every pair is timed interleaved (round-robin, fastest of the rounds) in one process. Ratios measured
 side by side hold on these shared machines; absolute times drift.
 
-    python bench/native.py [--json PATH] [--png PATH] [--quick]
+With ``--device cuda`` the same inputs run on the GPU instead: the CUDA SpMM kernels against
+cuSPARSE (torch's CSR on a GPU) and gather-scatter, their bandwidth against a device-to-device
+copy, the CUDA sampler against the native CPU sampler at every CPU thread, and the CUDA TT lookup
+against the Python reuse version on the GPU. The targets of the summary are set for the CPU.
+
+    python bench/native.py [--json PATH] [--png PATH] [--quick] [--device cuda]
 """
 
 from __future__ import annotations
@@ -82,7 +87,10 @@ def local_graph(n: int, nnz: int, seed: int, window: int = 2048) -> tuple[torch.
 # -- timing -----------------------------------------------------------------------------------------
 def interleaved(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
     """Fastest seconds of each function over ``rounds``, timed round-robin after one warm-up call
-    each (the fastest round is the least disturbed by other work on a shared machine)."""
+    each (the fastest round is the least disturbed by other work on a shared machine). With a GPU
+    present every call is followed by a device synchronisation, so GPU work is timed whole."""
+    if torch.cuda.is_available():
+        fns = {name: _synced(fn) for name, fn in fns.items()}
     for fn in fns.values():
         fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
@@ -94,9 +102,17 @@ def interleaved(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, flo
     return {name: min(t) for name, t in times.items()}
 
 
-def copy_bandwidth(rounds: int, mib: int = 256) -> float:
+def _synced(fn: Callable[[], Any]) -> Callable[[], Any]:
+    def call() -> Any:
+        out = fn()
+        torch.cuda.synchronize()
+        return out
+    return call
+
+
+def copy_bandwidth(rounds: int, mib: int = 256, device: str = "cpu") -> float:
     """Bytes per second of ``dst.copy_(src)`` (read + write) on ``mib`` MiB."""
-    src = torch.ones(mib * 2**20 // 4)
+    src = torch.ones(mib * 2**20 // 4, device=device)
     dst = torch.empty_like(src)
     t = interleaved({"copy": lambda: dst.copy_(src)}, rounds)["copy"]
     return 2 * src.numel() * 4 / t
@@ -104,16 +120,18 @@ def copy_bandwidth(rounds: int, mib: int = 256) -> float:
 
 # -- SpMM -------------------------------------------------------------------------------------------
 def spmm_variants(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor) -> dict[str, Callable[[], Any]]:
-    n = indptr.numel() - 1
+    """The four SpMM paths on ``x``'s device (torch's CSR is cuSPARSE on a GPU)."""
+    n, device = indptr.numel() - 1, x.device
+    indptr, indices = indptr.to(device), indices.to(device)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        csr = torch.sparse_csr_tensor(indptr, indices, torch.ones(indices.numel()), (n, x.size(0)))
-    rows = torch.repeat_interleave(torch.arange(n), indptr.diff())
+        csr = torch.sparse_csr_tensor(indptr, indices, torch.ones(indices.numel(), device=device), (n, x.size(0)))
+    rows = torch.repeat_interleave(torch.arange(n, device=device), indptr.diff())
     a = ops.CSR(indptr, indices, None, x.size(0))
     sell = ops.to_sell(a)
 
     def gather_scatter() -> torch.Tensor:
-        return torch.zeros(n, x.size(1)).index_add_(0, rows, x.index_select(0, indices))
+        return torch.zeros(n, x.size(1), device=device).index_add_(0, rows, x.index_select(0, indices))
 
     return {
         "native_csr": lambda: ops.spmm_csr_raw(a, x),
@@ -124,20 +142,34 @@ def spmm_variants(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor) 
 
 
 def bench_spmm(graphs: dict[str, tuple[torch.Tensor, torch.Tensor]], width: int, rounds: int,
-               threads: int) -> list[dict[str, Any]]:
+               threads: int, device: str = "cpu") -> list[dict[str, Any]]:
     rows = []
     for name, (indptr, indices) in graphs.items():
-        x = torch.randn(indptr.numel() - 1, width)
+        x = torch.randn(indptr.numel() - 1, width, device=device)
         fns = spmm_variants(indptr, indices, x)
         ref = fns["torch_csr"]()
         for key in ("native_csr", "native_sell"):
             torch.testing.assert_close(fns[key](), ref, atol=1e-3, rtol=1e-4)
         t = interleaved(fns, rounds)
         best = min(t["native_csr"], t["native_sell"])
-        rows.append({"kind": "spmm", "graph": name, "threads": threads, "width": width,
+        rows.append({"kind": "spmm", "graph": name, "threads": threads, "width": width, "device": device,
                      "nodes": indptr.numel() - 1, "nnz": indices.numel(), "seconds": t,
                      "ours": best, "baseline": t["torch_csr"], "ratio": t["torch_csr"] / best,
                      "vs_gather_scatter": t["gather_scatter"] / best})
+    return rows
+
+
+def spmm_rows(graphs: dict[str, tuple[torch.Tensor, torch.Tensor]], large: dict[str, tuple[torch.Tensor, torch.Tensor]],
+              width: int, rounds: int, threads: int, device: str) -> list[dict[str, Any]]:
+    """SpMM rows of ``graphs`` at ``width``, then of ``large`` at width 32 with their bandwidth rows."""
+    rows = bench_spmm(graphs, width, rounds, threads, device)
+    copy = copy_bandwidth(rounds, device=device)
+    for big in bench_spmm(large, 32, rounds, threads, device):
+        achieved = compulsory_bytes(*large[big["graph"]], 32) / big["ours"]
+        rows.append(big)
+        rows.append({"kind": "bandwidth", "graph": f"{big['graph']} F=32", "threads": threads, "device": device,
+                     "ours": big["ours"], "baseline": big["ours"] * achieved / copy, "ratio": achieved / copy,
+                     "achieved_gbs": achieved / 1e9, "copy_gbs": copy / 1e9})
     return rows
 
 
@@ -167,16 +199,39 @@ def bench_sampler(indptr: torch.Tensor, indices: torch.Tensor, batches: int, rou
             "ratio": t["python"] / t["native"]}
 
 
+def bench_sampler_gpu(indptr: torch.Tensor, indices: torch.Tensor, batches: int, rounds: int,
+                      threads: int) -> dict[str, Any]:
+    """The CUDA sampler against the native CPU sampler at ``threads`` threads: where to sample."""
+    sampler = CSRNeighborSampler(indptr, indices, [15, 10, 5], seed=0)
+    g = torch.Generator().manual_seed(1)
+    seeds = [torch.randint(0, indptr.numel() - 1, (1024,), generator=g) for _ in range(batches)]
+    graph = (indptr.cuda(), indices.cuda())
+    local = torch.full((indptr.numel() - 1,), -1, dtype=torch.int64, device="cuda")
+
+    def on_gpu() -> int:
+        return sum(ops.sample_neighbors(*graph, s.cuda(), [15, 10, 5], False, seed=i, local=local)[3].numel()
+                   for i, s in enumerate(seeds))
+
+    def on_cpu() -> int:
+        return sum(sampler.sample_from_nodes(NodeSamplerInput(None, s)).edge.numel() for s in seeds)
+
+    t = interleaved({"cuda": on_gpu, "cpu_native": on_cpu}, rounds)
+    return {"kind": "sampler", "graph": "powerlaw-arxiv", "threads": threads, "device": "cuda", "batches": batches,
+            "edges_per_batch": on_gpu() / batches, "seconds": t, "ours": t["cuda"], "baseline": t["cpu_native"],
+            "baseline_name": "cpu native", "ratio": t["cpu_native"] / t["cuda"]}
+
+
 # -- TT ---------------------------------------------------------------------------------------------
-def bench_tt(batch: int, rounds: int, threads: int) -> dict[str, Any]:
+def bench_tt(batch: int, rounds: int, threads: int, device: str = "cpu") -> dict[str, Any]:
     p, q, r = (125, 140, 140), (4, 5, 5), (1, 16, 16, 1)
     g = torch.Generator().manual_seed(2)
-    cores = [(torch.randn(p[k], r[k], q[k], r[k + 1], generator=g) * 0.3).requires_grad_(True) for k in range(3)]
+    cores = [(torch.randn(p[k], r[k], q[k], r[k + 1], generator=g) * 0.3).to(device).requires_grad_(True)
+             for k in range(3)]
     n = 125 * 140 * 140
     pop = torch.distributions.Pareto(torch.tensor(1.0), torch.tensor(1.2))
     ids = (pop.sample((batch,)) * 1000).long().clamp(max=n - 1)  # power-law popularity, duplicates
-    rows = torch.randperm(n, generator=g)[ids]  # spread popular ids over the table
-    grad = torch.randn(batch, 100, generator=g)
+    rows = torch.randperm(n, generator=g)[ids].to(device)  # spread popular ids over the table
+    grad = torch.randn(batch, 100, generator=g).to(device)
 
     def train(fn: Callable[[], torch.Tensor]) -> Callable[[], Any]:
         def step() -> Any:
@@ -193,7 +248,8 @@ def bench_tt(batch: int, rounds: int, threads: int) -> dict[str, Any]:
     torch.testing.assert_close(fwd, python_reuse(), atol=1e-4, rtol=1e-4)
     t = interleaved({"fused": fused, "python_reuse": train(python_reuse),
                      "plain": train(lambda: lookup_plain(cores, rows, p))}, rounds)
-    return {"kind": "tt", "graph": f"products-shape B={batch}", "threads": threads, "unique_rows": int(rows.unique().numel()),
+    return {"kind": "tt", "graph": f"products-shape B={batch}", "threads": threads, "device": device,
+            "unique_rows": int(rows.unique().numel()),
             "seconds": t, "ours": t["fused"], "baseline": t["python_reuse"], "ratio": t["python_reuse"] / t["fused"],
             "vs_plain": t["plain"] / t["fused"]}
 
@@ -204,6 +260,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     print(head)
     print("-" * len(head))
     names = {"spmm": "torch_csr", "sampler": "python", "tt": "python_reuse", "bandwidth": "copy"}
+    if any(row.get("device") == "cuda" for row in rows):
+        names["spmm"] = "cusparse csr"
     for row in rows:
         other = ""
         if row["kind"] == "spmm":
@@ -217,7 +275,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         elif row["kind"] == "bandwidth":
             other = f"SpMM {row['achieved_gbs']:.1f} GB/s of copy {row['copy_gbs']:.1f} GB/s"
         print(f"{row['kind']:8s} {row['graph']:24s} {row['threads']:3d} {row['ours'] * 1e3:9.2f} "
-              f"{names[row['kind']]:>14s} {row['baseline'] * 1e3:9.2f} {row['ratio']:6.2f}  {other}")
+              f"{row.get('baseline_name', names[row['kind']]):>14s} {row['baseline'] * 1e3:9.2f} "
+              f"{row['ratio']:6.2f}  {other}")
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
@@ -273,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=64, help="feature width of the SpMM inputs")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="smaller graphs and fewer rounds (smoke run)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                        help="cuda: the CUDA kernels against cuSPARSE/PyTorch on the GPU (CPU sampler as baseline)")
     args = parser.parse_args(argv)
     retain_freed_memory()  # as `gnnkit run` does: outputs of the large products are not page-faulted each call
     if not native.available():
@@ -286,19 +347,17 @@ def main(argv: list[str] | None = None) -> int:
              "local-1M-nnz8M": local_graph(1_000_000 // scale, 8_000_000 // scale, 3)}
     rows: list[dict[str, Any]] = []
     old = torch.get_num_threads()
+    batches, tt_batch = (4, 2000) if args.quick else (10, 20000)
     try:
-        for threads in args.threads:
+        if args.device == "cuda":
+            rows += spmm_rows(graphs, large, args.width, rounds, old, "cuda")
+            rows.append(bench_sampler_gpu(*graphs["powerlaw-arxiv"], batches, rounds, old))
+            rows.append(bench_tt(tt_batch, rounds, old, "cuda"))
+        for threads in args.threads if args.device == "cpu" else []:
             torch.set_num_threads(threads)
-            rows += bench_spmm(graphs, args.width, rounds, threads)
-            copy = copy_bandwidth(rounds)
-            for big in bench_spmm(large, 32, rounds, threads):
-                achieved = compulsory_bytes(*large[big["graph"]], 32) / big["ours"]
-                rows.append(big)
-                rows.append({"kind": "bandwidth", "graph": f"{big['graph']} F=32", "threads": threads,
-                             "ours": big["ours"], "baseline": big["ours"] * achieved / copy, "ratio": achieved / copy,
-                             "achieved_gbs": achieved / 1e9, "copy_gbs": copy / 1e9})
-            rows.append(bench_sampler(*graphs["powerlaw-arxiv"], 4 if args.quick else 10, rounds, threads))
-            rows.append(bench_tt(2000 if args.quick else 20000, rounds, threads))
+            rows += spmm_rows(graphs, large, args.width, rounds, threads, "cpu")
+            rows.append(bench_sampler(*graphs["powerlaw-arxiv"], batches, rounds, threads))
+            rows.append(bench_tt(tt_batch, rounds, threads))
     finally:
         torch.set_num_threads(old)
     print_table(rows)
@@ -307,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"rows": rows, "summary": summary, "threads": args.threads,
+                                         "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
                                          "width": args.width, "torch": torch.__version__,
                                          "kernels": native.kernels()}, indent=1) + "\n")
         plot(rows, args.png or args.json.with_suffix(".png"))
