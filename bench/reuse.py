@@ -58,7 +58,7 @@ from gnnkit.data.reuse import ReuseConfig, from_record, to_record  # noqa: E402
 from gnnkit.module import NodeClassifier  # noqa: E402
 from pipeline import paths, setup_logging  # noqa: E402
 from pipeline.batch_cache import BatchCacheWriter, open_batch_cache  # noqa: E402
-from pipeline.shard_reader import make_shard_reader  # noqa: E402
+from pipeline.shard_reader import dali_available, make_shard_reader  # noqa: E402
 
 READERS = (("torch", 0), ("torch", 2), ("dali", 2))
 
@@ -71,13 +71,17 @@ def _model(dm: GraphDataModule, hidden: int, layers: int) -> NodeClassifier:
     return model
 
 
-def _train_step(model: NodeClassifier, optimizer: torch.optim.Optimizer, batch: Any) -> float:
+def _train_step(model: NodeClassifier, optimizer: torch.optim.Optimizer, batch: Any, device: torch.device) -> float:
+    """One timed training step; on a GPU the host-to-device copy of the batch counts as compute."""
     start = time.perf_counter()
+    batch = batch.to(device)
     optimizer.zero_grad()
     logits = model(batch)
     loss = model._loss(logits, batch.y[: batch.batch_size])
     loss.backward()
     optimizer.step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     return time.perf_counter() - start
 
 
@@ -122,10 +126,11 @@ def _compute(dm: GraphDataModule, batches: list[Any], args: argparse.Namespace) 
     """Mean time of a GraphSAGE training step on the first ``--compute-batches`` batches (a new
     model for each pipeline, warmed up on the last batch; first touches of mapped pages count here)."""
     torch.manual_seed(0)
-    model = _model(dm, args.hidden, len(args.fanout))
+    device = torch.device(args.device)
+    model = _model(dm, args.hidden, len(args.fanout)).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.003)
-    _train_step(model, optimizer, batches[-1])  # warm-up (allocator, Adam state), not timed
-    return statistics.mean(_train_step(model, optimizer, b) for b in batches[:args.compute_batches])
+    _train_step(model, optimizer, batches[-1], device)  # warm-up (allocator, Adam state), not timed
+    return statistics.mean(_train_step(model, optimizer, b, device) for b in batches[:args.compute_batches])
 
 
 def loading_split(name: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -148,7 +153,11 @@ def loading_split(name: str, args: argparse.Namespace, workdir: Path) -> dict[st
     del batches
     cache = open_batch_cache(folder, inputs)
     for kind, workers in READERS:
-        batches, times = _replay(cache, make_shard_reader(kind, num_workers=workers), args)
+        if kind == "dali" and not dali_available():
+            print(f"{name}: NVIDIA DALI does not import here: the DALI replay row is skipped")
+            continue
+        reader = make_shard_reader(kind, num_workers=workers, device=args.device if kind == "dali" else "cpu")
+        batches, times = _replay(cache, reader, args)
         label = f"replay ({kind}, {workers} {'threads' if kind == 'dali' else 'workers'})"
         pipelines[label] = {**zero, **times, "compute": _compute(dm, batches, args)}
         del batches
@@ -215,7 +224,8 @@ def train(name: str, args: argparse.Namespace, reuse: ReuseConfig | None, root: 
                          num_workers=args.workers, seed=0, reuse=reuse)
     model = _model(dm, args.train_hidden, len(args.train_fanout))
     curve = _Curve()
-    trainer = pl.Trainer(max_epochs=args.epochs, default_root_dir=root, logger=False, enable_checkpointing=False,
+    trainer = pl.Trainer(max_epochs=args.epochs, accelerator="gpu" if args.device == "cuda" else "cpu", devices=1,
+                         default_root_dir=root, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
                          callbacks=[curve])
     trainer.fit(model, datamodule=dm)
@@ -272,7 +282,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
     axes[1].set_ylabel("validation accuracy")
     axes[1].set_title(f"accuracy vs time, {results.get('train_dataset', '')}")
     axes[1].grid(alpha=0.3)
-    axes[1].legend()
+    if axes[1].get_lines():
+        axes[1].legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -299,6 +310,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--train-feature-dtype", default="float16", choices=["float16", "float32"])
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--reuse-epochs", type=int, default=7)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"],
+                        help="where the model trains (default: the GPU when there is one)")
     parser.add_argument("--skip-training", action="store_true")
     parser.add_argument("--skip-feature-prep", action="store_true")
     parser.add_argument("--json", help="write the results here")
@@ -307,12 +320,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     setup_logging()
     torch.manual_seed(0)
     workdir = Path(tempfile.mkdtemp(prefix="bench-reuse-", dir=paths.batch_root().parent))
-    results: dict[str, Any] = {"args": vars(args), "threads": torch.get_num_threads(), "splits": []}
+    results: dict[str, Any] = {"args": vars(args), "threads": torch.get_num_threads(), "splits": [],
+                               "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu"}
+    print(f"model on {results['device']}, {results['threads']} CPU threads, DALI "
+          f"{'available' if dali_available() else 'not available'}")
     try:
         for name in args.datasets:
             results["splits"].append(loading_split(name, args, workdir))
             print_split(results["splits"][-1])
-        if not args.skip_feature_prep:
+        if not args.skip_feature_prep and not dali_available():
+            print("\nfeature standardisation skipped: it compares numpy with DALI, which does not import here")
+        elif not args.skip_feature_prep:
             prep = results["feature_prep"] = feature_prep(args.datasets[0], workdir, args.rounds)
             rates = prep["gib_per_s"]
             print(f"\nfeature standardisation of {prep['dataset']} ({prep['gib']:.2f} GiB float32): numpy "
