@@ -135,23 +135,26 @@ std::vector<at::Tensor> tt_forward_cpu(const at::Tensor& rows_in, const at::Tens
     scalar_t* lv = level.data_ptr<scalar_t>();
     const int64_t Q12 = s.q1 * s.q2, n1 = s.q2 * s.r2, D = s.dim();
     at::parallel_for(0, static_cast<int64_t>(bounds.size()) - 1, 1, [&](int64_t b0, int64_t b1) {
-      std::vector<scalar_t> y(D), ct(s.q3 * s.r2);
+      std::vector<scalar_t> yt(D), ct(s.q3 * s.r2), lt(s.level());
       for (int64_t m = bounds[b0]; m < bounds[b1]; ++m) {
         const int64_t prefix = uniq[group[m]] / s.p3, i1 = prefix / s.p2, i2 = prefix % s.p2;
         const scalar_t* A = g0 + i1 * s.q1 * s.r1;  // [q1, r1]
         const scalar_t* Bm = g1 + i2 * s.r1 * n1;   // [r1, q2 r2]
         scalar_t* L = lv + m * s.level();           // [q1, q2 r2] = [q1 q2, r2]
         for (int64_t a = 0; a < s.q1; ++a) matvec_rows(A + a * s.r1, Bm, s.r1, n1, L + a * n1);
+        transpose(L, Q12, s.r2, lt.data());  // L^T [r2, q1 q2]: each row's product runs along q1 q2
         for (int64_t u = group[m]; u < group[m + 1]; ++u) {
           transpose(g2 + (uniq[u] % s.p3) * s.r2 * s.q3, s.r2, s.q3, ct.data());  // C^T [q3, r2]
-          for (int64_t a = 0; a < Q12; ++a) {
-            const scalar_t* La = L + a * s.r2;
-            for (int64_t c = 0; c < s.q3; ++c) y[a * s.q3 + c] = dot(La, ct.data() + c * s.r2, s.r2);
-          }
+          // y^T [q3, q1 q2] = C^T L^T: q3 register-tiled products of length r2 (no horizontal sums)
+          for (int64_t c = 0; c < s.q3; ++c) matvec_rows(ct.data() + c * s.r2, lt.data(), s.r2, Q12, yt.data() + c * Q12);
           if (u + 1 < static_cast<int64_t>(uniq.size())) {  // the next row's output rows are random writes
             for (int64_t j = seg[u + 1]; j < seg[u + 2] && j < seg[u + 1] + 4; ++j) prefetch_row(op + pp[j] * D, D, true);
           }
-          for (int64_t j = seg[u]; j < seg[u + 1]; ++j) std::copy(y.begin(), y.end(), op + pp[j] * D);
+          scalar_t* first = op + pp[seg[u]] * D;  // y = (y^T)^T written once, then copied to repeats
+          for (int64_t a = 0; a < Q12; ++a) {
+            for (int64_t c = 0; c < s.q3; ++c) first[a * s.q3 + c] = yt[c * Q12 + a];
+          }
+          for (int64_t j = seg[u] + 1; j < seg[u + 1]; ++j) std::copy(first, first + D, op + pp[j] * D);
         }
       }
     });
@@ -180,7 +183,8 @@ std::vector<at::Tensor> tt_backward_cpu(const at::Tensor& grad_in, const at::Ten
     scalar_t* part = partial.data_ptr<scalar_t>();
     const int64_t Q12 = s.q1 * s.q2, w1 = s.q2 * s.r2, D = s.dim();
     at::parallel_for(0, chunks, 1, [&](int64_t b0, int64_t b1) {
-      std::vector<scalar_t> gu(D), dL(s.level()), ct(s.q3 * s.r2), dct(s.q3 * s.r2), col(s.q1), row(w1);
+      std::vector<scalar_t> gu(D), gut(D), dL(s.level()), ct(s.q3 * s.r2), dct(s.q3 * s.r2), col(s.q1), row(w1),
+          tmp(s.r2);
       for (int64_t c = b0; c < b1; ++c) {
         scalar_t* d0 = part + c * (n0 + n1 + n2);
         scalar_t* d1 = d0 + n0;
@@ -200,15 +204,12 @@ std::vector<at::Tensor> tt_backward_cpu(const at::Tensor& grad_in, const at::Ten
             }
             const int64_t i3 = up[u] % s.p3;
             transpose(g2 + i3 * s.r2 * s.q3, s.r2, s.q3, ct.data());  // C^T [q3, r2]
-            std::fill(dct.begin(), dct.end(), scalar_t(0));
-            for (int64_t a = 0; a < Q12; ++a) {  // dC^T += gu^T L ; dL += gu C^T (inner loops over r2)
-              const scalar_t* La = L + a * s.r2;
-              scalar_t* dLa = dL.data() + a * s.r2;
-              for (int64_t k = 0; k < s.q3; ++k) {
-                const scalar_t g = gu[a * s.q3 + k];
-                axpy(g, La, dct.data() + k * s.r2, s.r2);
-                axpy(g, ct.data() + k * s.r2, dLa, s.r2);
-              }
+            transpose(gu.data(), Q12, s.q3, gut.data());               // gu^T [q3, q1 q2]
+            // dC^T = gu^T L and dL += gu C^T, each output row summed in registers and stored once
+            for (int64_t k = 0; k < s.q3; ++k) matvec_rows(gut.data() + k * Q12, L, Q12, s.r2, dct.data() + k * s.r2);
+            for (int64_t a = 0; a < Q12; ++a) {
+              matvec_rows(gu.data() + a * s.q3, ct.data(), s.q3, s.r2, tmp.data());
+              axpy(scalar_t(1), tmp.data(), dL.data() + a * s.r2, s.r2);
             }
             scalar_t* dC = d2 + i3 * s.r2 * s.q3;
             for (int64_t t = 0; t < s.r2; ++t) {
