@@ -22,6 +22,11 @@ namespace gnnkit {
 namespace {
 
 constexpr int64_t kTile = 64;  // accumulator elements kept in registers per pass
+// Software prefetch of the gathered x rows, this many entries ahead of the product (across row
+// boundaries: a row's few entries give the out-of-order core too little to overlap), at most
+// kPrefetchLines cache lines of each row (the hardware prefetcher follows longer rows).
+constexpr int64_t kPrefetchEntries = 32;
+constexpr int64_t kPrefetchLines = 4;
 
 void check_csr(const at::Tensor& indptr, const at::Tensor& indices) {
   TORCH_CHECK(indptr.dtype() == at::kLong && indices.dtype() == at::kLong, "indptr/indices must be int64");
@@ -106,9 +111,16 @@ at::Tensor spmm_csr_cpu(const at::Tensor& indptr_in, const at::Tensor& indices_i
     const scalar_t* wp = values ? w.data_ptr<scalar_t>() : nullptr;
     const scalar_t* xp = x.data_ptr<scalar_t>();
     scalar_t* op = out.data_ptr<scalar_t>();
+    const int64_t lines = std::min<int64_t>(kPrefetchLines, (F * static_cast<int64_t>(sizeof(scalar_t)) + 63) / 64);
     at::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
+        const int64_t last = ip[bounds[c + 1]];
+        int64_t ahead = ip[bounds[c]];  // the next entry whose x row is prefetched
         for (int64_t i = bounds[c]; i < bounds[c + 1]; ++i) {
+          for (const int64_t until = std::min(ip[i + 1] + kPrefetchEntries, last); ahead < until; ++ahead) {
+            const char* xr = reinterpret_cast<const char*>(xp + idx[ahead] * F);
+            for (int64_t l = 0; l < lines; ++l) __builtin_prefetch(xr + 64 * l, 0);
+          }
           const int64_t n = ip[i + 1] - ip[i];
           const scalar_t scale = (mean && n > 0) ? scalar_t(1) / scalar_t(n) : scalar_t(1);
           row_product<scalar_t>(idx, wp, ip[i], ip[i + 1], 1, xp, F, scale, op + i * F);
