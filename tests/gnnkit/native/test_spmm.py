@@ -147,3 +147,21 @@ def test_calibration_measures_native_formats_only_when_built(ext, monkeypatch):
     assert set(measure_formats(adj, 8, formats=names, repeats=1, min_seconds=0.0)) == set(names)
     monkeypatch.setenv("GNNKIT_NATIVE", "0")
     assert set(measure_formats(adj, 8, formats=names, repeats=1, min_seconds=0.0)) == {"csr"}
+
+
+@pytest.mark.parametrize("width", [64, 80])
+def test_large_output_streamed_past_the_caches_matches(ext, width):
+    """An output above 32 MiB is written with streaming stores where the CPU has AVX-512 (width 64);
+    width 80 has a 16-wide tile and so streams too. Both must equal gather-scatter."""
+    n = 140_000
+    g = torch.Generator().manual_seed(9)
+    indptr = torch.cat([torch.zeros(1, dtype=torch.long), torch.randint(0, 7, (n,), generator=g).cumsum(0)])
+    indices = torch.randint(0, n, (int(indptr[-1]),), generator=g)
+    x = torch.randn(n, width, generator=g)
+    assert n * width * 4 > 32 * 2**20
+    rows = torch.repeat_interleave(torch.arange(n), indptr.diff())
+    expected = torch.zeros(n, width).index_add_(0, rows, x[indices])
+    for reduce in ("sum", "mean"):
+        out = ops.spmm(indptr, indices, x, reduce=reduce)
+        ref = expected / indptr.diff().clamp(min=1).unsqueeze(1) if reduce == "mean" else expected
+        torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
