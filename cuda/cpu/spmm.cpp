@@ -124,6 +124,56 @@ inline void row_product(const int64_t* idx, const T* w, int64_t begin, int64_t e
   }
 }
 
+// Rows [r0, r1) of a CSR product of width exactly W (16, 32 or 64: one register tile), in one
+// pass over their entries: the x row of the entry kPrefetchEntries ahead is prefetched in the
+// same loop, so a row costs little beyond its entries (most rows of a sparse graph are short).
+template <typename T, int64_t W, bool Weighted>
+void csr_rows_fixed(const int64_t* ip, const int64_t* idx, const T* w, const T* x, T* out, int64_t r0, int64_t r1,
+                    bool mean, bool stream) {
+  constexpr int64_t kLines = std::min<int64_t>(kPrefetchLines, W * static_cast<int64_t>(sizeof(T)) / 64);
+  const int64_t first = ip[r0], last = ip[r1];
+  auto prefetch = [&](int64_t e) {
+    const char* row = reinterpret_cast<const char*>(x + idx[e] * W);
+    for (int64_t l = 0; l < kLines; ++l) __builtin_prefetch(row + 64 * l, 0);
+  };
+  for (int64_t e = first; e < std::min(first + kPrefetchEntries, last); ++e) prefetch(e);
+  for (int64_t i = r0; i < r1; ++i) {
+    T acc[W];
+    for (int64_t f = 0; f < W; ++f) acc[f] = T(0);
+    const int64_t end = ip[i + 1];
+    for (int64_t e = ip[i]; e < end; ++e) {
+      if (e + kPrefetchEntries < last) prefetch(e + kPrefetchEntries);
+      const T* xr = x + idx[e] * W;
+      const T we = Weighted ? w[e] : T(1);
+#pragma omp simd
+      for (int64_t f = 0; f < W; ++f) acc[f] += Weighted ? we * xr[f] : xr[f];
+    }
+    const int64_t n = end - ip[i];
+    store_tile<T, W>(out + i * W, acc, (mean && n > 0) ? T(1) / T(n) : T(1), stream);
+  }
+}
+
+// The fixed-width path for widths 16, 32 and 64; false for other widths.
+template <typename T>
+bool csr_rows_fixed_width(const int64_t* ip, const int64_t* idx, const T* w, const T* x, T* out, int64_t F,
+                          int64_t r0, int64_t r1, bool mean, bool stream) {
+  auto run = [&](auto width) {
+    constexpr int64_t W = decltype(width)::value;
+    if (w) {
+      csr_rows_fixed<T, W, true>(ip, idx, w, x, out, r0, r1, mean, stream);
+    } else {
+      csr_rows_fixed<T, W, false>(ip, idx, w, x, out, r0, r1, mean, stream);
+    }
+    return true;
+  };
+  switch (F) {
+    case 16: return run(std::integral_constant<int64_t, 16>{});
+    case 32: return run(std::integral_constant<int64_t, 32>{});
+    case 64: return run(std::integral_constant<int64_t, 64>{});
+    default: return false;
+  }
+}
+
 }  // namespace
 
 std::vector<int64_t> balanced_row_bounds(const int64_t* indptr, int64_t num_rows, int64_t chunks) {
@@ -164,6 +214,7 @@ at::Tensor spmm_csr_cpu(const at::Tensor& indptr_in, const at::Tensor& indices_i
     const bool stream = stream_output(op, R, F);
     at::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
+        if (csr_rows_fixed_width<scalar_t>(ip, idx, wp, xp, op, F, bounds[c], bounds[c + 1], mean, stream)) continue;
         const int64_t last = ip[bounds[c + 1]];
         int64_t ahead = ip[bounds[c]];  // the next entry whose x row is prefetched
         for (int64_t i = bounds[c]; i < bounds[c + 1]; ++i) {
