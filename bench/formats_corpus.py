@@ -8,6 +8,7 @@ run stopped; training cross-validates by matrix and writes the model JSON.
 Examples::
 
     python bench/formats_corpus.py label --count 300 --labels bench/results/formats_labels.jsonl
+    python bench/formats_corpus.py relabel --formats native_csr  # after a kernel changed speed
     python bench/formats_corpus.py train --labels bench/results/formats_labels.jsonl \\
         --out gnnkit/sparse/selector_model.json
 """
@@ -20,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gnnkit.sparse.calibrate import label_corpus, read_records, train_and_save  # noqa: E402
+from gnnkit.sparse.calibrate import label_corpus, read_records, relabel_formats, train_and_save  # noqa: E402
 from gnnkit.sparse.corpus import sample_specs  # noqa: E402
 
 
@@ -37,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--widths-per-matrix", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--labels", type=Path, default=Path("bench/results/formats_labels.jsonl"))
+    p = sub.add_parser("relabel", help="time some formats again on the labelled matrices, keep the rest")
+    p.add_argument("--formats", nargs="+", required=True)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--labels", type=Path, default=Path("bench/results/formats_labels.jsonl"))
     p = sub.add_parser("train", help="fit the selector on the labels and write its JSON")
     p.add_argument("--labels", type=Path, default=Path("bench/results/formats_labels.jsonl"))
     p.add_argument("--out", type=Path, default=Path("gnnkit/sparse/selector_model.json"))
@@ -51,6 +56,11 @@ def main(argv: list[str] | None = None) -> int:
             progress=lambda i, n, s, sec: print(f"[{i}/{n}] {s.name} {sec:.1f}s", flush=True),
         )
         print(f"{len(records)} samples from {len({r['matrix'] for r in records})} matrices in {args.labels}")
+        return 0
+    if args.action == "relabel":
+        records = relabel_formats(args.labels, args.formats, repeats=args.repeats,
+                                  progress=lambda i, n, name, sec: print(f"[{i}/{n}] {name} {sec:.1f}s", flush=True))
+        print(f"{', '.join(args.formats)} re-timed on {len(records)} samples in {args.labels}")
         return 0
     records = read_records(args.labels)
     selector = train_and_save(records, args.out, folds=args.folds, meta={"corpus": str(args.labels)})

@@ -29,6 +29,7 @@ from gnnkit.sparse.forest import TreeEnsemble
 from gnnkit.sparse.formats import FORMATS
 from gnnkit.sparse.measure import AMORTIZE_STEPS, measure_formats
 from gnnkit.sparse.selector import Selector
+from pipeline.atomic import atomic_write_text
 
 #: Log relative cost given to formats that could not hold a matrix (never chosen for it anyway).
 MISSING_COST = math.log(100.0)
@@ -104,6 +105,44 @@ def label_corpus(
             if progress is not None:
                 progress(i + 1, len(specs), spec, time.perf_counter() - start)
     return read_records(path)
+
+
+def relabel_formats(
+    path: Path,
+    formats: list[str],
+    repeats: int = 3,
+    progress: Callable[[int, int, str, float], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Measure ``formats`` again on every matrix of the label file ``path``, keeping the other
+    formats' times (after a kernel changed speed, instead of labelling the whole corpus again).
+
+    The file is rewritten atomically at the end; records gain ``relabelled: {format: loadavg}``.
+
+    Args:
+        path: JSON-lines labels from :func:`label_corpus`.
+        formats: Format names to re-time.
+        repeats: Least timed rounds per format.
+        progress: Called as ``progress(done, total, matrix name, seconds)`` after each matrix.
+
+    Returns:
+        The updated records.
+    """
+    records = read_records(path)
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        groups.setdefault(record["matrix"], []).append(record)
+    for i, (name, group) in enumerate(groups.items()):
+        start = time.perf_counter()
+        adj = MatrixSpec(**group[0]["spec"]).build()
+        for record in group:
+            matrix = adj if record["orientation"] == "A" else adj.t()
+            for fmt, timing in measure_formats(matrix, int(record["width"]), formats, repeats=repeats).items():
+                record["times"][fmt] = timing.as_dict()
+                record.setdefault("relabelled", {})[fmt] = round(os.getloadavg()[0], 2)
+        if progress is not None:
+            progress(i + 1, len(groups), name, time.perf_counter() - start)
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in records))
+    return records
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

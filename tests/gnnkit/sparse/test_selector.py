@@ -6,7 +6,7 @@ import torch
 
 from gnnkit.sparse import FORMATS, Adjacency, plan
 from gnnkit.sparse import selector as selector_module
-from gnnkit.sparse.calibrate import fit_selector, label_corpus, selection_quality
+from gnnkit.sparse.calibrate import fit_selector, label_corpus, read_records, relabel_formats, selection_quality
 from gnnkit.sparse.corpus import GENERATORS, MatrixSpec, sample_specs
 from gnnkit.sparse.features import FEATURE_NAMES
 from gnnkit.sparse.forest import TreeEnsemble
@@ -156,3 +156,18 @@ def test_label_fit_and_evaluate_a_tiny_corpus(tmp_path):
     loaded = Selector.load(selector.save(tmp_path / "sel.json"))
     adj = specs[0].build()
     assert loaded.select(adj, 32) == selector.select(adj, 32)
+
+
+def test_relabel_re_times_only_the_named_formats(tmp_path):
+    specs = sample_specs(2, seed=4, min_rows=200, max_rows=600)
+    path = tmp_path / "labels.jsonl"
+    records = label_corpus(specs, path, widths_per_matrix=1, repeats=1)
+    stale = {"convert_s": 9.0, "spmm_s": 9.0, "repeats": 1}  # a kernel that has since become faster
+    path.write_text("".join(json.dumps({**r, "times": {**r["times"], "csr": stale}}) + "\n" for r in records))
+    relabel_formats(path, ["csr"], repeats=1)
+    updated = read_records(path)
+    assert [r["matrix"] for r in updated] == [r["matrix"] for r in records]  # order and samples kept
+    for old, new in zip(records, updated):
+        assert new["times"]["csr"]["spmm_s"] < 1.0 and set(new["relabelled"]) == {"csr"}
+        others = {k: v for k, v in new["times"].items() if k != "csr"}
+        assert others == {k: v for k, v in old["times"].items() if k != "csr"}
