@@ -57,21 +57,27 @@ inline void transpose(const T* in, int64_t rows, int64_t cols, T* out) {
   }
 }
 
-// out[0..n) = sum_t a[t] * B[t, 0..n) for B [k, n] row-major, accumulated in register tiles.
+// out[f0 .. f0 + W) = sum_t a[t] * B[t, f0 .. f0 + W) for B [k, n] row-major, in registers.
+template <typename T, int64_t W>
+inline void matvec_tile(const T* a, const T* B, int64_t k, int64_t n, int64_t f0, T* out) {
+  T acc[W] = {};
+  for (int64_t t = 0; t < k; ++t) {
+    const T at = a[t];
+    const T* Bt = B + t * n + f0;
+#pragma omp simd
+    for (int64_t f = 0; f < W; ++f) acc[f] += at * Bt[f];
+  }
+  for (int64_t f = 0; f < W; ++f) out[f0 + f] = acc[f];
+}
+
+// out[0..n) = sum_t a[t] * B[t, 0..n) for B [k, n] row-major, accumulated in register tiles of
+// 16, then 8 and 4 columns (TT widths such as q1 q2 = 20 leave short remainders), then singles.
 template <typename T>
 inline void matvec_rows(const T* a, const T* B, int64_t k, int64_t n, T* out) {
-  constexpr int64_t W = 16;
   int64_t f0 = 0;
-  for (; f0 + W <= n; f0 += W) {
-    T acc[W] = {};
-    for (int64_t t = 0; t < k; ++t) {
-      const T at = a[t];
-      const T* Bt = B + t * n + f0;
-#pragma omp simd
-      for (int64_t f = 0; f < W; ++f) acc[f] += at * Bt[f];
-    }
-    for (int64_t f = 0; f < W; ++f) out[f0 + f] = acc[f];
-  }
+  for (; f0 + 16 <= n; f0 += 16) matvec_tile<T, 16>(a, B, k, n, f0, out);
+  for (; f0 + 8 <= n; f0 += 8) matvec_tile<T, 8>(a, B, k, n, f0, out);
+  for (; f0 + 4 <= n; f0 += 4) matvec_tile<T, 4>(a, B, k, n, f0, out);
   for (; f0 < n; ++f0) {
     T acc = T(0);
     for (int64_t t = 0; t < k; ++t) acc += a[t] * B[t * n + f0];
