@@ -9,7 +9,7 @@ from torch import Tensor
 from torch.futures import Future
 
 from gnnkit.comm.base import Slot, all_gather_single
-from gnnkit.comm.residuals import ErrorFeedback
+from gnnkit.comm.residuals import ErrorFeedback, Residuals
 
 _SHIFTS = torch.arange(8, dtype=torch.uint8)
 
@@ -54,18 +54,31 @@ class SignSGD(ErrorFeedback):
     Gradient Compression Schemes", ICML 2019, <https://arxiv.org/abs/1901.09847>. Same bytes on
     the wire.
 
+    With ``momentum`` (beta > 0), each rank signs its momentum ``m = beta m + (1 - beta) g`` instead
+    of its gradient: Signum, the variant the majority-vote paper trains with (its Algorithm 3).
+    Momentum averages out the noise of single mini-batches, so the ranks' signs agree more often
+    and fewer votes tie (with 2 ranks every disagreement is a tie and sends 0).
+
     Args:
         error_feedback: Carry each rank's compression error into its next step.
+        momentum: Worker momentum beta of Signum (0: plain signSGD).
     """
 
     name = "signsgd"
 
-    def __init__(self, error_feedback: bool = False) -> None:
+    def __init__(self, error_feedback: bool = False, momentum: float = 0.0) -> None:
         super().__init__()
+        if not 0.0 <= momentum < 1.0:
+            raise ValueError(f"signsgd momentum must be in [0, 1), got {momentum}")
         self.error_feedback = error_feedback
+        self.momentum = momentum
+        self.velocity = Residuals()  # beta * m per parameter, kept in the state like the residuals
 
     def launch(self, flat: Tensor, layout: list[Slot]) -> Future[Tensor]:
         p, n = self.world_size, flat.numel()
+        if self.momentum:  # m = beta m + (1 - beta) g; beta m is what stays for the next step
+            flat = self.velocity.add_to(flat * (1.0 - self.momentum), layout)
+            self.velocity.store(flat.mul(self.momentum), layout)
         signed = self.residuals.add_to(flat, layout) if self.error_feedback else flat
         scale = signed.abs().mean().to(torch.float32).reshape(1)
         payload = torch.cat([pack_signs(signed), scale.view(torch.uint8)])
@@ -83,8 +96,16 @@ class SignSGD(ErrorFeedback):
 
         return work.get_future().then(vote)
 
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "velocity": self.velocity.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.velocity.load_state_dict(state.get("velocity", {}))
+
     def info(self) -> dict[str, Any]:
-        return {**super().info(), "error_feedback": self.error_feedback}
+        return {**super().info(), "error_feedback": self.error_feedback, "momentum": self.momentum}
 
     def extra_repr(self) -> str:
-        return f"error_feedback={self.error_feedback}" if self.error_feedback else ""
+        parts = [f"error_feedback={self.error_feedback}"] if self.error_feedback else []
+        return ", ".join(parts + ([f"momentum={self.momentum}"] if self.momentum else []))

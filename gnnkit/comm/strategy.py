@@ -62,6 +62,7 @@ class GnnkitStrategy(DDPStrategy):
         gather: ``topk_a2a``'s all-gather phase: ``"auto"``, ``"dense"`` or ``"sparse"``.
         warmup_steps: Steps of dense all-reduce before a lossy mode takes over.
         sign_error_feedback: ``signsgd`` with error feedback (Karimireddy et al., ICML 2019).
+        sign_momentum: ``signsgd``'s worker momentum (Signum; 0: plain signSGD).
         powersgd_rank: Rank of PowerSGD's approximation.
         bucket_mb: DDP bucket (fusion) size in MiB, or ``"auto"``: binary search over measured step
             time in the first steps, then fixed.
@@ -88,6 +89,7 @@ class GnnkitStrategy(DDPStrategy):
         gather: str = "auto",
         warmup_steps: int = 0,
         sign_error_feedback: bool = False,
+        sign_momentum: float = 0.0,
         powersgd_rank: int = 1,
         bucket_mb: Union[float, Literal["auto"]] = 25.0,
         tune_steps: int = 3,
@@ -113,7 +115,7 @@ class GnnkitStrategy(DDPStrategy):
             raise ValueError(f"tune_steps must be >= 1, got {tune_steps}")
         self.streams, self.density, self.gather = streams, density, gather
         self.warmup_steps, self.powersgd_rank = warmup_steps, powersgd_rank
-        self.sign_error_feedback = sign_error_feedback
+        self.sign_error_feedback, self.sign_momentum = sign_error_feedback, sign_momentum
         self.bucket_mb, self.tune_steps = bucket_mb, tune_steps
         self.communicator = self._make_communicator()  # validates the mode's options
         super().__init__(
@@ -141,7 +143,7 @@ class GnnkitStrategy(DDPStrategy):
             "multistream": lambda: MultiStreamAllReduce(streams=self.streams),
             "topk_a2a": lambda: TopKA2A(density=self.density, gather=self.gather),
             "topk_allgather": lambda: TopKAllGather(density=self.density),
-            "signsgd": lambda: SignSGD(error_feedback=self.sign_error_feedback),
+            "signsgd": lambda: SignSGD(error_feedback=self.sign_error_feedback, momentum=self.sign_momentum),
             "powersgd": lambda: PowerSGD(rank=self.powersgd_rank),
             "dear": DeAR,
         }
@@ -337,7 +339,7 @@ class GnnkitStrategy(DDPStrategy):
     def __repr__(self) -> str:
         return (f"GnnkitStrategy(comm={self.comm!r}, streams={self.streams}, density={self.density}, "
                 f"gather={self.gather!r}, warmup_steps={self.warmup_steps}, "
-                f"sign_error_feedback={self.sign_error_feedback}, "
+                f"sign_error_feedback={self.sign_error_feedback}, sign_momentum={self.sign_momentum}, "
                 f"powersgd_rank={self.powersgd_rank}, bucket_mb={self.bucket_mb!r}, "
                 f"tune_steps={self.tune_steps})")
 

@@ -9,7 +9,7 @@ import torch
 from lightning.pytorch.strategies import StrategyRegistry
 
 import gnnkit  # noqa: F401
-from gnnkit.comm import FusionTuner, GnnkitStrategy, MultiStreamAllReduce, PowerSGD, TopKA2A, resolve_mode
+from gnnkit.comm import FusionTuner, GnnkitStrategy, MultiStreamAllReduce, PowerSGD, SignSGD, TopKA2A, resolve_mode
 from gnnkit.comm.base import make_layout
 from gnnkit.comm.multistream import split_parts
 from gnnkit.comm.residuals import Residuals
@@ -99,7 +99,7 @@ def test_registry_and_resolver() -> None:
 def test_strategy_repr_and_options() -> None:
     s = GnnkitStrategy(comm="topk_a2a", density=0.05, bucket_mb="auto")
     assert repr(s) == ("GnnkitStrategy(comm='topk_a2a', streams=2, density=0.05, gather='auto', "
-                       "warmup_steps=0, sign_error_feedback=False, powersgd_rank=1, bucket_mb='auto', "
+                       "warmup_steps=0, sign_error_feedback=False, sign_momentum=0.0, powersgd_rank=1, bucket_mb='auto', "
                        "tune_steps=3)")
     assert repr(s.communicator) == "TopKA2A(density=0.05, gather='auto')"
     signs = GnnkitStrategy(comm="signsgd", sign_error_feedback=True).communicator
@@ -195,5 +195,35 @@ def test_every_mode_on_a_single_rank_group() -> None:
             assert torch.allclose(out, expected, atol=1e-5), name
             if name == "dear":
                 comm.finish_backward()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_signum_signs_the_worker_momentum_and_restores_it() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        pytest.skip("a process group already exists in this process")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        layout = make_layout([("w", (40, 5)), ("b", (7,))])
+        gen = torch.Generator().manual_seed(5)
+        grads = [torch.randn(207, generator=gen) for _ in range(4)]
+        comm, m = SignSGD(momentum=0.9), torch.zeros(207)
+        comm.setup(None)
+        for grad in grads[:2]:
+            m = 0.9 * m + 0.1 * grad
+            out = comm.launch(grad.clone(), layout).wait()
+            torch.testing.assert_close(out, torch.where(m >= 0, 1.0, -1.0) * m.abs().mean())
+        resumed = SignSGD(momentum=0.9)
+        resumed.setup(None)
+        resumed.load_state_dict(comm.state_dict())  # a checkpoint mid-run continues the momentum
+        for grad in grads[2:]:
+            m = 0.9 * m + 0.1 * grad
+            out = resumed.launch(grad.clone(), layout).wait()
+            torch.testing.assert_close(out, torch.where(m >= 0, 1.0, -1.0) * m.abs().mean())
+        assert repr(resumed) == "SignSGD(momentum=0.9)"
+        with pytest.raises(ValueError, match="momentum"):
+            SignSGD(momentum=1.0)
     finally:
         dist.destroy_process_group()
