@@ -66,6 +66,13 @@ bool stream_output(const T* out, int64_t rows, int64_t F) {
 #endif
 }
 
+// Prefetches the first `lines` cache lines of x row idx[e] (row length F).
+template <typename T>
+inline void prefetch_x_row(const T* x, const int64_t* idx, int64_t e, int64_t F, int64_t lines) {
+  const char* row = reinterpret_cast<const char*>(x + idx[e] * F);
+  for (int64_t l = 0; l < lines; ++l) __builtin_prefetch(row + 64 * l, 0);
+}
+
 // Orders this thread's streaming stores before what follows (they bypass the usual ordering).
 inline void stream_fence() {
 #if defined(__AVX512F__)
@@ -132,17 +139,13 @@ void csr_rows_fixed(const int64_t* ip, const int64_t* idx, const T* w, const T* 
                     bool mean, bool stream) {
   constexpr int64_t kLines = std::min<int64_t>(kPrefetchLines, W * static_cast<int64_t>(sizeof(T)) / 64);
   const int64_t first = ip[r0], last = ip[r1];
-  auto prefetch = [&](int64_t e) {
-    const char* row = reinterpret_cast<const char*>(x + idx[e] * W);
-    for (int64_t l = 0; l < kLines; ++l) __builtin_prefetch(row + 64 * l, 0);
-  };
-  for (int64_t e = first; e < std::min(first + kPrefetchEntries, last); ++e) prefetch(e);
+  for (int64_t e = first; e < std::min(first + kPrefetchEntries, last); ++e) prefetch_x_row(x, idx, e, W, kLines);
   for (int64_t i = r0; i < r1; ++i) {
     T acc[W];
     for (int64_t f = 0; f < W; ++f) acc[f] = T(0);
     const int64_t end = ip[i + 1];
     for (int64_t e = ip[i]; e < end; ++e) {
-      if (e + kPrefetchEntries < last) prefetch(e + kPrefetchEntries);
+      if (e + kPrefetchEntries < last) prefetch_x_row(x, idx, e + kPrefetchEntries, W, kLines);
       const T* xr = x + idx[e] * W;
       const T we = Weighted ? w[e] : T(1);
 #pragma omp simd
@@ -219,8 +222,7 @@ at::Tensor spmm_csr_cpu(const at::Tensor& indptr_in, const at::Tensor& indices_i
         int64_t ahead = ip[bounds[c]];  // the next entry whose x row is prefetched
         for (int64_t i = bounds[c]; i < bounds[c + 1]; ++i) {
           for (const int64_t until = std::min(ip[i + 1] + kPrefetchEntries, last); ahead < until; ++ahead) {
-            const char* xr = reinterpret_cast<const char*>(xp + idx[ahead] * F);
-            for (int64_t l = 0; l < lines; ++l) __builtin_prefetch(xr + 64 * l, 0);
+            prefetch_x_row(xp, idx, ahead, F, lines);
           }
           const int64_t n = ip[i + 1] - ip[i];
           const scalar_t scale = (mean && n > 0) ? scalar_t(1) / scalar_t(n) : scalar_t(1);

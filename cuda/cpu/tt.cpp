@@ -152,7 +152,9 @@ std::vector<at::Tensor> tt_forward_cpu(const at::Tensor& rows_in, const at::Tens
         for (int64_t u = group[m]; u < group[m + 1]; ++u) {
           transpose(g2 + (uniq[u] % s.p3) * s.r2 * s.q3, s.r2, s.q3, ct.data());  // C^T [q3, r2]
           // y^T [q3, q1 q2] = C^T L^T: q3 register-tiled products of length r2 (no horizontal sums)
-          for (int64_t c = 0; c < s.q3; ++c) matvec_rows(ct.data() + c * s.r2, lt.data(), s.r2, Q12, yt.data() + c * Q12);
+          for (int64_t c = 0; c < s.q3; ++c) {
+            matvec_rows(ct.data() + c * s.r2, lt.data(), s.r2, Q12, yt.data() + c * Q12);
+          }
           if (u + 1 < static_cast<int64_t>(uniq.size())) {  // the next row's output rows are random writes
             for (int64_t j = seg[u + 1]; j < seg[u + 2] && j < seg[u + 1] + 4; ++j) prefetch_row(op + pp[j] * D, D, true);
           }

@@ -99,8 +99,8 @@ def test_registry_and_resolver() -> None:
 def test_strategy_repr_and_options() -> None:
     s = GnnkitStrategy(comm="topk_a2a", density=0.05, bucket_mb="auto")
     assert repr(s) == ("GnnkitStrategy(comm='topk_a2a', streams=2, density=0.05, gather='auto', "
-                       "warmup_steps=0, sign_error_feedback=False, sign_momentum=0.0, powersgd_rank=1, bucket_mb='auto', "
-                       "tune_steps=3)")
+                       "warmup_steps=0, sign_error_feedback=False, sign_momentum=0.0, powersgd_rank=1, "
+                       "bucket_mb='auto', tune_steps=3)")
     assert repr(s.communicator) == "TopKA2A(density=0.05, gather='auto')"
     signs = GnnkitStrategy(comm="signsgd", sign_error_feedback=True).communicator
     assert signs.error_feedback and repr(signs) == "SignSGD(error_feedback=True)"
