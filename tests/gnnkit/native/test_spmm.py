@@ -32,21 +32,28 @@ def num_cols_of(name: str, indices: torch.Tensor, indptr: torch.Tensor) -> int:
     return 90 if name == "rectangular" else indptr.numel() - 1
 
 
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU"))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("width", [1, 7, 16, 83, 130])
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("graph", sorted(GRAPHS))
-def test_csr_values_and_gradients_match_dense(ext, graph, weighted, reduce, width):
+def test_csr_values_and_gradients_match_dense(ext, graph, weighted, reduce, width, device):
+    """The CPU kernel and, on a GPU, the CUDA one (its build must then include it)."""
     indptr, indices = GRAPHS[graph]()
     n_cols = num_cols_of(graph, indices, indptr)
     g = torch.Generator().manual_seed(width)
     values = torch.rand(indices.numel(), generator=g, dtype=torch.float64) if weighted else None
     x = torch.randn(n_cols, width, generator=g, dtype=torch.float64, requires_grad=True)
     w = torch.randn(indptr.numel() - 1, width, generator=g, dtype=torch.float64)
-    out = ops.spmm(indptr, indices, x, values=values, reduce=reduce)
+    on = [None if t is None else t.to(device) for t in (indptr, indices, values)]
+    out = ops.spmm(on[0], on[1], x.to(device), values=on[2], reduce=reduce)
+    assert out.device.type == device
     expected = reference(indptr, indices, n_cols, x, values, reduce == "mean")
-    torch.testing.assert_close(out, expected)
-    (grad,) = torch.autograd.grad((out * w).sum(), x)
+    torch.testing.assert_close(out.cpu(), expected)
+    (grad,) = torch.autograd.grad((out * w.to(device)).sum(), x)
     (grad_expected,) = torch.autograd.grad((expected * w).sum(), x)
     torch.testing.assert_close(grad, grad_expected)
 
