@@ -36,14 +36,6 @@ Shape check_cores(const at::Tensor& c0, const at::Tensor& c1, const at::Tensor& 
 }
 
 template <typename T>
-inline T dot(const T* a, const T* b, int64_t n) {
-  T acc = T(0);
-#pragma omp simd reduction(+ : acc)
-  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
-  return acc;
-}
-
-template <typename T>
 inline void axpy(T alpha, const T* x, T* y, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
@@ -181,18 +173,22 @@ std::vector<at::Tensor> tt_backward_cpu(const at::Tensor& grad_in, const at::Ten
   const int64_t chunks = static_cast<int64_t>(bounds.size()) - 1;
   const int64_t n0 = c0.numel(), n1 = c1.numel(), n2 = c2.numel();
   at::Tensor partial = at::zeros({chunks, n0 + n1 + n2}, c0.options());
+  // Middle-core slices transposed once per call ([p2, q2 r2, r1]): dA = dL B^T then runs as
+  // register-tiled products instead of q1 r1 dot products with horizontal sums.
+  const at::Tensor c1t = c1.view({s.p2, s.r1, s.q2 * s.r2}).transpose(1, 2).contiguous();
   const int64_t *pp = perm.data_ptr<int64_t>(), *sg = seg.data_ptr<int64_t>();
   const int64_t *up = uniq.data_ptr<int64_t>(), *gp = group.data_ptr<int64_t>();
   const int64_t num_rows = uniq.numel();
   AT_DISPATCH_FLOATING_TYPES(c0.scalar_type(), "tt_backward_cpu", [&] {
-    const scalar_t *g0 = c0.data_ptr<scalar_t>(), *g1 = c1.data_ptr<scalar_t>(), *g2 = c2.data_ptr<scalar_t>();
+    const scalar_t *g0 = c0.data_ptr<scalar_t>(), *g2 = c2.data_ptr<scalar_t>();
+    const scalar_t* g1t = c1t.data_ptr<scalar_t>();
     const scalar_t* gr = grad.data_ptr<scalar_t>();
     const scalar_t* lv = level.data_ptr<scalar_t>();
     scalar_t* part = partial.data_ptr<scalar_t>();
     const int64_t Q12 = s.q1 * s.q2, w1 = s.q2 * s.r2, D = s.dim();
     at::parallel_for(0, chunks, 1, [&](int64_t b0, int64_t b1) {
       std::vector<scalar_t> gu(D), gut(D), dL(s.level()), ct(s.q3 * s.r2), dct(s.q3 * s.r2), col(s.q1), row(w1),
-          tmp(s.r2);
+          tmp(s.r2), tmp_a(s.r1);
       for (int64_t c = b0; c < b1; ++c) {
         scalar_t* d0 = part + c * (n0 + n1 + n2);
         scalar_t* d1 = d0 + n0;
@@ -225,7 +221,7 @@ std::vector<at::Tensor> tt_backward_cpu(const at::Tensor& grad_in, const at::Ten
             }
           }
           const scalar_t* A = g0 + i1 * s.q1 * s.r1;  // [q1, r1]
-          const scalar_t* Bm = g1 + i2 * s.r1 * w1;   // [r1, q2 r2]
+          const scalar_t* Bt = g1t + i2 * w1 * s.r1;  // B^T [q2 r2, r1]
           scalar_t* dA = d0 + i1 * s.q1 * s.r1;
           scalar_t* dB = d1 + i2 * s.r1 * w1;
           // dL as [q1, q2 r2]: dB += A^T dL, each row of dB updated once (register tiles);
@@ -236,7 +232,8 @@ std::vector<at::Tensor> tt_backward_cpu(const at::Tensor& grad_in, const at::Ten
             axpy(scalar_t(1), row.data(), dB + t * w1, w1);
           }
           for (int64_t a = 0; a < s.q1; ++a) {
-            for (int64_t t = 0; t < s.r1; ++t) dA[a * s.r1 + t] += dot(dL.data() + a * w1, Bm + t * w1, w1);
+            matvec_rows(dL.data() + a * w1, Bt, w1, s.r1, tmp_a.data());
+            axpy(scalar_t(1), tmp_a.data(), dA + a * s.r1, s.r1);
           }
         }
       }
