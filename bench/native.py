@@ -180,14 +180,23 @@ def compulsory_bytes(indptr: torch.Tensor, indices: torch.Tensor, width: int) ->
 
 
 # -- sampler ----------------------------------------------------------------------------------------
-def bench_sampler(indptr: torch.Tensor, indices: torch.Tensor, batches: int, rounds: int,
-                  threads: int) -> dict[str, Any]:
+def sampler_batches(indptr: torch.Tensor, indices: torch.Tensor,
+                    batches: int) -> tuple[list[torch.Tensor], Callable[[], int]]:
+    """``batches`` seed sets of 1024 nodes, and a run of :class:`CSRNeighborSampler` (fan-out
+    ``[15, 10, 5]``) over them that returns the sampled edge count."""
     sampler = CSRNeighborSampler(indptr, indices, [15, 10, 5], seed=0)
     g = torch.Generator().manual_seed(1)
     seeds = [torch.randint(0, indptr.numel() - 1, (1024,), generator=g) for _ in range(batches)]
 
     def run() -> int:
         return sum(sampler.sample_from_nodes(NodeSamplerInput(None, s)).edge.numel() for s in seeds)
+
+    return seeds, run
+
+
+def bench_sampler(indptr: torch.Tensor, indices: torch.Tensor, batches: int, rounds: int,
+                  threads: int) -> dict[str, Any]:
+    _, run = sampler_batches(indptr, indices, batches)
 
     def run_python() -> int:
         with native.disabled():
@@ -202,18 +211,13 @@ def bench_sampler(indptr: torch.Tensor, indices: torch.Tensor, batches: int, rou
 def bench_sampler_gpu(indptr: torch.Tensor, indices: torch.Tensor, batches: int, rounds: int,
                       threads: int) -> dict[str, Any]:
     """The CUDA sampler against the native CPU sampler at ``threads`` threads: where to sample."""
-    sampler = CSRNeighborSampler(indptr, indices, [15, 10, 5], seed=0)
-    g = torch.Generator().manual_seed(1)
-    seeds = [torch.randint(0, indptr.numel() - 1, (1024,), generator=g) for _ in range(batches)]
+    seeds, on_cpu = sampler_batches(indptr, indices, batches)
     graph = (indptr.cuda(), indices.cuda())
     local = torch.full((indptr.numel() - 1,), -1, dtype=torch.int64, device="cuda")
 
     def on_gpu() -> int:
         return sum(ops.sample_neighbors(*graph, s.cuda(), [15, 10, 5], False, seed=i, local=local)[3].numel()
                    for i, s in enumerate(seeds))
-
-    def on_cpu() -> int:
-        return sum(sampler.sample_from_nodes(NodeSamplerInput(None, s)).edge.numel() for s in seeds)
 
     t = interleaved({"cuda": on_gpu, "cpu_native": on_cpu}, rounds)
     return {"kind": "sampler", "graph": "powerlaw-arxiv", "threads": threads, "device": "cuda", "batches": batches,

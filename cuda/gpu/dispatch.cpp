@@ -40,7 +40,6 @@ Items spmm_items(const int64_t* indptr, const int64_t* row_len, const int64_t* p
   return {extra_ptr, rows + (nnz + gpu::kSegment - 1) / gpu::kSegment};
 }
 
-
 }  // namespace
 
 at::Tensor spmm_csr_cuda(const at::Tensor& indptr, const at::Tensor& indices, const std::optional<at::Tensor>& values,

@@ -54,3 +54,8 @@ GRAPHS = {
     "no-nodes": lambda: (torch.zeros(1, dtype=torch.long), torch.zeros(0, dtype=torch.long)),
     "single-loop": lambda: (torch.tensor([0, 1]), torch.tensor([0])),
 }
+
+
+def on_device(device: str, *tensors: torch.Tensor | None) -> list[torch.Tensor | None]:
+    """``tensors`` moved to ``device`` (``None`` stays ``None``)."""
+    return [None if t is None else t.to(device) for t in tensors]

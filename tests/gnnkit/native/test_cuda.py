@@ -12,7 +12,7 @@ import torch
 
 from gnnkit.native import ops
 
-from .conftest import GRAPHS, powerlaw_csr
+from .conftest import GRAPHS, on_device, powerlaw_csr
 from .test_sampler import check_sample
 from .test_spmm import num_cols_of, reference
 
@@ -26,10 +26,6 @@ def cuda_ext(ext):
     return ext
 
 
-def _cuda(*tensors):
-    return [None if t is None else t.cuda() for t in tensors]
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
 @pytest.mark.parametrize("graph", sorted(GRAPHS))
@@ -39,7 +35,7 @@ def test_sell_spmm_on_gpu_matches_cpu_kernel(cuda_ext, graph, reduce, dtype):
     values = torch.rand(indices.numel(), generator=torch.Generator().manual_seed(1), dtype=dtype)
     x = torch.randn(n_cols, 45, generator=torch.Generator().manual_seed(2), dtype=dtype)
     cpu = ops.to_sell(ops.CSR(indptr, indices, values, n_cols), dtype=dtype)
-    gpu = ops.to_sell(ops.CSR(*_cuda(indptr, indices, values), n_cols), dtype=dtype)
+    gpu = ops.to_sell(ops.CSR(*on_device("cuda", indptr, indices, values), n_cols), dtype=dtype)
     assert gpu.cols.is_cuda
     out = ops.spmm_sell(gpu, x.cuda(), mean=reduce == "mean")
     tol = {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else {}  # summation order differs
@@ -60,9 +56,9 @@ def test_large_skewed_spmm_on_gpu(cuda_ext, reduce):
     mean = reduce == "mean"
     expected = ops.spmm(indptr, indices, x.double(), reduce=reduce)
     tol = {"atol": 1e-2, "rtol": 1e-4}  # float32 sums of up to 60,000 terms of size ~1 (a lost segment: ~10)
-    out = ops.spmm(*_cuda(indptr, indices), x.cuda(), reduce=reduce)
+    out = ops.spmm(*on_device("cuda", indptr, indices), x.cuda(), reduce=reduce)
     torch.testing.assert_close(out.cpu().double(), expected, **tol)
-    sell = ops.to_sell(ops.CSR(*_cuda(indptr, indices), None, 20000))
+    sell = ops.to_sell(ops.CSR(*on_device("cuda", indptr, indices), None, 20000))
     torch.testing.assert_close(ops.spmm_sell(sell, x.cuda(), mean=mean).cpu().double(), expected, **tol)
 
 
@@ -73,8 +69,8 @@ def test_sampler_on_gpu_is_valid_deterministic_and_equals_cpu(cuda_ext, replace,
     seeds = torch.tensor([3, 0, 7, 7, 499, 12, 3, 250])  # repeated seeds, hub (node 0), empty rows likely
     cpu = ops.sample_neighbors(indptr, indices, seeds, fanouts, replace, seed=11)
     local = torch.full((500,), -1, dtype=torch.int64, device="cuda")
-    gpu = ops.sample_neighbors(*_cuda(indptr, indices, seeds), fanouts, replace, seed=11, local=local)
-    again = ops.sample_neighbors(*_cuda(indptr, indices, seeds), fanouts, replace, seed=11, local=local)
+    gpu = ops.sample_neighbors(*on_device("cuda", indptr, indices, seeds), fanouts, replace, seed=11, local=local)
+    again = ops.sample_neighbors(*on_device("cuda", indptr, indices, seeds), fanouts, replace, seed=11, local=local)
     assert bool((local == -1).all()), "the scratch map must be left as found"
     host = [t.cpu() for t in gpu[:4]] + list(gpu[4:])
     check_sample(indptr, indices, seeds, fanouts, replace, *host)

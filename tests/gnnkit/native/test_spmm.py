@@ -11,7 +11,7 @@ from gnnkit.sparse import Adjacency, spmm
 from gnnkit.sparse.formats import FORMATS
 from gnnkit.sparse.selector import usable
 
-from .conftest import GRAPHS
+from .conftest import GRAPHS, on_device
 
 
 def dense(indptr: torch.Tensor, indices: torch.Tensor, num_cols: int, values=None, dtype=torch.float64):
@@ -48,8 +48,8 @@ def test_csr_values_and_gradients_match_dense(ext, graph, weighted, reduce, widt
     values = torch.rand(indices.numel(), generator=g, dtype=torch.float64) if weighted else None
     x = torch.randn(n_cols, width, generator=g, dtype=torch.float64, requires_grad=True)
     w = torch.randn(indptr.numel() - 1, width, generator=g, dtype=torch.float64)
-    on = [None if t is None else t.to(device) for t in (indptr, indices, values)]
-    out = ops.spmm(on[0], on[1], x.to(device), values=on[2], reduce=reduce)
+    ip, ix, vals = on_device(device, indptr, indices, values)
+    out = ops.spmm(ip, ix, x.to(device), values=vals, reduce=reduce)
     assert out.device.type == device
     expected = reference(indptr, indices, n_cols, x, values, reduce == "mean")
     torch.testing.assert_close(out.cpu(), expected)
