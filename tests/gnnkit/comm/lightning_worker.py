@@ -159,3 +159,7 @@ if __name__ == "__main__":
               "sampled_eval": scenario_sampled_eval}[sys.argv[1]]()
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
         (OUT / "result.json").write_text(json.dumps(result))
+    # An exit with a live gloo group can abort in its threads' teardown ("terminate called
+    # without an active exception", exit -6) after the scenario has passed: end it first.
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
