@@ -144,30 +144,43 @@ class NodeGNN(nn.Module):
                 conversions cached); built from ``edge_index`` when omitted, as a single-use
                 matrix (the selector then avoids formats that need a conversion).
             num_sampled_nodes: Nodes per hop of a neighbour-sampled batch (seeds first), with
-                ``num_sampled_edges`` (edges per hop): layer ``i`` then skips the outermost ``i``
-                hops, whose outputs no later layer reads (PyG's ``trim_to_layer``; the seeds'
-                outputs are unchanged). Used when there is one hop per layer, for the models whose
-                aggregation reads only each destination's own in-edges (not GCN, whose
-                normalisation uses the sources' degrees in the sampled subgraph).
+                ``num_sampled_edges`` (edges per hop): layer ``i`` then reads the batch less its
+                outermost ``i`` hops and computes outputs only for the nodes the next layer reads
+                (the batch less ``i + 1`` hops), as a bipartite ``[N_dst, N_src]`` block (DGL's
+                blocks; PyG's ``trim_to_layer`` trims the inputs only). The seeds' outputs are
+                unchanged in evaluation; BatchNorm's training statistics cover the computed nodes.
+                Used when there is one hop per layer, for the models whose aggregation reads only
+                each destination's own in-edges (not GCN, whose normalisation uses the sources'
+                degrees in the sampled subgraph).
 
         Returns:
-            ``[N, out_channels]`` logits (only the first ``N`` minus the trimmed hops are computed
-            when trimming: callers read the seeds).
+            ``[N, out_channels]`` logits, or when trimming ``[num_sampled_nodes[0], out_channels]``
+            (the seeds' rows: callers read the seeds).
         """
         trim = (num_sampled_nodes is not None and num_sampled_edges is not None and self.model in TRIMMABLE
                 and len(num_sampled_edges) == len(self.layers) and adj is None)
         graph: Tensor | Adjacency = edge_index
+        num_dst = x.size(0)
         for i, layer in enumerate(self.layers):
-            if trim and i > 0:
-                x = x[: x.size(0) - num_sampled_nodes[-i]]
-                edge_index = edge_index[:, : edge_index.size(1) - num_sampled_edges[-i]]
-            if self.model != "mlp" and (i == 0 or trim):
-                graph = self._graph(x, edge_index, adj)
-            x = layer(x) if self.model == "mlp" else layer(x, graph)
+            if trim:
+                if i > 0:  # this hop's edges fed the previous layer only
+                    edge_index = edge_index[:, : edge_index.size(1) - num_sampled_edges[-i]]
+                num_dst -= num_sampled_nodes[-(i + 1)]
+                x = self._block(layer, x, edge_index, num_dst)
+            else:
+                if self.model != "mlp" and i == 0:
+                    graph = self._graph(x, edge_index, adj)
+                x = layer(x) if self.model == "mlp" else layer(x, graph)
             if i < len(self.layers) - 1:
                 x = torch.relu(self.norms[i](x))
                 x = nn.functional.dropout(x, p=self.dropout, training=self.training)
         return x
+
+    def _block(self, layer: nn.Module, x: Tensor, edge_index: Tensor, num_dst: int) -> Tensor:
+        """One layer on a sampled block: sources ``x``, outputs for its first ``num_dst`` rows."""
+        if self.aggregation == "gnnkit":
+            return layer(x, Adjacency.from_edge_index(edge_index, x.size(0), num_dst=num_dst, single_use=True))
+        return layer((x, x[:num_dst]), edge_index, size=(x.size(0), num_dst))
 
     def _graph(self, x: Tensor, edge_index: Tensor, adj: Adjacency | None) -> Tensor | Adjacency:
         """What the layers aggregate over: the edge list (PyG) or an Adjacency (gnnkit)."""

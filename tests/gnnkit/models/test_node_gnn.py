@@ -33,9 +33,11 @@ def test_mlp_ignores_edges():
     assert torch.equal(net(x, torch.zeros(2, 0, dtype=torch.long)), net(x, torch.randint(0, 10, (2, 40))))
 
 
-@pytest.mark.parametrize("model,aggregation", [("sage", "pyg"), ("gat", "pyg"), ("sage", "gnnkit"), ("gin", "gnnkit")])
+@pytest.mark.parametrize("model,aggregation", [("sage", "pyg"), ("gat", "pyg"), ("gin", "pyg"), ("sage", "gnnkit"),
+                                               ("gin", "gnnkit")])
 def test_trimming_per_hop_keeps_the_seed_outputs(model, aggregation):
-    """Layer i skips the outermost i hops of a sampled batch; the seeds' logits do not change."""
+    """Layer i reads the batch less its outer i hops and computes only the rows layer i + 1 reads;
+    the seeds' logits and the parameters' gradients do not change."""
     import torch_geometric
 
     from gnnkit.data.sampler import neighbor_loader
@@ -52,10 +54,16 @@ def test_trimming_per_hop_keeps_the_seed_outputs(model, aggregation):
     batch = next(iter(loader))
     gnn = NodeGNN(model, 8, 16, 5, num_layers=3, aggregation=aggregation).eval()
     full = gnn(batch.x, batch.edge_index)[: batch.batch_size]
+    full.square().sum().backward()
+    full_grads = [p.grad.clone() for p in gnn.parameters()]
+    gnn.zero_grad()
     trimmed = gnn(batch.x, batch.edge_index, num_sampled_nodes=batch.num_sampled_nodes,
                   num_sampled_edges=batch.num_sampled_edges)
-    assert trimmed.size(0) < batch.num_nodes
-    torch.testing.assert_close(trimmed[: batch.batch_size], full, rtol=1e-4, atol=1e-5)
+    assert trimmed.size(0) == batch.batch_size
+    torch.testing.assert_close(trimmed, full, rtol=1e-4, atol=1e-5)
+    trimmed.square().sum().backward()
+    for p, expected in zip(gnn.parameters(), full_grads):
+        torch.testing.assert_close(p.grad, expected, rtol=1e-4, atol=1e-5)
 
 
 def test_gcn_is_not_trimmed():
