@@ -61,8 +61,14 @@ std::vector<at::Tensor> select_magnitude(const at::Tensor& x, double threshold) 
   return select_magnitude_cpu(x, threshold);
 }
 
+at::Tensor dropout(const at::Tensor& x, double p, int64_t seed) {
+  // CPU only: torch's CUDA dropout is already a fused Philox kernel.
+  return dropout_cpu(x, p, seed);
+}
+
 std::vector<std::string> kernels() {
-  std::vector<std::string> names{"spmm_csr", "spmm_sell", "sample_neighbors", "tt_lookup", "select_magnitude"};
+  std::vector<std::string> names{"spmm_csr", "spmm_sell", "sample_neighbors", "tt_lookup", "select_magnitude",
+                                 "dropout"};
 #ifdef GNNKIT_WITH_CUDA
   for (const char* n : {"spmm_csr_cuda", "spmm_sell_cuda", "sample_neighbors_cuda", "tt_lookup_cuda"}) names.push_back(n);
 #endif
@@ -80,5 +86,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("tt_forward", &gnnkit::tt_forward, "fused 3-core TT lookup with prefix reuse");
   m.def("tt_backward", &gnnkit::tt_backward, "gradients of the fused TT lookup");
   m.def("select_magnitude", &gnnkit::select_magnitude, "elements with |x| >= threshold, with their indices");
+  m.def("dropout", &gnnkit::dropout, "inverted dropout with a counter-based mask (same seed, same mask)");
   m.def("kernels", &gnnkit::kernels, "names of the kernels in this build");
 }

@@ -47,4 +47,8 @@ std::vector<at::Tensor> tt_backward_cpu(const at::Tensor& grad, const at::Tensor
 // Elements of 1-D float32 x with |x| >= threshold: (indices int64 [m], values [m]), in index order.
 std::vector<at::Tensor> select_magnitude_cpu(const at::Tensor& x, double threshold);
 
+// Inverted dropout of float32 x: element i kept (times 1 / (1 - p)) when the i-th 32-bit draw of the
+// counter-based stream under `seed` is >= p 2^32. The same seed gives the same mask (the backward pass).
+at::Tensor dropout_cpu(const at::Tensor& x, double p, int64_t seed);
+
 }  // namespace gnnkit

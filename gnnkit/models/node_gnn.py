@@ -6,6 +6,7 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
 
+from gnnkit.models.dropout import dropout
 from gnnkit.sparse import Adjacency
 
 #: Where message-passing layers aggregate: PyG's own layers, or gnnkit.sparse.spmm per layer.
@@ -173,7 +174,7 @@ class NodeGNN(nn.Module):
                 x = layer(x) if self.model == "mlp" else layer(x, graph)
             if i < len(self.layers) - 1:
                 x = torch.relu(self.norms[i](x))
-                x = nn.functional.dropout(x, p=self.dropout, training=self.training)
+                x = dropout(x, self.dropout, self.training)
         return x
 
     def _block(self, layer: nn.Module, x: Tensor, edge_index: Tensor, num_dst: int) -> Tensor:

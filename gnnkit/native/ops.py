@@ -4,7 +4,8 @@
   backward pass multiplying by the transpose;
 * :func:`sample_neighbors`: one multi-hop uniform neighbour sample;
 * :func:`tt_lookup`: the fused three-core TT lookup and its gradients;
-* :func:`select_magnitude`: the elements of a gradient at or above a magnitude threshold.
+* :func:`select_magnitude`: the elements of a gradient at or above a magnitude threshold;
+* :func:`dropout`: inverted dropout whose mask is a function of a seed (regenerated for backward).
 """
 
 from __future__ import annotations
@@ -227,3 +228,22 @@ def sample_from_nodes(sampler: Any, seed_nodes: Tensor, generator: torch.Generat
         sampler.indptr, sampler.indices, seed_nodes, sampler.num_neighbors, sampler.replace, seed, local)
     return SamplerOutput(node=node, row=row, col=col, edge=edge, batch=None, num_sampled_nodes=num_nodes,
                          num_sampled_edges=num_edges, metadata=(index.input_id, index.time))
+
+
+# -- dropout ----------------------------------------------------------------------------------------
+class _Dropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, p: float, seed: int) -> Tensor:
+        ctx.p, ctx.seed = p, seed
+        return _module().dropout(x, p, seed)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+        return _module().dropout(grad, ctx.p, ctx.seed), None, None  # the same seed: the same mask
+
+
+def dropout(x: Tensor, p: float, seed: int) -> Tensor:
+    """Inverted dropout of float32 CPU ``x`` with probability ``p``: the mask depends only on
+    ``seed`` and the element's position (any thread count, forward and backward alike)."""
+    return _Dropout.apply(x, float(p), int(seed))
