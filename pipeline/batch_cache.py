@@ -34,6 +34,8 @@ import struct
 import tempfile
 import time
 import zlib
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,6 +101,35 @@ def _raw_bytes(tensor: torch.Tensor) -> memoryview:
     return memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else memoryview(b"")
 
 
+def _layout(records: list[BatchRecord], lossy: dict[str, torch.dtype]
+            ) -> tuple[bytes, list[tuple[torch.Tensor, torch.dtype]], int]:
+    """A shard's padded header, its arrays with their storage dtypes, and the file's size."""
+    batches, arrays, offset = [], [], 0
+    for record in records:
+        specs = {}
+        for name, tensor in record.arrays.items():
+            stored = _stored_dtype(name, tensor, lossy)
+            specs[name] = {"offset": offset, "shape": list(tensor.shape),
+                           "stored": str(stored).removeprefix("torch."),
+                           "dtype": str(tensor.dtype).removeprefix("torch.")}
+            arrays.append((tensor, stored))
+            offset += _align(tensor.numel() * stored.itemsize)
+        batches.append({"meta": record.meta, "arrays": specs})
+    header = json.dumps({"batches": batches}, separators=(",", ":")).encode()
+    start = _align(_PREAMBLE.size + len(header))
+    head = _PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0, len(header)) + header
+    return head + bytes(start - len(head)), arrays, start + offset
+
+
+def _pieces(head: bytes, arrays: list[tuple[torch.Tensor, torch.dtype]]) -> Iterator[memoryview | bytes]:
+    """The bytes of a laid-out shard, one piece after the other (arrays cast as they come)."""
+    yield head
+    for tensor, stored in arrays:
+        data = _raw_bytes(tensor.to(stored))
+        yield data
+        yield bytes(_align(data.nbytes) - data.nbytes)
+
+
 def encode_shard(records: list[BatchRecord], lossy: dict[str, torch.dtype]) -> list[memoryview | bytes]:
     """Lay out ``records`` as one shard.
 
@@ -109,24 +140,7 @@ def encode_shard(records: list[BatchRecord], lossy: dict[str, torch.dtype]) -> l
     Returns:
         The pieces of the file, to be written one after the other.
     """
-    batches, payloads, offset = [], [], 0
-    for record in records:
-        arrays = {}
-        for name, tensor in record.arrays.items():
-            stored = tensor.to(_stored_dtype(name, tensor, lossy))
-            data = _raw_bytes(stored)
-            arrays[name] = {"offset": offset, "shape": list(tensor.shape),
-                            "stored": str(stored.dtype).removeprefix("torch."),
-                            "dtype": str(tensor.dtype).removeprefix("torch.")}
-            payloads.append(data)
-            pad = _align(data.nbytes) - data.nbytes
-            payloads.append(bytes(pad))
-            offset += data.nbytes + pad
-        batches.append({"meta": record.meta, "arrays": arrays})
-    header = json.dumps({"batches": batches}, separators=(",", ":")).encode()
-    start = _align(_PREAMBLE.size + len(header))
-    head = _PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0, len(header)) + header
-    return [head + bytes(start - len(head)), *payloads]
+    return list(_pieces(*_layout(records, lossy)[:2]))
 
 
 def decode_shard(buffer: torch.Tensor, where: str | Path = "shard") -> list[BatchRecord]:
@@ -175,6 +189,10 @@ class BatchCacheWriter:
     Use as a context manager: leaving the block without an exception publishes, with one removes
     the temporary folder.
 
+    Shards are encoded, checksummed, written and fsynced by one background thread while training
+    goes on (the work releases the GIL); at most ``MAX_QUEUED`` shards wait for it, and an error
+    there is raised by the next :meth:`add` or by :meth:`close`.
+
     Args:
         path: The cache folder to create (replaced if it exists, once the new one is complete).
         inputs: What the batches depend on (graph fingerprint, sampler settings, ...); recorded in
@@ -209,6 +227,8 @@ class BatchCacheWriter:
         self.full = False
         self.refused = 0
         self._start = time.perf_counter()
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="batch-cache")
+        self._jobs: list[Future[None]] = []
 
     @staticmethod
     def record_bytes(record: BatchRecord, lossy: dict[str, torch.dtype]) -> int:
@@ -239,24 +259,47 @@ class BatchCacheWriter:
             self.flush()
         return True
 
+    MAX_QUEUED = 2
+
     def flush(self) -> None:
-        """Write the queued batches as one shard."""
+        """Hand the queued batches to the background thread as one shard."""
         if not self.pending:
             return
-        name = f"shard-{len(self.shards):05d}.bin"
+        self._wait(keep=self.MAX_QUEUED - 1)
+        head, arrays, size = _layout(self.pending, self.lossy)
+        shard = {"file": f"shard-{len(self.shards):05d}.bin", "bytes": size, "crc32": 0, "batches": len(self.pending)}
+        self.shards.append(shard)
+        self.written += size
+        self._jobs.append(self._io.submit(self._write, shard, head, arrays))
+        self.pending, self.pending_bytes = [], 0
+
+    def _write(self, shard: dict[str, Any], head: bytes, arrays: list[tuple[torch.Tensor, torch.dtype]]) -> None:
         crc, nbytes = 0, 0
-        with open(self.tmp / name, "wb") as handle:
-            for piece in encode_shard(self.pending, self.lossy):
+        with open(self.tmp / shard["file"], "wb") as handle:
+            for piece in _pieces(head, arrays):
                 handle.write(piece)
                 crc = zlib.crc32(piece, crc)
                 nbytes += len(piece) if isinstance(piece, bytes) else piece.nbytes
-        self.shards.append({"file": name, "bytes": nbytes, "crc32": crc, "batches": len(self.pending)})
-        self.written += nbytes
-        self.pending, self.pending_bytes = [], 0
+            handle.flush()
+            os.fsync(handle.fileno())
+        assert nbytes == shard["bytes"], f"{shard['file']}: wrote {nbytes} bytes, laid out {shard['bytes']}"
+        shard["crc32"] = crc
+
+    def _wait(self, keep: int = 0) -> None:
+        """Wait until at most ``keep`` shards are still being written; re-raise a failed write."""
+        while len(self._jobs) > keep:
+            self._jobs.pop(0).result()
 
     def close(self) -> BatchCache:
-        """Flush, write the manifest and publish the folder; returns the opened cache."""
-        self.flush()
+        """Flush, write the manifest and publish the folder; returns the opened cache. On an
+        error nothing is published and the temporary folder is removed."""
+        try:
+            self.flush()
+            self._wait()
+        except BaseException:
+            self.abort()
+            raise
+        self._io.shutdown()
         counts = np.array([len(s) for s in self.seeds], dtype=np.int64)
         np.save(self.tmp / SEEDS, np.concatenate(self.seeds) if self.seeds else np.zeros(0, np.int64))
         manifest = {
@@ -274,7 +317,7 @@ class BatchCacheWriter:
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         (self.tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-        for file in self.tmp.iterdir():
+        for file in (self.tmp / SEEDS, self.tmp / MANIFEST):  # the shards were synced as written
             with open(file, "rb") as handle:
                 os.fsync(handle.fileno())
         self._publish()
@@ -291,6 +334,10 @@ class BatchCacheWriter:
 
     def abort(self) -> None:
         """Drop everything written so far."""
+        for job in self._jobs:
+            job.cancel()
+        self._io.shutdown(wait=True)
+        self._jobs.clear()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def __enter__(self) -> BatchCacheWriter:

@@ -103,6 +103,19 @@ def test_failed_writer_leaves_nothing_and_keeps_the_old_cache(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["c"]
 
 
+def test_a_failed_background_write_is_raised_and_nothing_is_published(tmp_path):
+    import shutil
+
+    path = tmp_path / "c"
+    writer = BatchCacheWriter(path, INPUTS, shard_mb=0.002)
+    shutil.rmtree(writer.tmp)  # the disk goes away under the writer thread
+    with pytest.raises(FileNotFoundError):
+        for i in range(10):
+            writer.add(_record(i), seeds=torch.arange(4))  # a later flush raises the earlier failure
+        writer.close()  # or the close
+    assert not path.exists() and not list(tmp_path.iterdir())
+
+
 def test_disk_budget_stops_recording(tmp_path):
     writer = _write(tmp_path / "c", 20, shard_mb=0.001, budget_mb=0.01)
     cache = open_batch_cache(tmp_path / "c", INPUTS)
