@@ -275,9 +275,9 @@ class ReuseLoader:
     def _finish_recording(self) -> None:
         """Publish the recording in progress (what it holds so far), or drop it if it is empty."""
         writer, self._writer = self._writer, None
-        self._cache = None
         if writer is None:
             return
+        self._cache = None  # a new recording: its shards are verified afresh
         if not (writer.shards or writer.pending):
             writer.abort()
             return

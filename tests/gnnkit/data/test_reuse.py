@@ -125,6 +125,24 @@ def test_damaged_shard_is_resampled_not_trained_on(tmp_path):
     assert sorted(map(_key, replayed)) == sorted(recorded)  # the same seeds, sampled afresh
 
 
+def test_verify_once_checks_each_shard_in_the_first_replay_only(tmp_path, monkeypatch):
+    import zlib
+
+    import pipeline.batch_cache as batch_cache
+
+    checked, crc32 = [], zlib.crc32
+    monkeypatch.setattr(batch_cache.zlib, "crc32", lambda data, *crc: checked.append(1) or crc32(data, *crc))
+    dm = _datamodule(tmp_path, "c", verify="once", epochs=4)
+    loader = dm.train_dataloader()
+    list(loader)  # record (checksums written, not checked)
+    written = len(checked)
+    list(loader)
+    shards = len(json.loads((tmp_path / "c" / "manifest.json").read_text())["shards"])
+    assert len(checked) - written == shards > 1
+    list(loader)
+    assert len(checked) - written == shards
+
+
 def test_fresh_fraction_and_budget_cycling(tmp_path):
     dm = _datamodule(tmp_path, "c", fresh_fraction=0.25, disk_budget_mb=0.5)
     loader = dm.train_dataloader()
