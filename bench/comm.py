@@ -3,12 +3,17 @@ averaging) with 4 ranks on this machine, on loopback and on an emulated network,
 side with the cost model's prediction.
 
     python bench/comm.py [--json PATH] [--png PATH] [--networks loopback 1gbit 10gbit] [--reps 3]
+                         [--delay-ms 0.5]
 
 Per network the ranks run the modes' communicators on the gradient buckets (25 MiB, as DDP) of a
 GraphSAGE model (synthetic-arxiv recipe: 3 layers, 256 hidden) and of a 25M-parameter model. The
-emulated networks put each rank in its own network namespace behind a veth pair shaped by ``tc tbf``
-(needs root; skipped with a message otherwise). Link delay is not emulated: this kernel has no
-``netem`` qdisc, so the links are bandwidth-limited only.
+emulated networks put each rank in its own network namespace (needs root; skipped with a message
+otherwise) whose links have the network's bandwidth and a one-way delay (``--delay-ms``, default 0.5).
+This kernel has no ``netem`` qdisc, so the delay is emulated in userspace by ``bench/delayline.c``
+(compiled at run time): each namespace holds one of its TUN devices, and it forwards packets between
+them with per-node uplink/downlink serialisation plus the delay. ``--delay-ms 0`` (or no C compiler)
+uses the bandwidth-only setup instead: veth pairs on a bridge shaped by ``tc tbf``. The results
+record which emulation ran (``summary["network_emulation"]``).
 """
 
 from __future__ import annotations
@@ -171,12 +176,19 @@ def worker(args: argparse.Namespace) -> None:
 
 # ---------------------------------------------------------------- emulated network
 class EmulatedNetwork:
-    """``ranks`` network namespaces on one bridge, each behind a veth pair shaped by ``tc tbf`` in
-    both directions. Removed on exit."""
+    """``ranks`` network namespaces, removed on exit. With ``delay_ms`` > 0 each namespace holds
+    one TUN device of ``bench/delayline.c``, a userspace switch that gives every node an uplink
+    and a downlink of ``gbit`` plus ``delay_ms`` one-way delay (this kernel has no netem qdisc).
+    With ``delay_ms`` 0, or without a C compiler, the namespaces sit on one bridge behind veth
+    pairs shaped by ``tc tbf`` in both directions: bandwidth only. ``method`` says which ran,
+    ``note`` why the delay line did not."""
 
-    def __init__(self, ranks: int, gbit: float) -> None:
-        self.ranks, self.gbit = ranks, gbit
+    def __init__(self, ranks: int, gbit: float, delay_ms: float = 0.5, build_dir: Path | None = None) -> None:
+        self.ranks, self.gbit, self.delay_ms = ranks, gbit, delay_ms
+        self.build_dir = build_dir
         self.ns = [f"gkcomm{i}" for i in range(ranks)]
+        self.line: subprocess.Popen | None = None
+        self.method, self.note = "veth+tbf", ""
 
     @staticmethod
     def available() -> str:
@@ -188,11 +200,58 @@ class EmulatedNetwork:
                 return f"needs the {tool!r} command"
         return ""
 
+    @staticmethod
+    def build_delay_line(build_dir: Path) -> Path | str:
+        """``bench/delayline.c`` compiled into ``build_dir`` (once), or why it could not be."""
+        exe = build_dir / "delayline"
+        if exe.exists():
+            return exe
+        cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
+        if cc is None:
+            return "no C compiler for bench/delayline.c"
+        done = subprocess.run([cc, "-O2", "-o", str(exe), str(ROOT / "bench" / "delayline.c")],
+                              capture_output=True, text=True)
+        return exe if done.returncode == 0 else f"bench/delayline.c did not compile: {done.stderr.strip()[-300:]}"
+
     def _sh(self, *cmd: str) -> None:
         subprocess.run(cmd, check=True, capture_output=True)
 
+    def _in(self, i: int, *cmd: str) -> None:
+        self._sh("ip", "netns", "exec", self.ns[i], *cmd)
+
     def __enter__(self) -> "EmulatedNetwork":
-        self.__exit__()
+        self.__exit__()  # leftovers of an interrupted run
+        self.method, self.note = "veth+tbf", ""
+        exe: Path | str = ""
+        if self.delay_ms > 0:
+            exe = self.build_delay_line(self.build_dir or Path(tempfile.mkdtemp(prefix="gkcomm-")))
+            if isinstance(exe, str):
+                self.note = f"{exe}: link delay not emulated, bandwidth only"
+                print(f"emulated network: {self.note}")
+        try:
+            self._start_delay_line(exe) if isinstance(exe, Path) else self._start_veth_tbf()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _start_delay_line(self, exe: Path) -> None:
+        self.line = subprocess.Popen(
+            [str(exe), "--delay-us", str(round(self.delay_ms * 1000)), "--rate-mbit", str(round(self.gbit * 1000)),
+             "--prefix", "gkd", "--count", str(self.ranks), "--base", "10.77.0.1"],
+            stdout=subprocess.PIPE, text=True)
+        if self.line.stdout.readline().strip() != "ready":
+            self.__exit__()
+            raise SystemExit("bench/comm.py: bench/delayline.c did not start")
+        for i, ns in enumerate(self.ns):
+            self._sh("ip", "netns", "add", ns)
+            self._sh("ip", "link", "set", f"gkd{i}", "netns", ns)  # the fd stays with the delay line
+            self._in(i, "ip", "addr", "add", f"10.77.0.{i + 1}/24", "dev", f"gkd{i}")
+            self._in(i, "ip", "link", "set", f"gkd{i}", "txqueuelen", "1000", "up")
+            self._in(i, "ip", "link", "set", "lo", "up")
+        self.method = "tun delay line"
+
+    def _start_veth_tbf(self) -> None:
         self._sh("ip", "link", "add", "gkcommbr", "type", "bridge")
         self._sh("ip", "link", "set", "gkcommbr", "up")
         rate = f"{self.gbit}gbit"
@@ -202,19 +261,27 @@ class EmulatedNetwork:
             self._sh("ip", "link", "set", f"gkc{i}n", "netns", ns)
             self._sh("ip", "link", "set", f"gkc{i}h", "master", "gkcommbr")
             self._sh("ip", "link", "set", f"gkc{i}h", "up")
-            self._sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"10.77.0.{i + 1}/24", "dev", f"gkc{i}n")
-            self._sh("ip", "netns", "exec", ns, "ip", "link", "set", f"gkc{i}n", "up")
-            self._sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+            self._in(i, "ip", "addr", "add", f"10.77.0.{i + 1}/24", "dev", f"gkc{i}n")
+            self._in(i, "ip", "link", "set", f"gkc{i}n", "up")
+            self._in(i, "ip", "link", "set", "lo", "up")
             burst = f"{max(64, int(self.gbit * 128))}kb"
             self._sh("tc", "qdisc", "add", "dev", f"gkc{i}h", "root", "tbf", "rate", rate, "burst", burst,
                      "latency", "100ms")
-            self._sh("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", f"gkc{i}n", "root", "tbf",
+            self._in(i, "tc", "qdisc", "add", "dev", f"gkc{i}n", "root", "tbf",
                      "rate", rate, "burst", burst, "latency", "100ms")
-        return self
 
     def __exit__(self, *exc: object) -> None:
+        if self.line is not None:  # its TUN devices vanish with it
+            self.line.terminate()
+            try:
+                self.line.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.line.kill()
+                self.line.wait()
+            self.line = None
         for i, ns in enumerate(self.ns):
             subprocess.run(["ip", "link", "del", f"gkc{i}h"], capture_output=True)
+            subprocess.run(["ip", "link", "del", f"gkd{i}"], capture_output=True)  # not moved yet
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         subprocess.run(["ip", "link", "del", "gkcommbr"], capture_output=True)
 
@@ -222,7 +289,12 @@ class EmulatedNetwork:
         return ["ip", "netns", "exec", self.ns[rank]]
 
     def env(self, rank: int) -> dict[str, str]:
-        return {"GLOO_SOCKET_IFNAME": f"gkc{rank}n"}
+        return {"GLOO_SOCKET_IFNAME": f"gkd{rank}" if self.method == "tun delay line" else f"gkc{rank}n"}
+
+    def record(self) -> dict:
+        """What ran, for the results."""
+        return {"delay_ms": self.delay_ms if self.method == "tun delay line" else 0.0, "method": self.method,
+                "rate_gbit": self.gbit, **({"note": self.note} if self.note else {})}
 
 
 def free_port() -> int:
@@ -234,7 +306,7 @@ def free_port() -> int:
 def launch(args: argparse.Namespace, network: str, out: Path) -> dict:
     """Run the ranks for one network; returns rank 0's measurements."""
     gbit = NETWORKS[network]
-    emulated = EmulatedNetwork(args.ranks, gbit) if gbit else None
+    emulated = EmulatedNetwork(args.ranks, gbit, args.delay_ms, build_dir=out.parent) if gbit else None
     master = "10.77.0.1" if emulated else "127.0.0.1"
     port = 29700 if emulated else free_port()
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--ranks", str(args.ranks),
@@ -258,7 +330,10 @@ def launch(args: argparse.Namespace, network: str, out: Path) -> dict:
                 raise SystemExit(f"bench/comm.py: {network} run exceeded {args.timeout}s")
         if any(p.returncode for p in procs):
             raise SystemExit(f"bench/comm.py: a rank failed on {network}")
-    return json.loads(out.read_text())
+    raw = json.loads(out.read_text())
+    if emulated:
+        raw["network_emulation"] = emulated.record()
+    return raw
 
 
 class _Null:
@@ -267,6 +342,21 @@ class _Null:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+def emulation_note(results: dict) -> str:
+    """How the emulated networks that ran were built, for the printed footnote."""
+    done = {json.dumps(r["raw"]["network_emulation"], sort_keys=True) for r in results.values()
+            if "network_emulation" in r["raw"]}
+    notes = []
+    for e in map(json.loads, sorted(done)):
+        if e["method"] == "tun delay line":
+            notes.append(f"{e['rate_gbit']:g} Gbit/s with {e['delay_ms']:g} ms one-way delay by the userspace "
+                         f"delay line bench/delayline.c (this kernel has no netem qdisc)")
+        else:
+            notes.append(f"{e['rate_gbit']:g} Gbit/s by veth+tc tbf, no link delay"
+                         + (f" ({e['note']})" if e.get("note") else ""))
+    return "; ".join(notes) or "none ran"
 
 
 # ---------------------------------------------------------------- analysis
@@ -352,6 +442,8 @@ def main() -> None:
                         help="gradient sizes (the summary needs both)")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--delay-ms", type=float, default=0.5,
+                        help="one-way link delay of the emulated networks (0: bandwidth only, veth+tbf)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--master", default="127.0.0.1", help=argparse.SUPPRESS)
@@ -377,8 +469,8 @@ def main() -> None:
     print(f"\n{args.ranks} ranks, gloo, 25 MiB buckets, density {DENSITY}; ratio = ours / dense all-reduce "
           f"(comm time); step thr. = measured DDP training steps/s of an MLP of that size, ours / stock DDP; "
           f"model = cost model with alpha/beta fitted to all-reduce, compute constants from each lossy "
-          f"mode run on a 1-rank group, stream parallelism from the 25M multistream runs. Link delay "
-          f"not emulated (no netem qdisc in this kernel): bandwidth only.")
+          f"mode run on a 1-rank group, stream parallelism from the 25M multistream runs. Emulated "
+          f"links: {emulation_note(results)}.")
     print_table(rows)
 
     def get(network: str, size: str, mode: str) -> dict | None:
@@ -402,6 +494,8 @@ def main() -> None:
     summary["multistream_case"] = headline
     summary["multistream_by_case"] = by_case
     summary["model_error"] = round(statistics.median(r["model_error"] for r in rows), 4)
+    summary["network_emulation"] = {n: r["raw"]["network_emulation"] for n, r in results.items()
+                                    if "network_emulation" in r["raw"]}
     summary["skipped"] = skipped
     summary["load_average_1min"] = [round(load_start, 2), round(os.getloadavg()[0], 2)]
     print("\nsummary:", json.dumps(summary))
