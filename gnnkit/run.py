@@ -110,4 +110,15 @@ def run(recipe: str, overrides: list[str]) -> dict[str, Any]:
     print(f"test {report['metric']}: {test:.4f} (val {report['val']:.4f})" if report["val"] is not None
           else f"test {report['metric']}: {test:.4f}")
     print(run_dir)
+    _release_process_group()
     return report
+
+
+def _release_process_group() -> None:
+    """Destroy the ranks' process group once training and testing are done: a gloo group still
+    alive at interpreter exit can abort the process (``terminate called without an active
+    exception``) after a successful run."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
