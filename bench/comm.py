@@ -42,6 +42,7 @@ MODES = [("allreduce", {}), ("multistream", {"streams": 2}), ("multistream", {"s
          ("topk_a2a", {"density": DENSITY}), ("topk_allgather", {"density": DENSITY}),
          ("signsgd", {}), ("powersgd", {"rank": 1}), ("dear", {})]
 NETWORKS = {"loopback": None, "1gbit": 1.0, "10gbit": 10.0}
+MIN_SECONDS, MAX_REPS = 0.5, 25  # short cases repeat until they fill MIN_SECONDS
 
 
 def label(mode: str, opts: dict) -> str:
@@ -93,8 +94,10 @@ def worker(args: argparse.Namespace) -> None:
         return out
 
     def timed(comm, data) -> float:
-        times = []
-        for rep in range(args.reps + 1):
+        """Median over ``--reps`` repetitions, or over as many as fill MIN_SECONDS (at most
+        MAX_REPS) when one is short: milliseconds-long cases are noisy."""
+        times, reps, rep = [], args.reps, 0
+        while rep <= reps:
             work = [(flat.clone(), layout) for flat, layout in data]
             dist.barrier()
             start = time.perf_counter()
@@ -107,9 +110,12 @@ def worker(args: argparse.Namespace) -> None:
             for f in futures:
                 f.wait()
             t = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            if rep:  # the first repetition warms up connections and allocations
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the same value on every rank: the same reps
+            if rep:
                 times.append(float(t))
+            else:  # the first repetition warms up connections and allocations
+                reps = max(args.reps, min(MAX_REPS, int(MIN_SECONDS / max(float(t), 1e-6))))
+            rep += 1
         return statistics.median(times)
 
     sizes = {k: SIZES[k] for k in args.sizes}
@@ -440,7 +446,8 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES),
                         help="gradient sizes (the summary needs both)")
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=3,
+                        help="repetitions per case at least (short cases repeat to fill MIN_SECONDS)")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--delay-ms", type=float, default=0.5,
                         help="one-way link delay of the emulated networks (0: bandwidth only, veth+tbf)")
