@@ -203,6 +203,8 @@ class BatchCacheWriter:
         lossy: Array name -> storage dtype for floating arrays (e.g. ``{"x": torch.float16}``).
     """
 
+    MAX_QUEUED = 2
+
     def __init__(
         self,
         path: Path,
@@ -258,8 +260,6 @@ class BatchCacheWriter:
         if self.pending_bytes >= self.shard_bytes:
             self.flush()
         return True
-
-    MAX_QUEUED = 2
 
     def flush(self) -> None:
         """Hand the queued batches to the background thread as one shard."""
