@@ -94,7 +94,10 @@ def write_report(
     timer: EpochTimer,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Write ``report.json`` and ``curves.png`` into ``run_dir``; returns the report."""
+    """Write ``report.json`` and ``curves.png`` into ``run_dir``; returns the report.
+
+    In a multi-process run every rank builds the report and only global rank 0 writes it (the
+    ranks share ``run_dir``)."""
     metric = model.evaluator.eval_metric
     rows = read_metrics(run_dir / "metrics.csv") if (run_dir / "metrics.csv").is_file() else []
     checkpoint = trainer.checkpoint_callback
@@ -116,6 +119,8 @@ def write_report(
     for part in (model, datamodule, trainer.strategy):  # parts that describe themselves add their own keys
         if callable(getattr(part, "report_info", None)):
             report.update(part.report_info())
+    if not trainer.is_global_zero:
+        return report
     atomic_write_text(run_dir / "report.json", json.dumps(report, indent=2) + "\n")
     if rows:
         plot_curves(rows, metric, run_dir / "curves.png")

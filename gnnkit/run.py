@@ -107,9 +107,10 @@ def run(recipe: str, overrides: list[str]) -> dict[str, Any]:
     results = trainer.test(model, datamodule=data, ckpt_path=ckpt, verbose=False)
     test = results[0]["test_metric"]
     report = write_report(run_dir, trainer=trainer, model=model, datamodule=data, test=test, timer=cli.timer)
-    print(f"test {report['metric']}: {test:.4f} (val {report['val']:.4f})" if report["val"] is not None
-          else f"test {report['metric']}: {test:.4f}")
-    print(run_dir)
+    if trainer.is_global_zero:
+        print(f"test {report['metric']}: {test:.4f} (val {report['val']:.4f})" if report["val"] is not None
+              else f"test {report['metric']}: {test:.4f}")
+        print(run_dir)
     _release_process_group()
     return report
 
