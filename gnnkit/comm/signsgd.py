@@ -49,10 +49,10 @@ class SignSGD(ErrorFeedback):
     keep a sensible step size; Adam-style optimizers are invariant to it.
 
     With ``error_feedback``, each rank signs its gradient plus the residual, and keeps as residual
-    what its scaled sign did not carry (``acc - mean|acc| * sign(acc)``): the error-feedback
-    signSGD of Karimireddy, Rebjock, Stich and Jaggi, "Error Feedback Fixes SignSGD and other
-    Gradient Compression Schemes", ICML 2019, <https://arxiv.org/abs/1901.09847>. Same bytes on
-    the wire.
+    what its scaled sign did not carry (``acc - mean|acc| * s``, with ``s`` the sign it sent, + for
+    zeros): the error-feedback signSGD of Karimireddy, Rebjock, Stich and Jaggi, "Error Feedback
+    Fixes SignSGD and other Gradient Compression Schemes", ICML 2019,
+    <https://arxiv.org/abs/1901.09847>. Same bytes on the wire.
 
     With ``momentum`` (beta > 0), each rank signs its momentum ``m = beta m + (1 - beta) g`` instead
     of its gradient: Signum, the variant the majority-vote paper trains with (its Algorithm 3).
@@ -82,8 +82,9 @@ class SignSGD(ErrorFeedback):
         signed = self.residuals.add_to(flat, layout) if self.error_feedback else flat
         scale = signed.abs().mean().to(torch.float32).reshape(1)
         payload = torch.cat([pack_signs(signed), scale.view(torch.uint8)])
-        if self.error_feedback:  # what the scaled sign does not carry stays here
-            self.residuals.store(signed.sub_(torch.sign(signed) * scale.to(signed.dtype)), layout)
+        if self.error_feedback:  # what the scaled sign does not carry stays here (zeros go as +)
+            sent = torch.where(signed >= 0, scale.to(signed.dtype), -scale.to(signed.dtype))
+            self.residuals.store(signed.sub_(sent), layout)
         gathered = torch.empty(p * payload.numel(), dtype=torch.uint8, device=flat.device)
         work = all_gather_single(gathered, payload, group=self.group, async_op=True)
         self.bytes_sent += payload.numel() * (p - 1)

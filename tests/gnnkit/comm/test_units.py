@@ -227,3 +227,24 @@ def test_signum_signs_the_worker_momentum_and_restores_it() -> None:
             SignSGD(momentum=1.0)
     finally:
         dist.destroy_process_group()
+
+
+def test_signsgd_error_feedback_keeps_what_the_sent_signs_missed() -> None:
+    """Residual plus the sent values equals the gradient, exact zeros included (sent as +)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        pytest.skip("a process group already exists in this process")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        layout = make_layout([("w", (10, 5))])
+        grad = torch.randn(50, generator=torch.Generator().manual_seed(3))
+        grad[::4] = 0.0
+        comm = SignSGD(error_feedback=True)
+        comm.setup(None)
+        sent = comm.launch(grad.clone(), layout).wait()  # one rank: the vote is its own signs
+        torch.testing.assert_close(sent, torch.where(grad >= 0, 1.0, -1.0) * grad.abs().mean())
+        residual = comm.residuals.add_to(torch.zeros(50), layout)
+        torch.testing.assert_close(residual + sent, grad)
+    finally:
+        dist.destroy_process_group()
