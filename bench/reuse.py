@@ -20,7 +20,8 @@ Two parts, each printed as a side-by-side table:
    ``--train-fanout``: smaller than part 1's so that two runs fit in minutes on 2 CPU cores; the
    recipe's 256-wide model takes seconds per step here): two Lightning runs of ``--epochs`` epochs,
    fresh sampling every epoch vs the reuse schedule (record in epoch 0, replay for
-   ``--reuse-epochs - 1`` epochs, fine-tune fresh after), same model and seeds; validation
+   ``--reuse-epochs - 1`` epochs, fine-tune fresh after), same model and seeds, each run in a
+   process of its own that retains freed memory as ``gnnkit run`` does; validation
    accuracy per epoch against cumulative training wall time goes to the PNG, test accuracy of the
    final model to the table. ``end_to_end_speedup`` = fresh run's training time / reuse run's.
 
@@ -41,6 +42,7 @@ import json
 import math
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -53,6 +55,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gnnkit.allocator import retain_freed_memory  # noqa: E402
 from gnnkit.data.datamodule import GraphDataModule  # noqa: E402
 from gnnkit.data.reuse import ReuseConfig, from_record, to_record  # noqa: E402
 from gnnkit.module import NodeClassifier  # noqa: E402
@@ -234,6 +237,26 @@ def train(name: str, args: argparse.Namespace, reuse: ReuseConfig | None, root: 
             "reuse": dm.report_info().get("reuse")}
 
 
+def train_in_process(kind: str, argv: list[str], workdir: Path) -> dict[str, Any]:
+    """``train`` for ``kind`` ("fresh" or "reuse") in a process of its own, as ``gnnkit run`` would
+    run it (freed memory retained, no heap left over from the loading split)."""
+    out = workdir / f"train-{kind}.json"
+    cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--train-run", kind, "--train-out", str(out),
+           "--train-workdir", str(workdir)]
+    subprocess.run(cmd, check=True)
+    return json.loads(out.read_text())
+
+
+def _train_run(args: argparse.Namespace) -> None:
+    retain_freed_memory()  # as `gnnkit run` does
+    workdir = Path(args.train_workdir)
+    schedule = None
+    if args.train_run == "reuse":
+        schedule = ReuseConfig(epochs=args.reuse_epochs, loader="auto", feature_dtype=args.train_feature_dtype,
+                               verify=args.verify, cache_dir=str(workdir / "reuse"))
+    Path(args.train_out).write_text(json.dumps(train(args.train_dataset, args, schedule, workdir)))
+
+
 def _row(cells: list[Any], widths: list[int]) -> str:
     return "  ".join(f"{c:>{w}}" if i else f"{c:<{w}}" for i, (c, w) in enumerate(zip(cells, widths)))
 
@@ -316,8 +339,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--skip-feature-prep", action="store_true")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--plot", help="PNG path (default: beside --json, else reuse_bench.png)")
+    parser.add_argument("--train-run", choices=["fresh", "reuse"], help=argparse.SUPPRESS)
+    parser.add_argument("--train-out", help=argparse.SUPPRESS)
+    parser.add_argument("--train-workdir", help=argparse.SUPPRESS)
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     setup_logging()
+    if args.train_run:
+        _train_run(args)
+        return {}
     torch.manual_seed(0)
     workdir = Path(tempfile.mkdtemp(prefix="bench-reuse-", dir=paths.batch_root().parent))
     results: dict[str, Any] = {"args": vars(args), "threads": torch.get_num_threads(), "splits": [],
@@ -338,12 +368,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   f"{rates['dali'] / rates['numpy']:.2f} (auto keeps {'numpy' if rates['numpy'] >= rates['dali'] else 'dali'} on CPU)")
         if not args.skip_training:
             results["train_dataset"] = args.train_dataset
-            fresh = train(args.train_dataset, args, None, workdir)
-            schedule = ReuseConfig(epochs=args.reuse_epochs, loader="auto", feature_dtype=args.train_feature_dtype,
-                                   verify=args.verify,
-                                   cache_dir=str(workdir / "reuse"))
-            reuse = train(args.train_dataset, args, schedule, workdir)
-            results["training"] = {"fresh": fresh, "reuse": reuse}
+            results["training"] = {kind: train_in_process(kind, argv, workdir) for kind in ("fresh", "reuse")}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     first = results["splits"][0]
