@@ -246,8 +246,7 @@ class EmulatedNetwork:
             [str(exe), "--delay-us", str(round(self.delay_ms * 1000)), "--rate-mbit", str(round(self.gbit * 1000)),
              "--prefix", "gkd", "--count", str(self.ranks), "--base", "10.77.0.1"],
             stdout=subprocess.PIPE, text=True)
-        if self.line.stdout.readline().strip() != "ready":
-            self.__exit__()
+        if self.line.stdout.readline().strip() != "ready":  # __enter__ cleans up
             raise SystemExit("bench/comm.py: bench/delayline.c did not start")
         for i, ns in enumerate(self.ns):
             self._sh("ip", "netns", "add", ns)

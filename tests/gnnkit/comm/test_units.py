@@ -172,79 +172,67 @@ def test_register_refuses_duplicates() -> None:
         register("TopK-A2A")(TopKA2A)
 
 
-def test_every_mode_on_a_single_rank_group() -> None:
+@pytest.fixture
+def one_rank_group():
+    """A 1-rank gloo process group for the test, destroyed afterwards."""
     import torch.distributed as dist
 
+    if dist.is_initialized():
+        pytest.skip("a process group already exists in this process")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_every_mode_on_a_single_rank_group(one_rank_group) -> None:
     from gnnkit.comm import MODES
 
-    if dist.is_initialized():
-        pytest.skip("a process group already exists in this process")
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        layout = make_layout([("w", (64, 32)), ("b", (33,))])  # sign bytes not a multiple of 4
-        grad = torch.randn(64 * 32 + 33, generator=torch.Generator().manual_seed(0))
-        options = {"topk_a2a": {"density": 1.0}, "topk_allgather": {"density": 1.0}, "powersgd": {"rank": 32}}
-        for name, cls in MODES.items():
-            comm = cls(**options.get(name, {}))
-            comm.setup(None)
-            out = comm.launch(grad.clone(), layout).wait()
-            if name == "signsgd":
-                expected = torch.where(grad >= 0, 1.0, -1.0) * grad.abs().mean()
-            else:
-                expected = grad
-            assert torch.allclose(out, expected, atol=1e-5), name
-            if name == "dear":
-                comm.finish_backward()
-    finally:
-        dist.destroy_process_group()
-
-
-def test_signum_signs_the_worker_momentum_and_restores_it() -> None:
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        pytest.skip("a process group already exists in this process")
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        layout = make_layout([("w", (40, 5)), ("b", (7,))])
-        gen = torch.Generator().manual_seed(5)
-        grads = [torch.randn(207, generator=gen) for _ in range(4)]
-        comm, m = SignSGD(momentum=0.9), torch.zeros(207)
+    layout = make_layout([("w", (64, 32)), ("b", (33,))])  # sign bytes not a multiple of 4
+    grad = torch.randn(64 * 32 + 33, generator=torch.Generator().manual_seed(0))
+    options = {"topk_a2a": {"density": 1.0}, "topk_allgather": {"density": 1.0}, "powersgd": {"rank": 32}}
+    for name, cls in MODES.items():
+        comm = cls(**options.get(name, {}))
         comm.setup(None)
-        for grad in grads[:2]:
-            m = 0.9 * m + 0.1 * grad
-            out = comm.launch(grad.clone(), layout).wait()
-            torch.testing.assert_close(out, torch.where(m >= 0, 1.0, -1.0) * m.abs().mean())
-        resumed = SignSGD(momentum=0.9)
-        resumed.setup(None)
-        resumed.load_state_dict(comm.state_dict())  # a checkpoint mid-run continues the momentum
-        for grad in grads[2:]:
-            m = 0.9 * m + 0.1 * grad
-            out = resumed.launch(grad.clone(), layout).wait()
-            torch.testing.assert_close(out, torch.where(m >= 0, 1.0, -1.0) * m.abs().mean())
-        assert repr(resumed) == "SignSGD(momentum=0.9)"
-        with pytest.raises(ValueError, match="momentum"):
-            SignSGD(momentum=1.0)
-    finally:
-        dist.destroy_process_group()
+        out = comm.launch(grad.clone(), layout).wait()
+        if name == "signsgd":
+            expected = torch.where(grad >= 0, 1.0, -1.0) * grad.abs().mean()
+        else:
+            expected = grad
+        assert torch.allclose(out, expected, atol=1e-5), name
+        if name == "dear":
+            comm.finish_backward()
 
 
-def test_signsgd_error_feedback_keeps_what_the_sent_signs_missed() -> None:
+def test_signum_signs_the_worker_momentum_and_restores_it(one_rank_group) -> None:
+    layout = make_layout([("w", (40, 5)), ("b", (7,))])
+    gen = torch.Generator().manual_seed(5)
+    grads = [torch.randn(207, generator=gen) for _ in range(4)]
+    comm, m = SignSGD(momentum=0.9), torch.zeros(207)
+    comm.setup(None)
+    for grad in grads[:2]:
+        m = 0.9 * m + 0.1 * grad
+        out = comm.launch(grad.clone(), layout).wait()
+        torch.testing.assert_close(out, torch.where(m >= 0, 1.0, -1.0) * m.abs().mean())
+    resumed = SignSGD(momentum=0.9)
+    resumed.setup(None)
+    resumed.load_state_dict(comm.state_dict())  # a checkpoint mid-run continues the momentum
+    for grad in grads[2:]:
+        m = 0.9 * m + 0.1 * grad
+        out = resumed.launch(grad.clone(), layout).wait()
+        torch.testing.assert_close(out, torch.where(m >= 0, 1.0, -1.0) * m.abs().mean())
+    assert repr(resumed) == "SignSGD(momentum=0.9)"
+    with pytest.raises(ValueError, match="momentum"):
+        SignSGD(momentum=1.0)
+
+
+def test_signsgd_error_feedback_keeps_what_the_sent_signs_missed(one_rank_group) -> None:
     """Residual plus the sent values equals the gradient, exact zeros included (sent as +)."""
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        pytest.skip("a process group already exists in this process")
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        layout = make_layout([("w", (10, 5))])
-        grad = torch.randn(50, generator=torch.Generator().manual_seed(3))
-        grad[::4] = 0.0
-        comm = SignSGD(error_feedback=True)
-        comm.setup(None)
-        sent = comm.launch(grad.clone(), layout).wait()  # one rank: the vote is its own signs
-        torch.testing.assert_close(sent, torch.where(grad >= 0, 1.0, -1.0) * grad.abs().mean())
-        residual = comm.residuals.add_to(torch.zeros(50), layout)
-        torch.testing.assert_close(residual + sent, grad)
-    finally:
-        dist.destroy_process_group()
+    layout = make_layout([("w", (10, 5))])
+    grad = torch.randn(50, generator=torch.Generator().manual_seed(3))
+    grad[::4] = 0.0
+    comm = SignSGD(error_feedback=True)
+    comm.setup(None)
+    sent = comm.launch(grad.clone(), layout).wait()  # one rank: the vote is its own signs
+    torch.testing.assert_close(sent, torch.where(grad >= 0, 1.0, -1.0) * grad.abs().mean())
+    residual = comm.residuals.add_to(torch.zeros(50), layout)
+    torch.testing.assert_close(residual + sent, grad)
