@@ -33,6 +33,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from pipeline import atomic_write_text  # noqa: E402
 from pipeline.ogb_layout import read_meta_json, read_ogb_folder  # noqa: E402
 from pipeline.synthetic import SyntheticSpec, generate, presets  # noqa: E402
 
@@ -228,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['epoch_time_s']:>8.3f} {(f'{tgt:.2f}' if tgt else '-'):>11}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({
+        atomic_write_text(args.json, json.dumps({
             "preset": args.preset,
             "spec": dataclasses.asdict(spec),
             "epochs": args.epochs,

@@ -45,6 +45,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from pipeline import atomic_write_text, save_figure  # noqa: E402
 from gnnkit.allocator import retain_freed_memory  # noqa: E402
 from gnnkit.sparse import Adjacency, plan, spmm  # noqa: E402
 from gnnkit.sparse.corpus import MatrixSpec  # noqa: E402
@@ -324,7 +325,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     ax.set_xlabel("speedup of the selected formats (forward + backward), log scale")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -431,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
                 "selector_meta": selector.meta, "widths": args.widths, "repeats": args.repeats,
                 "quick": args.quick, "e2e_steps": args.steps, "e2e_batches": args.batches, "e2e_trials": args.trials,
                 "loadavg_at_end": os.getloadavg()}
-        args.json.write_text(json.dumps({"summary": summary, "rows": rows, "end_to_end": e2e, "meta": meta},
+        atomic_write_text(args.json, json.dumps({"summary": summary, "rows": rows, "end_to_end": e2e, "meta": meta},
                                         indent=2, default=float) + "\n")
         print(f"\nwrote {args.json}")
     png = args.png or (args.json.with_suffix(".png") if args.json else None)

@@ -41,6 +41,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from pipeline import atomic_write_text, save_figure  # noqa: E402
 from gnnkit import native  # noqa: E402
 from gnnkit.allocator import retain_freed_memory  # noqa: E402
 from gnnkit.data.sampler import CSRNeighborSampler  # noqa: E402
@@ -300,7 +301,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     ax.set_title("gnnkit native kernels vs PyTorch (higher is better)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -369,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\nsummary:", json.dumps({k: v for k, v in summary.items() if k != "per_threads"}, indent=None))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"rows": rows, "summary": summary, "threads": args.threads,
+        atomic_write_text(args.json, json.dumps({"rows": rows, "summary": summary, "threads": args.threads,
                                          "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
                                          "width": args.width, "torch": torch.__version__,
                                          "kernels": native.kernels()}, indent=1) + "\n")

@@ -55,6 +55,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from pipeline import atomic_write_text, save_figure  # noqa: E402
 from gnnkit.allocator import retain_freed_memory  # noqa: E402
 from gnnkit.data.datamodule import GraphDataModule  # noqa: E402
 from gnnkit.data.reuse import ReuseConfig, from_record, to_record  # noqa: E402
@@ -308,7 +309,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     if axes[1].get_lines():
         axes[1].legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     plt.close(fig)
 
 
@@ -396,7 +397,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                                    else Path("reuse_bench.png"))
     plot(results, plot_path)
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+        atomic_write_text(Path(args.json), json.dumps(results, indent=1) + "\n")
     return results
 
 

@@ -41,6 +41,7 @@ from torch import Tensor, nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from pipeline import atomic_write_text, save_figure  # noqa: E402
 from gnnkit.data.sampler import neighbor_loader  # noqa: E402
 from gnnkit.native import loader as native_loader  # noqa: E402
 from gnnkit.tt import TTConfig, TTEmbedding, auto_config  # noqa: E402
@@ -192,7 +193,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
         ax.grid(axis="y", alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     plt.close(fig)
 
 
@@ -283,7 +284,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     plot(results, plot_path)
     print(f"plot: {plot_path}")
     if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+        atomic_write_text(Path(args.json), json.dumps(out, indent=2) + "\n")
         print(f"json: {args.json}")
     return out
 

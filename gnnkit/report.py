@@ -11,7 +11,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from pipeline import atomic_write_text, log, peak_rss_mb
+from pipeline import atomic_write_text, log, peak_rss_mb, save_figure
 
 
 class EpochTimer(pl.Callback):
@@ -78,10 +78,8 @@ def plot_curves(rows: list[dict[str, float]], metric: str, path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=100)
+    save_figure(fig, path)
     plt.close(fig)
-    tmp.replace(path)
 
 
 def write_report(

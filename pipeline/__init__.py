@@ -4,7 +4,7 @@ It knows nothing of Lightning or models; :mod:`gnnkit` reads data only through t
 """
 
 from pipeline import cache, paths
-from pipeline.atomic import atomic_write_text
+from pipeline.atomic import atomic_write, atomic_write_text, save_figure
 from pipeline.cache import CacheEntry
 from pipeline.errors import DatasetError
 from pipeline.fingerprint import tree_size
@@ -25,7 +25,9 @@ __all__ = [
     "load_registry",
     "preprocess",
     "Stages",
+    "atomic_write",
     "atomic_write_text",
+    "save_figure",
     "log",
     "peak_rss_mb",
     "resolve",

@@ -5,15 +5,18 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Any, BinaryIO, Callable
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to a temp file beside ``path``, fsync it, then rename it over ``path``."""
+def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Call ``write`` on a binary temp file beside ``path`` (unique, so concurrent writers never
+    share it), fsync it, then rename it over ``path``; on any error the temp file is removed."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         umask = os.umask(0)
@@ -23,3 +26,13 @@ def atomic_write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through :func:`atomic_write`."""
+    atomic_write(path, lambda handle: handle.write(text.encode()))
+
+
+def save_figure(fig: Any, path: Path, dpi: int = 100) -> None:
+    """Save a matplotlib figure as PNG through :func:`atomic_write`."""
+    atomic_write(path, lambda handle: fig.savefig(handle, format="png", dpi=dpi))
