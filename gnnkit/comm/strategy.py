@@ -57,7 +57,7 @@ class GnnkitStrategy(DDPStrategy):
     Args:
         comm: ``"allreduce"`` (as stock DDP), ``"multistream"``, ``"topk_a2a"``,
             ``"topk_allgather"``, ``"signsgd"``, ``"powersgd"`` or ``"dear"``.
-        streams: Concurrent process groups of ``multistream``.
+        streams: Collectives ``multistream`` keeps in flight at once (see :class:`MultiStreamAllReduce`).
         density: Fraction of gradient elements sent by ``topk_a2a`` / ``topk_allgather``.
         gather: ``topk_a2a``'s all-gather phase: ``"auto"``, ``"dense"`` or ``"sparse"``.
         warmup_steps: Steps of dense all-reduce before a lossy mode takes over.

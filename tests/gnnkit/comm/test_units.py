@@ -236,3 +236,25 @@ def test_signsgd_error_feedback_keeps_what_the_sent_signs_missed(one_rank_group)
     torch.testing.assert_close(sent, torch.where(grad >= 0, 1.0, -1.0) * grad.abs().mean())
     residual = comm.residuals.add_to(torch.zeros(50), layout)
     torch.testing.assert_close(residual + sent, grad)
+
+
+def test_multistream_shares_gloo_groups_by_their_worker_threads(one_rank_group, monkeypatch) -> None:
+    """A gloo group runs 2 collectives at once, so 4 streams need 2 groups, and a bucket's 4 parts
+    go pairwise to them; the result is still the all-reduce."""
+    import torch.distributed as dist
+
+    from gnnkit.comm import multistream
+
+    assert multistream.concurrent_collectives(None) == 2
+    counts = {}
+    for streams in (1, 2, 3, 4):
+        comm = MultiStreamAllReduce(streams=streams, min_part_kb=1)
+        comm.setup(None)
+        counts[streams] = len(comm.groups)
+    assert counts == {1: 1, 2: 1, 3: 2, 4: 2}
+    used, all_reduce = [], dist.all_reduce
+    monkeypatch.setattr(dist, "all_reduce", lambda tensor, group, async_op: used.append(group) or all_reduce(
+        tensor, group=group, async_op=async_op))
+    grad = torch.randn(4096)
+    torch.testing.assert_close(comm.launch(grad.clone(), make_layout([("w", (4096,))])).wait(), grad)
+    assert used == [comm.groups[0], comm.groups[0], comm.groups[1], comm.groups[1]]
