@@ -42,7 +42,8 @@ MODES = [("allreduce", {}), ("multistream", {"streams": 2}), ("multistream", {"s
          ("topk_a2a", {"density": DENSITY}), ("topk_allgather", {"density": DENSITY}),
          ("signsgd", {}), ("powersgd", {"rank": 1}), ("dear", {})]
 NETWORKS = {"loopback": None, "1gbit": 1.0, "10gbit": 10.0}
-MIN_SECONDS, MAX_REPS = 0.5, 25  # short cases repeat until they fill MIN_SECONDS
+MIN_SECONDS, MAX_REPS = 1.0, 60  # short cases repeat until they fill MIN_SECONDS
+ROUNDS = 3  # the modes of one size take turns over this many rounds
 
 
 def label(mode: str, opts: dict) -> str:
@@ -93,41 +94,53 @@ def worker(args: argparse.Namespace) -> None:
             start += size
         return out
 
-    def timed(comm, data) -> float:
-        """Median over ``--reps`` repetitions, or over as many as fill MIN_SECONDS (at most
-        MAX_REPS) when one is short: milliseconds-long cases are noisy."""
-        times, reps, rep = [], args.reps, 0
-        while rep <= reps:
-            work = [(flat.clone(), layout) for flat, layout in data]
-            dist.barrier()
-            start = time.perf_counter()
-            futures = [comm.launch(flat, layout) for flat, layout in work]
-            if isinstance(comm, DeAR):
-                comm.finish_backward()
-                for w, _, _, _ in comm._gathers:
-                    w.wait()
-                comm._gathers.clear()
-            for f in futures:
-                f.wait()
-            t = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the same value on every rank: the same reps
-            if rep:
-                times.append(float(t))
-            else:  # the first repetition warms up connections and allocations
-                reps = max(args.reps, min(MAX_REPS, int(MIN_SECONDS / max(float(t), 1e-6))))
-            rep += 1
-        return statistics.median(times)
+    def once(comm, data) -> float:
+        """One synchronised launch of every bucket, slowest rank's seconds (the same on every rank)."""
+        work = [(flat.clone(), layout) for flat, layout in data]
+        dist.barrier()
+        start = time.perf_counter()
+        futures = [comm.launch(flat, layout) for flat, layout in work]
+        if isinstance(comm, DeAR):
+            comm.finish_backward()
+            for w, _, _, _ in comm._gathers:
+                w.wait()
+            comm._gathers.clear()
+        for f in futures:
+            f.wait()
+        t = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t)
+
+    def timed(cases: dict[str, tuple]) -> dict[str, float]:
+        """Median seconds of each ``(communicator, buckets)`` case. The cases take turns in blocks
+        over ROUNDS rounds, so drift on the shared machine falls on all of them alike; each block
+        starts with an untimed launch that warms up connections and allocations after the other
+        cases' traffic, then repeats the case as a training run would. Each case runs ``--reps``
+        times in all, or as many as fill MIN_SECONDS (at most MAX_REPS) when one is short:
+        milliseconds-long cases are noisy."""
+        per_round = {}
+        for key, (comm, data) in cases.items():
+            reps = max(args.reps, min(MAX_REPS, int(MIN_SECONDS / max(once(comm, data), 1e-6))))
+            per_round[key] = -(-reps // ROUNDS)
+        times: dict[str, list[float]] = {key: [] for key in cases}
+        for _ in range(ROUNDS):
+            for key, (comm, data) in cases.items():
+                once(comm, data)
+                times[key] += [once(comm, data) for _ in range(per_round[key])]
+        return {key: statistics.median(t) for key, t in times.items()}
 
     sizes = {k: SIZES[k] for k in args.sizes}
     results: dict = {"comm": {}, "compute": {}, "native_select": native_select}
     for name, n in {**CALIBRATION_SIZES, **sizes}.items():
         data = buckets(n)
+        cases = {}
         for mode, opts in MODES:
             if name.startswith("cal") and mode != "allreduce":
                 continue
             comm = classes[mode](**opts)
             comm.setup(None)
-            results["comm"][f"{name}/{label(mode, opts)}"] = timed(comm, data)
+            cases[f"{name}/{label(mode, opts)}"] = (comm, data)
+        results["comm"].update(timed(cases))
     # local compute constants: each mode on a 1-rank group (no network), all ranks busy at once as
     # in training; per gradient element
     own = [dist.new_group([r]) for r in range(args.ranks)][args.rank]
@@ -418,6 +431,8 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from pipeline import save_figure
+
     networks = list(dict.fromkeys(r["network"] for r in rows))
     sizes = list(dict.fromkeys(r["size"] for r in rows))
     fig, axes = plt.subplots(len(sizes), len(networks), figsize=(4.5 * len(networks), 3.6 * len(sizes)),
@@ -433,7 +448,7 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.set_ylabel("comm ms / step")
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     plt.close(fig)
 
 
@@ -508,7 +523,9 @@ def main() -> None:
     plot(rows, args.png)
     print(f"plot: {args.png}")
     if args.json:
-        args.json.write_text(json.dumps({"summary": summary, "rows": rows, "networks": results,
+        from pipeline import atomic_write_text
+
+        atomic_write_text(args.json, json.dumps({"summary": summary, "rows": rows, "networks": results,
                                          "calibration": {n: r["calibration"] for n, r in results.items()}},
                                         indent=2) + "\n")
         print(f"json: {args.json}")
