@@ -15,6 +15,7 @@ from gnnkit.tt import TTEmbedding, auto_config
 
 STAGES = ("train", "val", "test")
 EMBEDDINGS = ("full", "tt")
+LR_SCHEDULES = ("constant", "cosine")
 
 
 def gather_rows(t: Tensor) -> Tensor:
@@ -64,6 +65,10 @@ class NodeClassifier(pl.LightningModule):
         heads: GAT attention heads.
         lr: Adam learning rate.
         weight_decay: Adam weight decay.
+        lr_schedule: ``"constant"`` (default), or ``"cosine"``: the learning rate falls from ``lr``
+            to 0 along a half cosine over ``trainer.max_epochs`` (per step over the estimated
+            steps when training is bounded by steps), SGDR's annealing without restarts
+            (Loshchilov and Hutter, ICLR 2017, <https://arxiv.org/abs/1608.03983>).
         in_channels: Node feature width (0 for a featureless graph, which needs ``embedding_dim``).
         out_channels: Number of classes (multi-class) or tasks (multi-task).
         num_nodes: Number of nodes (for the learnable embedding table).
@@ -101,6 +106,7 @@ class NodeClassifier(pl.LightningModule):
         heads: int = 1,
         lr: float = 0.01,
         weight_decay: float = 0.0,
+        lr_schedule: str = "constant",
         in_channels: int = 0,
         out_channels: int = 2,
         num_nodes: int = 0,
@@ -130,6 +136,8 @@ class NodeClassifier(pl.LightningModule):
             )
         if embedding_dim and num_nodes <= 0:
             raise ValueError("model.num_nodes: a learnable embedding needs the number of nodes")
+        if lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"model.lr_schedule: expected one of {list(LR_SCHEDULES)}, got {lr_schedule!r}")
         if embedding not in EMBEDDINGS:
             raise ValueError(f"model.embedding: expected one of {list(EMBEDDINGS)}, got {embedding!r}")
         self.embedding: nn.Module | None = None
@@ -256,5 +264,14 @@ class NodeClassifier(pl.LightningModule):
     def on_test_epoch_end(self) -> None:
         self._epoch_metric("test")
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+    def configure_optimizers(self) -> torch.optim.Optimizer | dict[str, Any]:
+        optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        if self.hparams.get("lr_schedule", "constant") == "constant":
+            return optimizer
+        epochs = self.trainer.max_epochs
+        if epochs is not None and epochs > 0:
+            interval, length = "epoch", epochs
+        else:
+            interval, length = "step", max(1, int(self.trainer.estimated_stepping_batches))
+        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=length)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": interval}}

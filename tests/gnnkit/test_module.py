@@ -54,3 +54,25 @@ def test_sampled_training_runs(tiny):
     pl.seed_everything(0)
     acc = _fit(dm, _module(dm, model="sage", hidden_channels=32, num_layers=2), 3)
     assert acc > 1.0 / dm.num_classes
+
+
+class _RecordLr(pl.Callback):
+    def __init__(self) -> None:
+        self.lrs: list[float] = []
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self.lrs.append(trainer.optimizers[0].param_groups[0]["lr"])
+
+
+@pytest.mark.parametrize("bound", ["epochs", "steps"])
+def test_cosine_schedule_anneals_over_the_run(tiny, bound):
+    with pytest.raises(ValueError, match="model.lr_schedule"):
+        _module(tiny, lr_schedule="step")
+    record = _RecordLr()
+    limit = {"max_epochs": 4} if bound == "epochs" else {"max_epochs": -1, "max_steps": 4}
+    trainer = pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[record], **limit)
+    trainer.fit(_module(tiny, model="mlp", hidden_channels=8, num_layers=2, lr=0.1, lr_schedule="cosine"),
+                datamodule=tiny)
+    assert record.lrs == pytest.approx([0.1 * (1 + torch.cos(torch.tensor(torch.pi * e / 4)).item()) / 2
+                                        for e in range(4)])
