@@ -138,7 +138,9 @@ def worker(args: argparse.Namespace) -> None:
             if name.startswith("cal") and mode != "allreduce":
                 continue
             comm = classes[mode](**opts)
-            comm.setup(None)
+            # process groups of its own: no case inherits connections that another case's traffic
+            # warmed up (the default group carries the calibration sizes' megabytes)
+            comm.setup(dist.new_group())
             cases[f"{name}/{label(mode, opts)}"] = (comm, data)
         results["comm"].update(timed(cases))
     # local compute constants: each mode on a 1-rank group (no network), all ranks busy at once as

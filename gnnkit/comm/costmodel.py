@@ -165,10 +165,15 @@ def explain(best: Estimate, baseline: Estimate, params: float, ranks: int, densi
 
 def fit_alpha_beta(samples: Sequence[tuple[float, float, float]]) -> tuple[float, float]:
     """Least-squares ``alpha, beta`` from ``(latency_terms, bytes_moved, seconds)`` samples, e.g.
-    ``(2(P-1), 2(P-1)/P * bytes, t)`` of ring all-reduces of several sizes (both kept >= 0)."""
+    ``(2(P-1), 2(P-1)/P * bytes, t)`` of ring all-reduces of several sizes (both kept >= 0).
+
+    Residuals are relative (each sample weighted by ``1/t^2``): sizes span orders of magnitude,
+    the model is judged by relative error, and plain least squares would fit the largest size
+    alone."""
     sxx = sxy = syy = sxt = syt = 0.0
     for x, y, t in samples:
-        sxx, sxy, syy, sxt, syt = sxx + x * x, sxy + x * y, syy + y * y, sxt + x * t, syt + y * t
+        w = 1.0 / (t * t) if t > 0 else 0.0
+        sxx, sxy, syy, sxt, syt = sxx + w * x * x, sxy + w * x * y, syy + w * y * y, sxt + w * x * t, syt + w * y * t
     det = sxx * syy - sxy * sxy
     if det <= 0:
         raise ValueError("fit_alpha_beta needs samples of at least two different sizes")

@@ -51,9 +51,10 @@ class MultiStreamAllReduce(Communicator):
     CUDA stream, so each stream gets a process group of its own. A gloo group runs as many at once
     as it has worker threads (2), over one set of connections, so ``streams`` gloo streams share
     ``ceil(streams / 2)`` new groups. On ``bench/comm.py``'s emulated 1 Gbit/s + 0.5 ms link (4 ranks
-    on 2 cores), two parts in flight on one gloo group took 3-10% less time than one all-reduce;
-    the same parts on two groups (twice the connections and event-loop threads) gained nothing once
-    both groups' connections had been warmed by large transfers.
+    on 2 cores, GraphSAGE's 0.9 MB bucket), two parts in flight on one gloo group took 7-11% less
+    time than one all-reduce; the same parts on two groups (twice the connections and event-loop
+    threads) gained 5-7%, and nothing once both groups' connections had been warmed by large
+    transfers.
 
     Assignment policy: a bucket is cut into ``streams`` contiguous near-equal parts (none smaller
     than ``min_part_kb``); part ``i`` goes to stream ``(first + i) % streams``, where ``first``

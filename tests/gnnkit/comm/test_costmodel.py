@@ -47,6 +47,14 @@ def test_fit_alpha_beta_recovers_constants() -> None:
         fit_alpha_beta([(1.0, 1.0, 1.0)])
 
 
+def test_fit_alpha_beta_weighs_every_size_alike() -> None:
+    """With the largest size 20% off the alpha-beta line, no size is fitted 10% off: plain least
+    squares would follow the largest size and miss the smallest by 18%."""
+    samples = [(6.0, b, (6.0 * 2e-5 + b * 3e-9) * (1.2 if b == 1e7 else 1.0)) for b in (1e3, 1e4, 1e5, 1e7)]
+    alpha, beta = fit_alpha_beta(samples)
+    assert max(abs(x * alpha + y * beta - t) / t for x, y, t in samples) < 0.1
+
+
 def test_plan_scales_to_1024_ranks() -> None:
     for ranks in (2, 64, 1024):
         rows = plan(25e6, ranks, Calibration().with_bandwidth(10.0))
