@@ -6,7 +6,9 @@ side with the cost model's prediction.
                          [--delay-ms 0.5]
 
 Per network the ranks run the modes' communicators on the gradient buckets (25 MiB, as DDP) of a
-GraphSAGE model (synthetic-arxiv recipe: 3 layers, 256 hidden) and of a 25M-parameter model. The
+GraphSAGE model (synthetic-arxiv recipe: 3 layers, 256 hidden) and of a 25M-parameter model, each
+case on process groups of its own; the cases of one size take turns in warmed-up blocks over three
+rounds, and the table shows each case's median. The
 emulated networks put each rank in its own network namespace (needs root; skipped with a message
 otherwise) whose links have the network's bandwidth and a one-way delay (``--delay-ms``, default 0.5).
 This kernel has no ``netem`` qdisc, so the delay is emulated in userspace by ``bench/delayline.c``
