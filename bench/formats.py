@@ -45,13 +45,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline import atomic_write_text, save_figure  # noqa: E402
 from gnnkit.allocator import retain_freed_memory  # noqa: E402
 from gnnkit.sparse import Adjacency, plan, spmm  # noqa: E402
 from gnnkit.sparse.corpus import MatrixSpec  # noqa: E402
 from gnnkit.sparse.formats import FORMATS  # noqa: E402
 from gnnkit.sparse.measure import measure_formats  # noqa: E402
 from gnnkit.sparse.selector import choose_format, current_selector, model_path  # noqa: E402
+from pipeline import atomic_write_text, save_figure  # noqa: E402
 
 warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
 

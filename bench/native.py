@@ -41,12 +41,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline import atomic_write_text, save_figure  # noqa: E402
 from gnnkit import native  # noqa: E402
 from gnnkit.allocator import retain_freed_memory  # noqa: E402
 from gnnkit.data.sampler import CSRNeighborSampler  # noqa: E402
 from gnnkit.native import ops  # noqa: E402
 from gnnkit.tt.lookup import lookup, lookup_plain  # noqa: E402
+from pipeline import atomic_write_text, save_figure  # noqa: E402
 from torch_geometric.sampler import NodeSamplerInput  # noqa: E402
 
 ARXIV_NODES, ARXIV_EDGES = 169_343, 1_166_243

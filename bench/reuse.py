@@ -55,12 +55,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline import atomic_write_text, save_figure  # noqa: E402
 from gnnkit.allocator import retain_freed_memory  # noqa: E402
 from gnnkit.data.datamodule import GraphDataModule  # noqa: E402
 from gnnkit.data.reuse import ReuseConfig, from_record, to_record  # noqa: E402
 from gnnkit.module import NodeClassifier  # noqa: E402
-from pipeline import paths, setup_logging  # noqa: E402
+from pipeline import atomic_write_text, paths, save_figure, setup_logging  # noqa: E402
 from pipeline.batch_cache import BatchCacheWriter, open_batch_cache  # noqa: E402
 from pipeline.shard_reader import dali_available, make_shard_reader  # noqa: E402
 

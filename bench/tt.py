@@ -41,11 +41,10 @@ from torch import Tensor, nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline import atomic_write_text, save_figure  # noqa: E402
 from gnnkit.data.sampler import neighbor_loader  # noqa: E402
 from gnnkit.native import loader as native_loader  # noqa: E402
 from gnnkit.tt import TTConfig, TTEmbedding, auto_config  # noqa: E402
-from pipeline import preprocess, resolve  # noqa: E402
+from pipeline import atomic_write_text, preprocess, resolve, save_figure  # noqa: E402
 from pipeline.reorder import prefix_sharing  # noqa: E402
 from torch_geometric.data import Data  # noqa: E402
 

@@ -266,7 +266,7 @@ class NodeClassifier(pl.LightningModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer | dict[str, Any]:
         optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
-        if self.hparams.get("lr_schedule", "constant") == "constant":
+        if self.hparams.lr_schedule == "constant":
             return optimizer
         epochs = self.trainer.max_epochs
         if epochs is not None and epochs > 0:

@@ -28,13 +28,7 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     """
     if not training or p == 0.0:
         return x
-    if x.device.type == "cpu" and x.dtype == torch.float32 and 0.0 < p < 1.0 and _native_dropout():
-        from gnnkit.native import ops
-
+    if x.device.type == "cpu" and x.dtype == torch.float32 and 0.0 < p < 1.0 and "dropout" in native.kernels():
         seed = int(torch.randint(-(2**63), 2**63 - 1, (1,)))
-        return ops.dropout(x, p, seed)
+        return native.ops.dropout(x, p, seed)
     return functional.dropout(x, p=p, training=True)
-
-
-def _native_dropout() -> bool:
-    return native.available() and "dropout" in native.kernels()
