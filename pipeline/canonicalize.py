@@ -7,7 +7,7 @@ from typing import Any, Callable
 import numpy as np
 
 from pipeline.errors import DatasetError
-from pipeline.feature_prep import column_stats, standardize_array
+from pipeline.feature_prep import normalize_features
 from pipeline.graph import (
     SPLITS,
     check_edges,
@@ -101,7 +101,8 @@ def canonicalize(
     Returns:
         ``(arrays, meta)``: arrays named as the cache stores them (``indptr``, ``indices``, ``x``,
         ``y``, ``split.<name>``, ``extra.<name>``; ``extra.node_order`` with ``options.reorder``)
-        and the task meta.
+        and the meta: the task, the sizes, and the raw edge and self-loop counts (before
+        ``undirected``/``self_loops`` changed them).
 
     Raises:
         DatasetError: Anything that breaks the canonical-graph contract, naming the file.
@@ -122,11 +123,7 @@ def canonicalize(
     indptr, indices = build_csr(raw.edge_index, n, options)
     arrays: dict[str, np.ndarray] = {"indptr": indptr, "indices": indices, "y": y}
     if x is not None:
-        if options.normalize_features:
-            say(f"standardising {x.shape[1]} feature columns")
-            mean, scale = column_stats(x)
-            x = x.copy() if not x.flags.writeable else x
-            standardize_array(x, x, mean, scale)
+        x = normalize_features(x, options.normalize_features, say)
         arrays["x"] = x
     arrays.update({f"split.{s}": raw.split[s].astype(np.int64) for s in SPLITS})
     for name, values in raw.extra.items():
@@ -139,6 +136,8 @@ def canonicalize(
     meta = {
         "num_nodes": n,
         "num_edges": int(indices.size),
+        "num_raw_edges": int(raw.edge_index.shape[1]),
+        "num_raw_self_loops": int(np.count_nonzero(raw.edge_index[0] == raw.edge_index[1])),
         "num_features": 0 if x is None else int(x.shape[1]),
         "num_classes": raw.meta["num_classes"],
         "num_tasks": raw.meta["num_tasks"],

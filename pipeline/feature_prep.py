@@ -1,6 +1,16 @@
-"""Chunked preprocessing of large feature matrices: read, standardise per column, cast.
+"""Chunked preprocessing of large feature matrices: row normalisation, column standardisation.
 
-Two backends give the same result (up to float rounding):
+:func:`normalize_features` applies the preprocessing option ``normalize_features``:
+
+* ``"row"``: PyG's ``NormalizeFeatures`` (the row normalisation of Kipf & Welling's GCN inputs,
+  <https://arxiv.org/abs/1609.02907>): every value is shifted by the matrix's minimum, then each
+  row is divided by its sum, clamped below at 1 (a row summing to less than 1, zero included, is
+  left as it is after the shift). For the usual non-negative bag-of-words features the shift is 0
+  and every non-empty row of counts sums to one.
+* ``"column"``: zero mean and unit variance per column.
+
+:func:`standardize_file` standardises a ``.npy`` on disk with one of two backends that give the
+same result (up to float rounding):
 
 * ``numpy``: a loop over row chunks of a memory-mapped ``.npy``;
 * ``dali``: an NVIDIA DALI pipeline (<https://github.com/NVIDIA/DALI>): ``fn.readers.numpy`` reads
@@ -27,10 +37,63 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import DatasetError
+from pipeline.options import FEATURE_NORMALIZATIONS
 from pipeline.shard_reader import dali_available
 
 BACKENDS = ("auto", "numpy", "dali")
 DTYPES = ("float32", "float16")
+CHUNK_ROWS = 65536
+
+
+def global_min(x: np.ndarray, chunk_rows: int = CHUNK_ROWS) -> np.float32:
+    """The smallest value of ``x`` ``[N, F]`` (0 when it is empty), by row chunks."""
+    if x.size == 0:
+        return np.float32(0)
+    return np.float32(min(np.asarray(x[start:start + chunk_rows]).min()
+                          for start in range(0, x.shape[0], chunk_rows)))
+
+
+def row_normalize_array(x: np.ndarray, out: np.ndarray, minimum: np.float32,
+                        chunk_rows: int = CHUNK_ROWS) -> None:
+    """``out[:] = (x - minimum) / max(rowsum(x - minimum), 1)`` in float32, by row chunks.
+
+    PyG's ``NormalizeFeatures`` with ``minimum = x.min()``; row sums are accumulated in float64.
+    ``out`` may be ``x`` itself.
+    """
+    for start in range(0, x.shape[0], chunk_rows):
+        shifted = np.asarray(x[start:start + chunk_rows], dtype=np.float32) - minimum
+        sums = np.maximum(shifted.sum(1, dtype=np.float64), 1.0).astype(np.float32)
+        out[start:start + chunk_rows] = shifted / sums[:, None]
+
+
+def normalize_features(x: np.ndarray, how: str, progress: Callable[[str], None] | None = None) -> np.ndarray:
+    """Apply the preprocessing option ``normalize_features`` to a float32 ``[N, F]`` matrix.
+
+    Args:
+        x: The features; transformed in place when writable, else copied first.
+        how: ``"row"``, ``"column"`` or ``"none"`` (see the module docstring).
+        progress: Called with a line naming the transform.
+
+    Returns:
+        The transformed matrix (float32), ``x`` itself for ``"none"`` or an empty matrix.
+
+    Raises:
+        ValueError: For an unknown ``how``.
+    """
+    if how not in FEATURE_NORMALIZATIONS:
+        raise ValueError(f"normalize_features: expected one of {list(FEATURE_NORMALIZATIONS)}, got {how!r}")
+    if how == "none" or x.size == 0:
+        return x
+    say = progress or (lambda _msg: None)
+    x = x if x.flags.writeable else x.copy()
+    if how == "row":
+        say(f"row-normalising {x.shape[0]:,} feature rows")
+        row_normalize_array(x, x, global_min(x))
+    else:
+        say(f"standardising {x.shape[1]} feature columns")
+        mean, scale = column_stats(x)
+        standardize_array(x, x, mean, scale)
+    return x
 
 
 def column_stats(x: np.ndarray, chunk_rows: int = 65536) -> tuple[np.ndarray, np.ndarray]:

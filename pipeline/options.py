@@ -9,6 +9,10 @@ from pipeline.errors import DatasetError
 from pipeline.reorder import REORDER_METHODS
 
 SELF_LOOP_MODES = ("keep", "remove")
+#: Feature transforms (:mod:`pipeline.feature_prep`): none, PyG's row normalisation, column standardisation.
+FEATURE_NORMALIZATIONS = ("none", "row", "column")
+#: What registry files written before the choice existed mean by ``normalize_features: true/false``.
+LEGACY_NORMALIZATION = {True: "column", False: "none"}
 
 
 @dataclass(frozen=True)
@@ -23,22 +27,26 @@ class PreprocessOptions:
             (``order[v]`` = new number of node ``v``; node ids stay as they are): ``"rcm"``
             (reverse Cuthill-McKee), ``"partition"`` (multi-level partition, :mod:`pipeline.partition`)
             or ``"none"``; see :mod:`pipeline.reorder`. Default ``"none"``.
-        normalize_features: Standardise every feature column to zero mean and unit variance
-            (:mod:`pipeline.feature_prep`, chunked; numpy or DALI, whichever is faster there).
-            Default ``False``.
+        normalize_features: Feature transform (:mod:`pipeline.feature_prep`, chunked): ``"row"``
+            divides each node's feature row by its sum as PyG's ``NormalizeFeatures`` does,
+            ``"column"`` standardises every column to zero mean and unit variance, ``"none"`` keeps
+            the features as stored. ``True``/``False`` (registry files written before the choice
+            existed) mean ``"column"``/``"none"``. Default ``"none"``.
     """
 
     undirected: bool = False
     self_loops: str = "keep"
     reorder: str = "none"
-    normalize_features: bool = False
+    normalize_features: str = "none"
 
     def __post_init__(self) -> None:
         if not isinstance(self.undirected, bool):
             raise DatasetError("preprocess.undirected", f"expected true or false, got {self.undirected!r}")
-        if not isinstance(self.normalize_features, bool):
+        if isinstance(self.normalize_features, bool):
+            object.__setattr__(self, "normalize_features", LEGACY_NORMALIZATION[self.normalize_features])
+        if self.normalize_features not in FEATURE_NORMALIZATIONS:
             raise DatasetError("preprocess.normalize_features",
-                               f"expected true or false, got {self.normalize_features!r}")
+                               f"expected one of {list(FEATURE_NORMALIZATIONS)}, got {self.normalize_features!r}")
         if self.self_loops not in SELF_LOOP_MODES:
             raise DatasetError(
                 "preprocess.self_loops", f"expected one of {list(SELF_LOOP_MODES)}, got {self.self_loops!r}"
@@ -63,10 +71,13 @@ class PreprocessOptions:
 
     def key_fields(self) -> dict[str, Any]:
         """The options as they enter the cache key. Options added after the first release are left
-        out while at their default, so entries built before they existed keep their keys."""
+        out while at their default, so entries built before they existed keep their keys; and
+        ``"column"`` enters as ``True``, the value it had before ``"row"`` existed."""
         values = asdict(self)
-        if not self.normalize_features:
+        if self.normalize_features == "none":
             del values["normalize_features"]
+        elif self.normalize_features == "column":
+            values["normalize_features"] = True
         return values
 
     def replace(self, **changes: Any) -> PreprocessOptions:

@@ -12,9 +12,11 @@ import torch
 from torch.utils.data import DataLoader
 from torch_geometric.data import Data
 
+from gnnkit.data.preprocessing import PreprocessOverrides, describe_line, graph_facts, resolve_options
 from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats, default_folder
 from gnnkit.sparse import Adjacency
-from pipeline import CacheEntry, CanonicalGraph, paths, preprocess, resolve
+from pipeline import CacheEntry, CanonicalGraph, log, paths, resolve
+from pipeline import preprocess as preprocess_dataset
 
 SPLIT_OF_STAGE = {"train": "train", "val": "valid", "test": "test"}
 
@@ -32,10 +34,13 @@ class GraphDataModule(pl.LightningDataModule):
 
     Args:
         dataset: Registry name or path of an OGB-format folder.
-        undirected: Override the registry's preprocessing choice (``None`` = keep it).
+        undirected: Symmetrise the graph (add every edge's reverse); ``None`` = the registry's
+            choice (a folder given by path stays directed unless this is ``True``).
         self_loops: ``"keep"`` or ``"remove"`` (``None`` = registry's choice).
         reorder: Graph-aware node order stored with the graph, ``"partition"``, ``"rcm"`` or
             ``"none"`` (``None`` = registry's choice); used by TT embeddings with ``tt_reorder``.
+        preprocess: Further preprocessing overrides, ``preprocess.normalize_features`` (``"row"``,
+            ``"column"``, ``"none"``); see :class:`~gnnkit.data.preprocessing.PreprocessOverrides`.
         batch_size: Seed nodes per mini-batch; ``0`` trains full-batch on the whole graph.
         num_neighbors: Fan-out per layer for neighbour sampling (``-1`` = all neighbours).
         eval_num_neighbors: Fan-out for validation/test batches (default: ``num_neighbors``).
@@ -54,6 +59,7 @@ class GraphDataModule(pl.LightningDataModule):
         undirected: bool | None = None,
         self_loops: str | None = None,
         reorder: str | None = None,
+        preprocess: PreprocessOverrides | None = None,
         batch_size: int = 0,
         num_neighbors: list[int] | None = None,
         eval_num_neighbors: list[int] | None = None,
@@ -67,17 +73,22 @@ class GraphDataModule(pl.LightningDataModule):
         super().__init__()
         if isinstance(reuse, dict):  # as saved in a checkpoint's hyper-parameters
             reuse = ReuseConfig(**reuse)
+        if isinstance(preprocess, dict):
+            preprocess = PreprocessOverrides(**preprocess)
         # Checkpoints hold plain types only (they are loaded with weights_only=True).
-        self.save_hyperparameters(ignore=["reuse"])
+        self.save_hyperparameters(ignore=["reuse", "preprocess"])
         self.hparams["reuse"] = asdict(reuse) if reuse is not None else None
+        self.hparams["preprocess"] = asdict(preprocess) if preprocess is not None else None
         spec = resolve(dataset)
-        options = spec.preprocess.replace(undirected=undirected, self_loops=self_loops, reorder=reorder)
-        self.entry: CacheEntry = preprocess(
+        options = resolve_options(spec.preprocess, preprocess, undirected=undirected, self_loops=self_loops,
+                                  reorder=reorder)
+        self.entry: CacheEntry = preprocess_dataset(
             spec, options,
             data_root=Path(data_root) if data_root else None,
             cache_root=Path(cache_root) if cache_root else None,
         )
         self.graph: CanonicalGraph = self.entry.open()
+        log.info(describe_line(self.graph.meta["name"], graph_facts(self.entry)))
         self.num_neighbors = list(num_neighbors or [15, 10, 5])
         self._full: Data | None = None
         if reuse is not None and reuse.epochs > 0 and batch_size == 0:
@@ -119,6 +130,7 @@ class GraphDataModule(pl.LightningDataModule):
             "num_features": self.graph.num_features,
             "cache_entry": str(self.entry.path),
             "preprocess": self.entry.manifest["inputs"]["options"],
+            **graph_facts(self.entry),
             "loader": "full-batch" if self.full_batch else f"neighbor-sampled {self.num_neighbors}",
         }
 

@@ -1,10 +1,21 @@
-"""Feature standardisation: numpy and DALI backends agree with a float64 reference; bad input."""
+"""Feature transforms: row normalisation matches PyG's NormalizeFeatures; column standardisation's
+numpy and DALI backends agree with a float64 reference; the option and bad input."""
 
 import numpy as np
 import pytest
+import torch
+from torch_geometric.data import Data
+from torch_geometric.transforms import NormalizeFeatures
 
 from pipeline.errors import DatasetError
-from pipeline.feature_prep import column_stats, resolve_backend, standardize_file
+from pipeline.feature_prep import (
+    column_stats,
+    global_min,
+    normalize_features,
+    resolve_backend,
+    row_normalize_array,
+    standardize_file,
+)
 from pipeline.options import PreprocessOptions
 from pipeline.shard_reader import dali_available
 
@@ -53,19 +64,72 @@ def test_auto_is_numpy_on_cpu_and_bad_input_is_named(tmp_path):
         standardize_file(bad, tmp_path / "o.npy", backend="cupy")
 
 
+def _pyg_rows(x: np.ndarray) -> np.ndarray:
+    return NormalizeFeatures()(Data(x=torch.from_numpy(x.copy()))).x.numpy()
+
+
+def _count_features(rows: int = 500, cols: int = 40, seed: int = 0) -> np.ndarray:
+    """Bag-of-words-like counts with all-zero rows and rows summing to less than 1."""
+    rng = np.random.default_rng(seed)
+    x = (rng.poisson(0.3, (rows, cols)) * (rng.random((rows, cols)) < 0.3)).astype(np.float32)
+    x[::7] = 0.0  # all-zero rows are left as they are
+    x[3] = 0.0
+    x[3, 5] = 0.25  # a row summing to less than 1 is not scaled up (PyG clamps the sum at 1)
+    return x
+
+
+@pytest.mark.parametrize("make", [
+    pytest.param(lambda: _count_features(), id="counts-with-zero-rows"),
+    pytest.param(lambda: np.random.default_rng(1).standard_normal((333, 9)).astype(np.float32), id="signed"),
+    pytest.param(lambda: np.random.default_rng(2).uniform(2, 3, (50, 4)).astype(np.float32), id="positive-min"),
+])
+def test_row_normalisation_matches_pyg(make):
+    x = make()
+    expected = _pyg_rows(x)
+    out = np.empty_like(x)
+    row_normalize_array(x, out, global_min(x, chunk_rows=64), chunk_rows=64)  # the last chunk is partial
+    np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(normalize_features(x.copy(), "row"), expected, rtol=1e-6, atol=1e-7)
+    assert out.dtype == np.float32
+
+
+def test_row_normalisation_leaves_zero_rows_and_sums_the_rest_to_one():
+    x = _count_features()
+    y = normalize_features(x.copy(), "row")
+    sums = x.sum(1)
+    assert np.array_equal(y[sums == 0], x[sums == 0]) and np.array_equal(y[3], x[3])
+    np.testing.assert_allclose(y[sums >= 1].sum(1), 1.0, rtol=1e-5)
+
+
+def test_normalize_features_dispatch():
+    x = np.random.default_rng(0).standard_normal((20, 3)).astype(np.float32)
+    assert normalize_features(x, "none") is x
+    x.flags.writeable = False  # a read-only (memory-mapped) matrix is copied, not written
+    np.testing.assert_allclose(normalize_features(x, "column"), _reference(x), atol=1e-5)
+    assert normalize_features(np.zeros((0, 3), np.float32), "row").shape == (0, 3)
+    with pytest.raises(ValueError, match=r"normalize_features: expected one of \['none', 'row', 'column'\]"):
+        normalize_features(x, "l2")
+
+
 def test_option_is_validated_and_keeps_old_cache_keys():
     assert "normalize_features" not in PreprocessOptions().key_fields()
-    assert PreprocessOptions(normalize_features=True).key_fields()["normalize_features"] is True
-    with pytest.raises(DatasetError, match="preprocess.normalize_features: expected true or false"):
+    assert "normalize_features" not in PreprocessOptions(normalize_features="none").key_fields()
+    # `true` in a registry file means "column", and "column" enters the key as `true` did.
+    assert PreprocessOptions(normalize_features=True).normalize_features == "column"
+    assert PreprocessOptions(normalize_features=False) == PreprocessOptions()
+    assert PreprocessOptions(normalize_features="column").key_fields()["normalize_features"] is True
+    assert PreprocessOptions(normalize_features="row").key_fields()["normalize_features"] == "row"
+    with pytest.raises(DatasetError, match=r"preprocess.normalize_features: expected one of \['none', 'row', 'column'\]"):
         PreprocessOptions(normalize_features="yes")
 
 
-def test_preprocess_option_standardises_the_cached_features(make_ogb_folder, tmp_path):
+@pytest.mark.parametrize("how", ["column", "row"])
+def test_preprocess_option_transforms_the_cached_features(make_ogb_folder, tmp_path, how):
     from pipeline import preprocess
 
     folder = make_ogb_folder()
     plain = preprocess(str(folder), cache_root=tmp_path / "c").open().x.numpy()
-    entry = preprocess(str(folder), PreprocessOptions(normalize_features=True), cache_root=tmp_path / "c")
+    entry = preprocess(str(folder), PreprocessOptions(normalize_features=how), cache_root=tmp_path / "c")
     x = entry.open().x.numpy()
-    assert entry.manifest["inputs"]["options"]["normalize_features"] is True
-    np.testing.assert_allclose(x, _reference(plain), atol=1e-4)
+    assert entry.manifest["inputs"]["options"]["normalize_features"] == (True if how == "column" else how)
+    np.testing.assert_allclose(x, _reference(plain) if how == "column" else _pyg_rows(plain), atol=1e-5)

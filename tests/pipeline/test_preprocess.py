@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from pipeline import DatasetError, PreprocessOptions, cache, preprocess
+from pipeline.fingerprint import cache_key
 
 
 def test_second_run_is_a_cache_hit(make_ogb_folder, tmp_path):
@@ -36,6 +37,36 @@ def test_key_ignores_location_and_mtime_but_not_content_or_options(make_ogb_fold
     dest = tmp_path / "third" / folder.name
     shutil.copytree(other, dest)
     assert preprocess(str(dest), cache_root=root).key != key
+
+
+def test_feature_normalisation_is_part_of_the_key(make_ogb_folder, tmp_path):
+    folder = make_ogb_folder()
+    root = tmp_path / "cache"
+    keys = {how: preprocess(str(folder), PreprocessOptions(normalize_features=how), cache_root=root).key
+            for how in ("none", "row", "column")}
+    assert len(set(keys.values())) == 3
+    assert preprocess(str(folder), cache_root=root).key == keys["none"]
+    assert preprocess(str(folder), PreprocessOptions(normalize_features=True), cache_root=root).key == keys["column"]
+
+
+#: Keys of fixed inputs computed by the code before ``normalize_features`` took "row": entries built
+#: with the default options (or with ``normalize_features: true``) must keep them, or every cache
+#: entry on users' disks would be rebuilt.
+PINNED_KEYS = [
+    ({}, "c4dae42d4fdebda50ad3"),
+    ({"undirected": True}, "aadf4b3103e1f011cf8b"),
+    ({"normalize_features": True}, "eecedfb0e569cc410b15"),
+    ({"normalize_features": "column"}, "eecedfb0e569cc410b15"),
+    ({"normalize_features": "none"}, "c4dae42d4fdebda50ad3"),
+    ({"undirected": True, "normalize_features": True, "self_loops": "remove", "reorder": "rcm"}, "71356b07e0d3f34e0459"),
+]
+
+
+@pytest.mark.parametrize("options,key", PINNED_KEYS)
+def test_keys_of_existing_entries_are_unchanged(options, key):
+    inputs = {"dataset": "d", "source": "ogb-dir", "source_version": "v", "raw": {"raw/edge.csv.gz": "0" * 64},
+              "schema_version": 1, "options": PreprocessOptions(**options).key_fields()}
+    assert cache_key(inputs) == key
 
 
 def test_bad_folder_publishes_nothing(make_ogb_folder, tmp_path):

@@ -2,7 +2,9 @@ import pytest
 import torch
 
 from gnnkit.data.datamodule import GraphDataModule
+from gnnkit.data.preprocessing import PreprocessOverrides
 from gnnkit.module import batch_targets
+from pipeline import DatasetError
 
 
 @pytest.fixture(scope="module")
@@ -42,3 +44,54 @@ def test_directed_override_changes_the_cache_entry(tiny):
     directed = GraphDataModule("synthetic-tiny", undirected=False)
     assert directed.entry.key != tiny.entry.key
     assert directed.graph.num_edges < tiny.graph.num_edges
+
+
+def _data_parser():
+    from lightning.pytorch.cli import LightningArgumentParser
+
+    parser = LightningArgumentParser(exit_on_error=False)
+    parser.add_lightning_class_args(GraphDataModule, "data")
+    return parser
+
+
+def test_preprocess_options_parse_as_recipe_fields():
+    """`--data.preprocess.normalize_features row` parses as LightningCLI parses it (None = registry's)."""
+    parser = _data_parser()
+    config = parser.parse_args(["--data.dataset", "synthetic-tiny", "--data.undirected", "true",
+                                "--data.preprocess.normalize_features", "row"])
+    assert config.data.undirected is True and config.data.preprocess.normalize_features == "row"
+    assert parser.parse_args([]).data.preprocess is None
+    assert "normalize_features" in parser.dump(config)
+    data = parser.instantiate(config).data
+    assert isinstance(data.hparams.preprocess, dict)  # plain types in checkpoints
+    facts = data.describe()
+    assert facts["normalize_features"] == "row" and facts["graph"] == "symmetrised"
+    assert facts["preprocess"]["normalize_features"] == "row"
+    assert torch.allclose(data.graph.x.sum(1)[data.graph.x.sum(1) > 0.5], torch.tensor(1.0))
+
+
+def test_describe_says_which_graph_was_trained(tiny):
+    facts = tiny.describe()
+    assert facts["graph"] == "symmetrised" and facts["self_loops"] == "keep" and facts["normalize_features"] == "none"
+    assert facts["num_edges"] == tiny.graph.num_edges
+    assert facts["raw_edges"] is not None and facts["raw_edges"] < facts["num_edges"] <= 2 * facts["raw_edges"]
+
+
+def test_a_folder_is_directed_unless_the_recipe_symmetrises_it(make_ogb_folder):
+    folder = str(make_ogb_folder())
+    directed = GraphDataModule(folder).describe()
+    assert directed["graph"] == "directed" and directed["num_edges"] == directed["raw_edges"] == 1000
+    symmetrised = GraphDataModule(folder, undirected=True, self_loops="remove").describe()
+    assert symmetrised["graph"] == "symmetrised" and symmetrised["self_loops"] == "remove"
+    assert 1000 < symmetrised["num_edges"] <= 2000
+
+
+@pytest.mark.parametrize("args,message", [
+    ({"preprocess": PreprocessOverrides(normalize_features="rows")},
+     "data.preprocess.normalize_features: expected one of ['none', 'row', 'column'], got 'rows'"),
+    ({"self_loops": "drop"}, "data.self_loops: expected one of ['keep', 'remove'], got 'drop'"),
+])
+def test_bad_preprocessing_values_name_the_recipe_field(args, message):
+    with pytest.raises(DatasetError) as err:
+        GraphDataModule("synthetic-tiny", **args)
+    assert str(err.value) == message
