@@ -58,6 +58,12 @@ def test_a_users_ogb_folder_trains_with_only_the_dataset_changed(tmp_path, make_
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads((tmp_path / out.stdout.strip().splitlines()[-1] / "report.json").read_text())
     assert report["dataset"] == folder.name and report["data"]["num_nodes"] == 200
+    # The recipe states `undirected: true`, so the folder (directed by default) is symmetrised too,
+    # and report.json and the log say so.
+    data = report["data"]
+    assert (data["graph"], data["self_loops"], data["normalize_features"]) == ("symmetrised", "keep", "none")
+    assert data["raw_edges"] == 1000 and 1000 < data["num_edges"] <= 2000
+    assert f"data {folder.name}: symmetrised graph, 1,000 -> {data['num_edges']:,} edges" in out.stderr
 
 
 def test_every_recipe_parses_with_lightningcli(tmp_path):
@@ -75,3 +81,10 @@ def test_every_recipe_parses_with_lightningcli(tmp_path):
         parser.add_argument("--seed_everything", type=int)
         config = parser.parse_path(str(recipe))
         assert config.data.dataset, recipe.name
+
+
+def test_every_recipe_states_which_graph_it_trains():
+    """Every recipe says `undirected: true`, so a folder given with --data.dataset is symmetrised as
+    the registry datasets are (their entries symmetrise too: the option, hence the cache key, is the same)."""
+    for recipe in sorted((REPO / "recipes").glob("*.yaml")):
+        assert yaml.safe_load(recipe.read_text())["data"].get("undirected") is True, recipe.name
