@@ -96,7 +96,7 @@ def normalize_features(x: np.ndarray, how: str, progress: Callable[[str], None] 
     return x
 
 
-def column_stats(x: np.ndarray, chunk_rows: int = 65536) -> tuple[np.ndarray, np.ndarray]:
+def column_stats(x: np.ndarray, chunk_rows: int = CHUNK_ROWS) -> tuple[np.ndarray, np.ndarray]:
     """Per-column mean and 1/std (float32) of ``x`` ``[N, F]``, accumulated in float64 by chunks."""
     total = np.zeros(x.shape[1], dtype=np.float64)
     squares = np.zeros(x.shape[1], dtype=np.float64)
@@ -112,7 +112,7 @@ def column_stats(x: np.ndarray, chunk_rows: int = 65536) -> tuple[np.ndarray, np
 
 
 def standardize_array(x: np.ndarray, out: np.ndarray, mean: np.ndarray, scale: np.ndarray,
-                      chunk_rows: int = 65536) -> None:
+                      chunk_rows: int = CHUNK_ROWS) -> None:
     """``out[:] = (x - mean) * scale`` cast to ``out.dtype``, by row chunks (numpy backend)."""
     for start in range(0, x.shape[0], chunk_rows):
         chunk = np.asarray(x[start:start + chunk_rows], dtype=np.float32)
@@ -165,7 +165,7 @@ def standardize_file(
     dst: Path,
     dtype: str = "float32",
     backend: str = "auto",
-    chunk_rows: int = 65536,
+    chunk_rows: int = CHUNK_ROWS,
     device: str = "cpu",
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
