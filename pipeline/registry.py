@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from pipeline.errors import DatasetError
-from pipeline.family import family_of_name, generator_modules
+from pipeline.family import family_of_name, generator_modules, read_meta_json
 from pipeline.options import PreprocessOptions
 
 SOURCES = ("ogb", "synthetic", "ogb-dir")
@@ -144,6 +144,19 @@ def synthetic_spec(spec: DatasetSpec):
 def synthetic_family(spec: DatasetSpec) -> str:
     """The task family of a synthetic registry entry (that of its generator preset)."""
     return _generator_family(spec.generator, f"{spec.registry}: datasets.{spec.name}.generator")
+
+
+def spec_family(spec: DatasetSpec) -> str | None:
+    """The task family of a registry entry (``None`` for a folder whose meta.json cannot be read)."""
+    if spec.source == "ogb":
+        return family_of_name(spec.name)
+    if spec.source == "synthetic":
+        return synthetic_family(spec)
+    assert spec.path is not None
+    try:
+        return read_meta_json(spec.path)["family"]
+    except DatasetError:
+        return None
 
 
 def load_file(path: Path | str) -> dict[str, DatasetSpec]:
