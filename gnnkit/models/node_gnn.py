@@ -11,6 +11,7 @@ from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
 
 from gnnkit.models.dropout import dropout
 from gnnkit.models.inrank import InRankOptions, describe_low_rank, inrank_layers, replace_linears
+from gnnkit.partitioned.halo import HaloPlan, with_halo
 from gnnkit.sparse import Adjacency
 
 #: Where message-passing layers aggregate: PyG's own layers, or gnnkit.sparse.spmm per layer.
@@ -201,6 +202,7 @@ class NodeGNN(nn.Module):
         adj: Adjacency | None = None,
         num_sampled_nodes: list[int] | None = None,
         num_sampled_edges: list[int] | None = None,
+        halo: HaloPlan | None = None,
     ) -> Tensor:
         """Node scores.
 
@@ -220,6 +222,11 @@ class NodeGNN(nn.Module):
                 Used when there is one hop per layer, for the models whose aggregation reads only
                 each destination's own in-edges (not GCN, whose normalisation uses the sources'
                 degrees in the sampled subgraph).
+            halo: Partition-parallel training (``aggregation="gnnkit"``): ``x`` holds this rank's
+                owned nodes, ``adj`` their rows over ``[owned; halo]`` columns
+                (:func:`~gnnkit.partitioned.local_graph.local_adjacency`, GCN-normalised with
+                whole-graph degrees for GCN), and every layer reads its halo rows from their owners
+                (:func:`~gnnkit.partitioned.halo.with_halo`); a collective on every rank.
 
         Returns:
             ``[N, out_channels]`` logits, or when trimming ``[num_sampled_nodes[0], out_channels]``
@@ -236,6 +243,8 @@ class NodeGNN(nn.Module):
                     edge_index = edge_index[:, : edge_index.size(1) - num_sampled_edges[-i]]
                 num_dst -= num_sampled_nodes[-(i + 1)]
                 x = self._block(layer, x, edge_index, num_dst)
+            elif halo is not None and self.model != "mlp":
+                x = self._partition_layer(layer, x, adj, halo)
             else:
                 if self.model != "mlp" and i == 0:
                     graph = self._graph(x, edge_index, adj)
@@ -244,6 +253,13 @@ class NodeGNN(nn.Module):
                 x = self.activation(self.norms[i](x))
                 x = dropout(x, self.dropout, self.training)
         return x
+
+    def _partition_layer(self, layer: nn.Module, x: Tensor, adj: Adjacency | None, halo: HaloPlan) -> Tensor:
+        """One layer on a partition: owned rows plus the halo rows fetched from their owners."""
+        if self.aggregation != "gnnkit" or adj is None:
+            raise ValueError("halo: partition-parallel layers need aggregation='gnnkit' and the partition's adj")
+        inputs = with_halo(x, halo)
+        return layer(inputs, adj, normalized=True) if self.model == "gcn" else layer(inputs, adj)
 
     def _block(self, layer: nn.Module, x: Tensor, edge_index: Tensor, num_dst: int) -> Tensor:
         """One layer on a sampled block: sources ``x``, outputs for its first ``num_dst`` rows."""
