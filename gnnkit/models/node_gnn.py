@@ -12,6 +12,7 @@ from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
 from gnnkit.models.dropout import dropout
 from gnnkit.models.inrank import InRankOptions, describe_low_rank, inrank_layers, replace_linears
 from gnnkit.partitioned.halo import HaloPlan, with_halo
+from gnnkit.partitioned.local_graph import gcn_local_normalized
 from gnnkit.sparse import Adjacency
 
 #: Where message-passing layers aggregate: PyG's own layers, or gnnkit.sparse.spmm per layer.
@@ -224,8 +225,8 @@ class NodeGNN(nn.Module):
                 degrees in the sampled subgraph).
             halo: Partition-parallel training (``aggregation="gnnkit"``): ``x`` holds this rank's
                 owned nodes, ``adj`` their rows over ``[owned; halo]`` columns
-                (:func:`~gnnkit.partitioned.local_graph.local_adjacency`, GCN-normalised with
-                whole-graph degrees for GCN), and every layer reads its halo rows from their owners
+                (:func:`~gnnkit.partitioned.local_graph.local_adjacency`; GCN normalises it with
+                whole-graph degrees), and every layer reads its halo rows from their owners
                 (:func:`~gnnkit.partitioned.halo.with_halo`); a collective on every rank.
 
         Returns:
@@ -259,7 +260,9 @@ class NodeGNN(nn.Module):
         if self.aggregation != "gnnkit" or adj is None:
             raise ValueError("halo: partition-parallel layers need aggregation='gnnkit' and the partition's adj")
         inputs = with_halo(x, halo)
-        return layer(inputs, adj, normalized=True) if self.model == "gcn" else layer(inputs, adj)
+        if self.model == "gcn":
+            return layer(inputs, gcn_local_normalized(adj, halo), normalized=True)
+        return layer(inputs, adj)
 
     def _block(self, layer: nn.Module, x: Tensor, edge_index: Tensor, num_dst: int) -> Tensor:
         """One layer on a sampled block: sources ``x``, outputs for its first ``num_dst`` rows."""

@@ -56,6 +56,11 @@ class HaloPlan:
         Raises:
             ValueError: A halo owner outside the group, or a rank asked for a node it does not own.
         """
+        if not (dist.is_available() and dist.is_initialized()):  # one process, one partition: no halo
+            if halo.numel():
+                raise ValueError(f"halo: {halo.numel()} halo nodes, but no process group holds their owners")
+            empty = torch.zeros(0, dtype=torch.int64)
+            return cls(int(owned.numel()), 0, empty, [0], [0], empty, group)
         world, rank = dist.get_world_size(group), dist.get_rank(group)
         halo_owner = halo_owner.to(torch.int64)
         if halo_owner.numel() and (int(halo_owner.min()) < 0 or int(halo_owner.max()) >= world
@@ -99,6 +104,8 @@ def sorted_positions(sorted_ids: Tensor, wanted: Tensor) -> tuple[Tensor, Tensor
 def _all_to_all(rows: Tensor, out_counts: list[int], in_counts: list[int],
                 group: dist.ProcessGroup | None) -> Tensor:
     out = rows.new_empty((sum(out_counts), *rows.shape[1:]))
+    if len(out_counts) == 1:  # a single partition: nothing to exchange
+        return out
     dist.all_to_all_single(out, rows.contiguous(), out_counts, in_counts, group=group)
     return out
 

@@ -45,6 +45,10 @@ def gcn_local_normalized(adj: Adjacency, plan: HaloPlan) -> Adjacency:
     :func:`gnnkit.sparse.normalize.gcn_normalized` counts; halo degrees come from their owners
     (a collective: every rank calls it).
     """
+    return adj.cached("gcn_local_normalized", lambda: _gcn_local_normalized(adj, plan))
+
+
+def _gcn_local_normalized(adj: Adjacency, plan: HaloPlan) -> Adjacency:
     n = adj.num_rows
     rows, cols = adj.rows(), adj.indices
     keep = rows != cols

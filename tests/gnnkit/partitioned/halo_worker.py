@@ -15,8 +15,9 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, os.getcwd())
 from gnnkit.models.node_gnn import NodeGNN  # noqa: E402
+from gnnkit.partitioned.batch_norm import partition_batch_norms  # noqa: E402
 from gnnkit.partitioned.halo import HaloPlan  # noqa: E402
-from gnnkit.partitioned.local_graph import gcn_local_normalized, local_adjacency  # noqa: E402
+from gnnkit.partitioned.local_graph import local_adjacency  # noqa: E402
 from gnnkit.sparse import Adjacency  # noqa: E402
 from pipeline.graph import edges_to_csr  # noqa: E402
 from pipeline.partition import metis_parts  # noqa: E402
@@ -34,7 +35,7 @@ def graph() -> tuple[np.ndarray, np.ndarray, torch.Tensor, torch.Tensor]:
 
 def model(name: str) -> NodeGNN:
     torch.manual_seed(0)
-    return NodeGNN(name, F, 8, C, num_layers=3, dropout=0.0, batch_norm=False, aggregation="gnnkit", format="csr")
+    return NodeGNN(name, F, 8, C, num_layers=3, dropout=0.0, batch_norm=True, aggregation="gnnkit", format="csr")
 
 
 def step(net: NodeGNN, logits: torch.Tensor, y: torch.Tensor, scale: float) -> dict[str, torch.Tensor]:
@@ -58,9 +59,7 @@ def worker(rank: int, world: int, port: int, out: str, name: str) -> None:
     t = torch.from_numpy
     plan = HaloPlan.build(t(owned), t(halo), t(owner[halo]))
     adj = local_adjacency(t(local_indptr), t(local_indices), t(owned), t(halo))
-    if name == "gcn":
-        adj = gcn_local_normalized(adj, plan)
-    net = model(name)
+    net = partition_batch_norms(model(name))
     logits = net(x[owned], None, adj=adj, halo=plan)
     grads = step(net, logits, y[owned], N)
     for g in grads.values():
@@ -68,7 +67,11 @@ def worker(rank: int, world: int, port: int, out: str, name: str) -> None:
     whole = model(name)
     full_logits = whole(x, None, adj=Adjacency(t(indptr), t(indices)))
     full_grads = step(whole, full_logits, y, N)
+    net.eval(), whole.eval()  # running statistics: those of the whole graph
+    with torch.no_grad():
+        evaluated = net(x[owned], None, adj=adj, halo=plan) - whole(x, None, adj=Adjacency(t(indptr), t(indices)))[owned]
     result = {
+        "eval_forward": float(evaluated.abs().max()),
         "forward": float((logits - full_logits[owned]).abs().max()),
         "grad": max(float((grads[k] - full_grads[k]).abs().max()) for k in grads),
         "halo": int(halo.size), "sent": plan.send_rows,

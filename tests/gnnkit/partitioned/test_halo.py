@@ -1,4 +1,5 @@
-"""Partition-parallel layers on P gloo ranks reproduce the single-process forward and gradients."""
+"""Partition-parallel layers on P gloo ranks reproduce the single-process forward and gradients,
+batch normalisation included."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ def test_partitions_reproduce_the_whole_graph(tmp_path, world, model):
         result = json.loads(Path(f"{out}.{rank}").read_text())
         assert result["halo"] > 0 and result["sent"] > 0  # the partitions do talk
         assert result["forward"] < 1e-5, result
+        assert result["eval_forward"] < 1e-5, result
         assert result["grad"] < 1e-5, result
 
 
