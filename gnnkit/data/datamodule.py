@@ -14,6 +14,7 @@ from torch_geometric.data import Data
 
 from gnnkit.data.preprocessing import PreprocessOverrides, describe_line, graph_facts, resolve_options
 from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats, default_folder
+from gnnkit.partitioned.boundary_sampling import BoundarySampler
 from gnnkit.partitioned.rank_data import open_rank_partition, partition_data, partition_facts
 from gnnkit.rank_state import gather_ranks, my_rank_state
 from gnnkit.sparse import Adjacency
@@ -55,6 +56,9 @@ class GraphDataModule(pl.LightningDataModule):
             partitions (``gnnkit partition``; cached) and each rank opens only its own, exchanging
             halo rows with the others in every layer (:mod:`gnnkit.partitioned`). Needs
             ``batch_size 0``, ``aggregation: gnnkit`` and one rank per partition.
+        boundary_sampling: With ``partitions``: the rate at which each training step exchanges
+            boundary nodes (BNS-GCN, :mod:`gnnkit.partitioned.boundary_sampling`; ``None`` or 1:
+            every halo row, exactly). Evaluation always exchanges every row.
         data_root: Raw data folder (default ``$GNNKIT_HOME/data``).
         cache_root: Cache folder (default ``$GNNKIT_HOME/cache``).
     """
@@ -74,6 +78,7 @@ class GraphDataModule(pl.LightningDataModule):
         seed: int = 0,
         reuse: ReuseConfig | None = None,
         partitions: int | None = None,
+        boundary_sampling: float | None = None,
         data_root: str | None = None,
         cache_root: str | None = None,
     ) -> None:
@@ -105,6 +110,10 @@ class GraphDataModule(pl.LightningDataModule):
             raise ValueError(f"data.partitions: expected a count >= 1 with full-batch training (data.batch_size 0), "
                              f"got {partitions} with batch_size {batch_size}")
         self.partitions = partitions
+        if boundary_sampling is not None and partitions is None:
+            raise ValueError("data.boundary_sampling: samples the halo of partition-parallel training; set data.partitions")
+        self.boundary_sampler = (BoundarySampler(boundary_sampling, seed) if boundary_sampling is not None
+                                 and boundary_sampling != 1.0 else None)
         self._partition: Any = None  # this rank's Partition, opened in setup
         self.reuse_stats = ReuseStats()
         self._reuse_folder: Path | None = None
@@ -163,7 +172,8 @@ class GraphDataModule(pl.LightningDataModule):
                              **self.reuse_stats.state_dict()}
         if self._partition is not None:
             row_bytes = self.graph.num_features * 4
-            info["partition"] = partition_facts(self._partition, self._full_graph().halo, row_bytes)
+            info["partition"] = partition_facts(self._partition, self._full_graph().halo, row_bytes,
+                                                self.hparams.boundary_sampling)
         return info
 
     def setup(self, stage: str) -> None:
@@ -217,7 +227,17 @@ class GraphDataModule(pl.LightningDataModule):
         else:  # this rank's share of the split; its loss counts in proportion (see loss_scale)
             data.target = self._partition.split[split]
             data.loss_scale = data.target.numel() * self.partitions / max(self.graph.split[split].numel(), 1)
+        if stage == "train" and self.boundary_sampler is not None:
+            return DataLoader([data], batch_size=1, collate_fn=self._boundary_sampled)
         return DataLoader([data], batch_size=1, collate_fn=_single)
+
+    def _boundary_sampled(self, batch: list[Data]) -> Data:
+        """The partition with this training step's sampled halo exchange (BNS-GCN); the step is the
+        trainer's, so a resumed run samples what an uninterrupted one would."""
+        data = copy.copy(batch[0])
+        step = self.trainer.global_step if self.trainer is not None else 0
+        data.halo = self.boundary_sampler.plan(data.halo, step)
+        return data
 
     def _sampled_loader(self, stage: str) -> Any:
         from gnnkit.data.sampler import neighbor_loader

@@ -12,7 +12,7 @@ from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
 from gnnkit.models.dropout import dropout
 from gnnkit.models.inrank import InRankOptions, describe_low_rank, inrank_layers, replace_linears
 from gnnkit.partitioned.halo import HaloPlan, with_halo
-from gnnkit.partitioned.local_graph import gcn_local_normalized
+from gnnkit.partitioned.local_graph import gcn_local_normalized, weighted_halo
 from gnnkit.sparse import Adjacency
 
 #: Where message-passing layers aggregate: PyG's own layers, or gnnkit.sparse.spmm per layer.
@@ -162,6 +162,7 @@ class NodeGNN(nn.Module):
         )
         if opts.low_rank == "inrank":
             replace_linears(self.layers, opts.inrank, prefix="layers.")
+        self._sampled: tuple[HaloPlan, Adjacency] | None = None  # a boundary-sampled step's matrix
         self._repr = (
             f"NodeGNN({self.model}, {in_channels}, {hidden_channels}, {out_channels}, "
             f"num_layers={num_layers}, dropout={opts.dropout}, batch_norm={opts.batch_norm}"
@@ -260,9 +261,12 @@ class NodeGNN(nn.Module):
         if self.aggregation != "gnnkit" or adj is None:
             raise ValueError("halo: partition-parallel layers need aggregation='gnnkit' and the partition's adj")
         inputs = with_halo(x, halo)
-        if self.model == "gcn":
-            return layer(inputs, gcn_local_normalized(adj, halo), normalized=True)
-        return layer(inputs, adj)
+        graph = gcn_local_normalized(adj, halo) if self.model == "gcn" else adj
+        if halo.halo_weight is not None:  # a boundary-sampled step: one reweighted matrix for all layers
+            if self._sampled is None or self._sampled[0] is not halo:
+                self._sampled = (halo, weighted_halo(graph, halo.halo_weight))
+            graph = self._sampled[1]
+        return layer(inputs, graph, normalized=True) if self.model == "gcn" else layer(inputs, graph)
 
     def _block(self, layer: nn.Module, x: Tensor, edge_index: Tensor, num_dst: int) -> Tensor:
         """One layer on a sampled block: sources ``x``, outputs for its first ``num_dst`` rows."""

@@ -32,6 +32,11 @@ class HaloPlan:
         recv_positions: Where the received rows go among the halo rows (received order is by owner
             rank, then by the order this rank asked for them).
         group: The process group (``None``: the default group).
+        send_ids: Global ids of the rows sent, in send order.
+        recv_ids: Global ids of the rows received, in received order.
+        halo_weight: ``None`` for the exact exchange; for a sampled one
+            (:mod:`gnnkit.partitioned.boundary_sampling`) the weight of every halo row's edges
+            (``1 / rate`` where received, 0 where not), and the rows not received are zeros.
     """
 
     num_owned: int
@@ -41,6 +46,9 @@ class HaloPlan:
     recv_counts: list[int]
     recv_positions: Tensor
     group: dist.ProcessGroup | None = None
+    send_ids: Tensor | None = None
+    recv_ids: Tensor | None = None
+    halo_weight: Tensor | None = None
 
     @classmethod
     def build(cls, owned: Tensor, halo: Tensor, halo_owner: Tensor,
@@ -60,7 +68,7 @@ class HaloPlan:
             if halo.numel():
                 raise ValueError(f"halo: {halo.numel()} halo nodes, but no process group holds their owners")
             empty = torch.zeros(0, dtype=torch.int64)
-            return cls(int(owned.numel()), 0, empty, [0], [0], empty, group)
+            return cls(int(owned.numel()), 0, empty, [0], [0], empty, group, empty, empty)
         world, rank = dist.get_world_size(group), dist.get_rank(group)
         halo_owner = halo_owner.to(torch.int64)
         if halo_owner.numel() and (int(halo_owner.min()) < 0 or int(halo_owner.max()) >= world
@@ -79,17 +87,31 @@ class HaloPlan:
             raise ValueError(f"rank {rank} was asked for nodes it does not own")
         return cls(num_owned=int(owned.numel()), num_halo=int(halo.numel()), send_index=send_index,
                    send_counts=send_counts.tolist(), recv_counts=recv_counts.tolist(),
-                   recv_positions=by_owner, group=group)
+                   recv_positions=by_owner, group=group, send_ids=requested,
+                   recv_ids=halo[by_owner].to(torch.int64))
 
     @property
     def send_rows(self) -> int:
         """Rows this rank sends per exchange."""
         return int(self.send_index.numel())
 
-    def to(self, device: torch.device | str) -> HaloPlan:
-        """The plan with its index tensors on ``device`` (the rows exchanged live there)."""
-        return HaloPlan(self.num_owned, self.num_halo, self.send_index.to(device), self.send_counts,
-                        self.recv_counts, self.recv_positions.to(device), self.group)
+    def subset(self, keep_send: Tensor, keep_recv: Tensor, halo_weight: Tensor) -> HaloPlan:
+        """The plan that exchanges only the kept rows (both sides must keep the same rows).
+
+        Args:
+            keep_send: Mask over the rows this rank sends, in send order.
+            keep_recv: Mask over the rows it receives, in received order.
+            halo_weight: The weight of every halo row's edges (see the class attributes).
+        """
+        world = len(self.send_counts)
+        send_rank = torch.repeat_interleave(torch.arange(world), torch.tensor(self.send_counts))
+        recv_rank = torch.repeat_interleave(torch.arange(world), torch.tensor(self.recv_counts))
+        assert self.send_ids is not None and self.recv_ids is not None
+        return HaloPlan(self.num_owned, self.num_halo, self.send_index[keep_send],
+                        torch.bincount(send_rank[keep_send], minlength=world).tolist(),
+                        torch.bincount(recv_rank[keep_recv], minlength=world).tolist(),
+                        self.recv_positions[keep_recv], self.group, self.send_ids[keep_send],
+                        self.recv_ids[keep_recv], halo_weight)
 
 
 def sorted_positions(sorted_ids: Tensor, wanted: Tensor) -> tuple[Tensor, Tensor]:
@@ -117,7 +139,9 @@ class _HaloExchange(torch.autograd.Function):
     def forward(ctx, owned_rows: Tensor, plan: HaloPlan) -> Tensor:  # type: ignore[override]
         ctx.plan = plan
         received = _all_to_all(owned_rows[plan.send_index], plan.recv_counts, plan.send_counts, plan.group)
-        halo = owned_rows.new_empty((plan.num_halo, *owned_rows.shape[1:]))
+        every_row = received.size(0) == plan.num_halo
+        halo = owned_rows.new_empty if every_row else owned_rows.new_zeros  # (rows sampled out stay 0)
+        halo = halo((plan.num_halo, *owned_rows.shape[1:]))
         halo[plan.recv_positions] = received
         return halo
 

@@ -38,27 +38,42 @@ def local_adjacency(indptr: Tensor, indices: Tensor, owned: Tensor, halo: Tensor
     return Adjacency(indptr.to(torch.int64), columns, num_cols=owned.numel() + halo.numel())
 
 
+def whole_graph_degrees(adj: Adjacency, plan: HaloPlan) -> Tensor:
+    """GCN's degree (in-degree without self loops, plus one) of every column: owned nodes from
+    their rows, halo nodes from their owners. A collective the first time (every rank calls it);
+    cached on ``adj``, so a sampled step later needs no exchange."""
+
+    def build() -> Tensor:
+        rows, cols = adj.rows(), adj.indices
+        degree = torch.bincount(rows[rows != cols], minlength=adj.num_rows).to(torch.float32) + 1.0
+        return torch.cat([degree, halo_exchange(degree.unsqueeze(1), plan).squeeze(1)])
+
+    return adj.cached("whole_graph_degrees", build)
+
+
 def gcn_local_normalized(adj: Adjacency, plan: HaloPlan) -> Adjacency:
-    """GCN's ``D^-1/2 (A + I) D^-1/2`` restricted to a partition's rows, with whole-graph degrees.
+    """GCN's ``D^-1/2 (A + I) D^-1/2`` restricted to a partition's rows, with whole-graph degrees
+    (:func:`whole_graph_degrees`); cached on ``adj``."""
 
-    Each owned node's degree is its row length without self loops plus one (its loop), as
-    :func:`gnnkit.sparse.normalize.gcn_normalized` counts; halo degrees come from their owners
-    (a collective: every rank calls it).
-    """
-    return adj.cached("gcn_local_normalized", lambda: _gcn_local_normalized(adj, plan))
+    def build() -> Adjacency:
+        n = adj.num_rows
+        inv_sqrt = whole_graph_degrees(adj, plan).pow(-0.5)
+        rows, cols = adj.rows(), adj.indices
+        keep = rows != cols
+        nodes = torch.arange(n, dtype=torch.int64)
+        rows, cols = torch.cat([rows[keep], nodes]), torch.cat([cols[keep], nodes])
+        order = torch.argsort(rows, stable=True)  # each row: its other entries, then its loop
+        rows, cols = rows[order], cols[order]
+        indptr = torch.zeros(n + 1, dtype=torch.int64)
+        torch.cumsum(torch.bincount(rows, minlength=n), 0, out=indptr[1:])
+        return Adjacency(indptr, cols, num_cols=adj.num_cols, values=inv_sqrt[rows] * inv_sqrt[cols], validate=False)
+
+    return adj.cached("gcn_local_normalized", build)
 
 
-def _gcn_local_normalized(adj: Adjacency, plan: HaloPlan) -> Adjacency:
-    n = adj.num_rows
-    rows, cols = adj.rows(), adj.indices
-    keep = rows != cols
-    degree = torch.bincount(rows[keep], minlength=n).to(torch.float32) + 1.0
-    all_degrees = torch.cat([degree, halo_exchange(degree.unsqueeze(1), plan).squeeze(1)])
-    inv_sqrt = all_degrees.pow(-0.5)
-    nodes = torch.arange(n, dtype=torch.int64)
-    rows, cols = torch.cat([rows[keep], nodes]), torch.cat([cols[keep], nodes])
-    order = torch.argsort(rows, stable=True)  # each row: its other entries, then its loop
-    rows, cols = rows[order], cols[order]
-    indptr = torch.zeros(n + 1, dtype=torch.int64)
-    torch.cumsum(torch.bincount(rows, minlength=n), 0, out=indptr[1:])
-    return Adjacency(indptr, cols, num_cols=adj.num_cols, values=inv_sqrt[rows] * inv_sqrt[cols], validate=False)
+def weighted_halo(adj: Adjacency, halo_weight: Tensor) -> Adjacency:
+    """``adj`` with the entries of halo column ``j`` multiplied by ``halo_weight[j]`` (a new,
+    single-use matrix: a sampled step's graph)."""
+    column_weight = torch.cat([torch.ones(adj.num_rows, dtype=halo_weight.dtype), halo_weight])
+    return Adjacency(adj.indptr, adj.indices, num_cols=adj.num_cols, values=adj.weights() * column_weight[adj.indices],
+                     validate=False, single_use=True)

@@ -34,6 +34,15 @@ def _curve(run_dir: Path, column: str) -> list[float]:
         return [float(row[column]) for row in csv.DictReader(f) if row.get(column)]
 
 
+def test_boundary_sampled_partitions_train_and_evaluate_exactly(tmp_path):
+    run = tmp_path / "bns"
+    result = _run(run, "--data.partitions", "2", "--trainer.devices", "2", "--data.boundary_sampling", "0.5",
+                  "--trainer.strategy.class_path", "gnnkit.comm.GnnkitStrategy", "--trainer.max_epochs", "8")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((run / "report.json").read_text())
+    assert report["test"] > 0.5 and report["partition"]["boundary_sampling"] == 0.5
+
+
 def test_two_partitions_train_as_one_process(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     result = _run(one, "--data.partitions", "1")
@@ -61,6 +70,10 @@ def test_partitions_need_one_rank_each_and_gnnkit_layers(tmp_path):
 def test_partitions_need_full_batch_training():
     with pytest.raises(ValueError, match="data.partitions: expected a count >= 1 with full-batch training"):
         GraphDataModule("synthetic-tiny", batch_size=64, partitions=2)
+    with pytest.raises(ValueError, match="data.boundary_sampling: samples the halo of partition-parallel training"):
+        GraphDataModule("synthetic-tiny", boundary_sampling=0.5)
+    with pytest.raises(ValueError, match=r"boundary_sampling: expected a rate in \(0, 1\]"):
+        GraphDataModule("synthetic-tiny", partitions=1, boundary_sampling=1.5)
 
 
 NAMESPACES = ("gk21m0", "gk21m1")
