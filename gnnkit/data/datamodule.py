@@ -16,6 +16,7 @@ from gnnkit.data.preprocessing import PreprocessOverrides, describe_line, graph_
 from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats, default_folder
 from gnnkit.partitioned.boundary_sampling import BoundarySampler
 from gnnkit.partitioned.rank_data import open_rank_partition, partition_data, partition_facts
+from gnnkit.partitioned.stale_halo import StaleHalo
 from gnnkit.rank_state import gather_ranks, my_rank_state
 from gnnkit.sparse import Adjacency
 from pipeline import CacheEntry, CanonicalGraph, log, paths, resolve
@@ -59,6 +60,9 @@ class GraphDataModule(pl.LightningDataModule):
         boundary_sampling: With ``partitions``: the rate at which each training step exchanges
             boundary nodes (BNS-GCN, :mod:`gnnkit.partitioned.boundary_sampling`; ``None`` or 1:
             every halo row, exactly). Evaluation always exchanges every row.
+        stale_halo: With ``partitions``: train every layer on the previous step's halo rows and
+            gradients while this step's are in flight (PipeGCN,
+            :mod:`gnnkit.partitioned.stale_halo`); evaluation stays exact.
         data_root: Raw data folder (default ``$GNNKIT_HOME/data``).
         cache_root: Cache folder (default ``$GNNKIT_HOME/cache``).
     """
@@ -79,6 +83,7 @@ class GraphDataModule(pl.LightningDataModule):
         reuse: ReuseConfig | None = None,
         partitions: int | None = None,
         boundary_sampling: float | None = None,
+        stale_halo: bool = False,
         data_root: str | None = None,
         cache_root: str | None = None,
     ) -> None:
@@ -112,6 +117,10 @@ class GraphDataModule(pl.LightningDataModule):
         self.partitions = partitions
         if boundary_sampling is not None and partitions is None:
             raise ValueError("data.boundary_sampling: samples the halo of partition-parallel training; set data.partitions")
+        if stale_halo and (partitions is None or boundary_sampling not in (None, 1.0)):
+            raise ValueError("data.stale_halo: pipelines the halo of partition-parallel training (set data.partitions) "
+                             "and cannot be combined with data.boundary_sampling")
+        self._stale: StaleHalo | None = None
         self.boundary_sampler = (BoundarySampler(boundary_sampling, seed) if boundary_sampling is not None
                                  and boundary_sampling != 1.0 else None)
         self._partition: Any = None  # this rank's Partition, opened in setup
@@ -173,8 +182,13 @@ class GraphDataModule(pl.LightningDataModule):
         if self._partition is not None:
             row_bytes = self.graph.num_features * 4
             info["partition"] = partition_facts(self._partition, self._full_graph().halo, row_bytes,
-                                                self.hparams.boundary_sampling)
+                                                self.hparams.boundary_sampling, self.hparams.stale_halo)
         return info
+
+    def teardown(self, stage: str) -> None:
+        """Wait for stale halo exchanges still in flight (PipeGCN) before the ranks stop."""
+        if self._stale is not None:
+            self._stale.drain()
 
     def setup(self, stage: str) -> None:
         """Open this rank's partition (partition-parallel runs; once, after the ranks have started)."""
@@ -229,6 +243,9 @@ class GraphDataModule(pl.LightningDataModule):
             data.loss_scale = data.target.numel() * self.partitions / max(self.graph.split[split].numel(), 1)
         if stage == "train" and self.boundary_sampler is not None:
             return DataLoader([data], batch_size=1, collate_fn=self._boundary_sampled)
+        if stage == "train" and self.hparams.stale_halo:
+            self._stale = self._stale or StaleHalo(data.halo)
+            data.halo = self._stale
         return DataLoader([data], batch_size=1, collate_fn=_single)
 
     def _boundary_sampled(self, batch: list[Data]) -> Data:

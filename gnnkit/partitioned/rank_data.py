@@ -46,10 +46,11 @@ def partition_data(part: Partition) -> Data:
                 adj=local_adjacency(part.indptr, part.indices, part.owned, part.halo), halo=plan)
 
 
-def partition_facts(part: Partition, plan: HaloPlan, row_bytes: int, boundary_sampling: float | None) -> dict[str, Any]:
+def partition_facts(part: Partition, plan: HaloPlan, row_bytes: int, boundary_sampling: float | None,
+                    stale_halo: bool) -> dict[str, Any]:
     """What report.json says about this rank's partition (rank 0's, in a distributed run); the rows
     sent are those of an exact exchange (about ``boundary_sampling`` times as many when sampled)."""
     return {"parts": part.parts, "part": part.part, "owned_nodes": int(part.owned.numel()),
             "halo_nodes": int(part.halo.numel()), "edge_cut": part.meta["edge_cut"],
             "rows_sent_per_exchange": plan.send_rows, "input_bytes_sent_per_exchange": plan.send_rows * row_bytes,
-            "boundary_sampling": boundary_sampling}
+            "boundary_sampling": boundary_sampling, "stale_halo": stale_halo}

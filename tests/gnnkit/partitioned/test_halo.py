@@ -66,3 +66,17 @@ def test_boundary_sampler_decides_alike_everywhere():
     assert not torch.equal(kept, sampler.kept(ids, step=5))
     with pytest.raises(ValueError, match=r"boundary_sampling: expected a rate in \(0, 1\], got 0.0"):
         BoundarySampler(0.0)
+
+
+def test_stale_exchange_uses_the_previous_steps_rows_and_gradients(tmp_path):
+    out = tmp_path / "result"
+    proc = subprocess.run([sys.executable, str(HERE / "stale_worker.py"), str(out)], capture_output=True, text=True,
+                          timeout=180, cwd=str(HERE), env={**os.environ, "OMP_NUM_THREADS": "1", "GNNKIT_NATIVE": "0",
+                                                          "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank in range(2):
+        seen = json.loads(Path(f"{out}.{rank}").read_text())
+        # step 0 waits for its own exchange; step t uses what step t - 1 sent
+        assert [s["halo"] for s in seen] == [[0.0], [0.0], [1.0], [2.0]]
+        assert [s["grad_sent_rows"] for s in seen] == [[1.0], [1.0], [2.0], [3.0]]
+        assert all(s["grad_other_rows"] == [0.0] for s in seen)
