@@ -7,6 +7,7 @@ import json
 import os
 import socket
 import sys
+from typing import Callable
 
 import numpy as np
 import torch
@@ -46,9 +47,9 @@ def step(net: NodeGNN, logits: torch.Tensor, y: torch.Tensor, scale: float) -> d
     return {name: p.grad.clone() for name, p in net.named_parameters()}
 
 
-def worker(rank: int, world: int, port: int, out: str, name: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def partition(rank: int, world: int) -> dict:
+    """Rank ``rank``'s METIS partition of :func:`graph`: ``owned``, its CSR rows (global ids) as
+    ``indptr``/``indices``, ``halo``, the agreed ``plan`` and the local ``adj`` (a collective)."""
     indptr, indices, x, y = graph()
     owner = metis_parts(indptr, indices, world)
     owned = np.flatnonzero(owner == rank)
@@ -57,8 +58,37 @@ def worker(rank: int, world: int, port: int, out: str, name: str) -> None:
     local_indices = np.concatenate(rows)
     halo = np.unique(local_indices[owner[local_indices] != rank])
     t = torch.from_numpy
-    plan = HaloPlan.build(t(owned), t(halo), t(owner[halo]))
-    adj = local_adjacency(t(local_indptr), t(local_indices), t(owned), t(halo))
+    return {"whole": (indptr, indices, x, y), "owned": owned, "halo": halo,
+            "plan": HaloPlan.build(t(owned), t(halo), t(owner[halo])),
+            "adj": local_adjacency(t(local_indptr), t(local_indices), t(owned), t(halo))}
+
+
+def finish(out: str, rank: int, result: object) -> None:
+    """Write this rank's result to ``OUT.<rank>`` and leave the process group."""
+    with open(f"{out}.{rank}", "w") as f:
+        json.dump(result, f)
+    dist.destroy_process_group()
+
+
+def _start(rank: int, world: int, port: int, worker: Callable[..., None], *args: object) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    worker(rank, world, *args)
+
+
+def spawn(worker: Callable[..., None], world: int, *args: object) -> None:
+    """Run ``worker(rank, world, *args)`` on ``world`` gloo ranks of a fresh localhost group."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_start, args=(world, port, worker, *args), nprocs=world)
+
+
+def worker(rank: int, world: int, out: str, name: str) -> None:
+    part = partition(rank, world)
+    indptr, indices, x, y = part["whole"]
+    owned, plan, adj = part["owned"], part["plan"], part["adj"]
+    t = torch.from_numpy
     net = partition_batch_norms(model(name))
     logits = net(x[owned], None, adj=adj, halo=plan)
     grads = step(net, logits, y[owned], N)
@@ -70,20 +100,13 @@ def worker(rank: int, world: int, port: int, out: str, name: str) -> None:
     net.eval(), whole.eval()  # running statistics: those of the whole graph
     with torch.no_grad():
         evaluated = net(x[owned], None, adj=adj, halo=plan) - whole(x, None, adj=Adjacency(t(indptr), t(indices)))[owned]
-    result = {
+    finish(out, rank, {
         "eval_forward": float(evaluated.abs().max()),
         "forward": float((logits - full_logits[owned]).abs().max()),
         "grad": max(float((grads[k] - full_grads[k]).abs().max()) for k in grads),
-        "halo": int(halo.size), "sent": plan.send_rows,
-    }
-    with open(f"{out}.{rank}", "w") as f:
-        json.dump(result, f)
-    dist.destroy_process_group()
+        "halo": int(part["halo"].size), "sent": plan.send_rows,
+    })
 
 
 if __name__ == "__main__":
-    out, world, name = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(worker, args=(world, port, out, name), nprocs=world)
+    spawn(worker, int(sys.argv[2]), sys.argv[1], sys.argv[3])
