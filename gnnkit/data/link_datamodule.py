@@ -15,7 +15,10 @@ each paired with as many uniformly random node pairs as negatives. Two loaders:
 A batch is a :class:`~torch_geometric.data.Data` with ``x``, ``edge_index``, ``n_id`` (``adj`` in
 full-batch mode; ``num_sampled_nodes``/``num_sampled_edges`` when sampled), ``pos [P, 2]`` and
 ``neg [M, 2]`` (node ids of the batch) and ``neg_per_pos`` (K for MRR datasets, whose ``neg`` holds
-K negatives per positive in order; 0 for pairs).
+K negatives per positive in order; 0 for pairs). Sampled batches also carry ``input_id``, their
+edges in global ids (:func:`encode_edges`), so the reuse cache (:mod:`gnnkit.data.reuse`, ``data.reuse``)
+can record and replay sampled training batches (positives, negatives and their blocks) and sample a
+batch of a damaged shard afresh for the same edges.
 """
 
 from __future__ import annotations
@@ -32,8 +35,9 @@ from torch.utils.data import DataLoader, IterableDataset
 from torch_geometric.data import Data
 
 from gnnkit.data.preprocessing import PreprocessOverrides, resolve_options
+from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats, default_folder
 from gnnkit.sparse import Adjacency
-from pipeline import log, resolve
+from pipeline import log, paths, resolve
 from pipeline import preprocess as preprocess_dataset
 from pipeline.link_layout import LinkGraph, open_entry
 
@@ -54,6 +58,38 @@ def eval_pairs(split: dict[str, Tensor]) -> tuple[Tensor, Tensor, int]:
         neg = torch.stack([pos[:, 0].repeat_interleave(k), targets.reshape(-1)], dim=1)
         return pos, neg, k
     return pos, split["edge_neg"].to(torch.int64), 0
+
+
+def encode_edges(pos: Tensor, neg: Tensor, neg_per_pos: int) -> Tensor:
+    """A batch's edges as one 1-D int64 tensor ``[P, K, pos..., neg...]`` (the reuse cache's seeds)."""
+    head = torch.tensor([pos.shape[0], neg_per_pos], dtype=torch.int64)
+    return torch.cat([head, pos.reshape(-1), neg.reshape(-1)])
+
+
+def decode_edges(seeds: Tensor) -> tuple[Tensor, Tensor, int]:
+    """``(pos [P, 2], neg [M, 2], neg_per_pos)`` from :func:`encode_edges`."""
+    count, k = int(seeds[0]), int(seeds[1])
+    return seeds[2: 2 + 2 * count].view(-1, 2), seeds[2 + 2 * count:].view(-1, 2), k
+
+
+class _FreshLinkLoader:
+    """The training loader as :class:`~gnnkit.data.reuse.ReuseLoader` uses a fresh loader: iterable,
+    sized, and able to sample a batch again for its recorded edges (``collate_fn(seeds)``)."""
+
+    filter_per_worker = True  # collate_fn returns the finished batch
+
+    def __init__(self, datamodule: LinkDataModule, loader: DataLoader) -> None:
+        self.datamodule, self.loader = datamodule, loader
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[Data]:
+        return iter(self.loader)
+
+    def collate_fn(self, seeds: Tensor) -> Data:
+        pos, neg, k = decode_edges(seeds)
+        return self.datamodule.make_batch(pos, neg, k, "train")
 
 
 class LinkBatches(IterableDataset):
@@ -129,6 +165,8 @@ class LinkDataModule(pl.LightningDataModule):
         num_neighbors: Fan-out per hop for sampled training; ``None`` = full-batch encoder.
         eval_num_neighbors: Fan-out for sampled evaluation (default: ``num_neighbors``).
         seed: Seed of the shuffling, the negatives and the sampler.
+        reuse: Record sampled training batches and replay them (:class:`~gnnkit.data.reuse.ReuseConfig`);
+            needs ``num_neighbors``.
         data_root: Raw data folder (default ``$GNNKIT_HOME/data``).
         cache_root: Cache folder (default ``$GNNKIT_HOME/cache``).
     """
@@ -143,16 +181,26 @@ class LinkDataModule(pl.LightningDataModule):
         num_neighbors: list[int] | None = None,
         eval_num_neighbors: list[int] | None = None,
         seed: int = 0,
+        reuse: ReuseConfig | None = None,
         data_root: str | None = None,
         cache_root: str | None = None,
     ) -> None:
         super().__init__()
         if isinstance(preprocess, dict):
             preprocess = PreprocessOverrides(**preprocess)
-        self.save_hyperparameters(ignore=["preprocess"])
+        if isinstance(reuse, dict):  # as saved in a checkpoint's hyper-parameters
+            reuse = ReuseConfig(**reuse)
+        # Checkpoints hold plain types only (they are loaded with weights_only=True).
+        self.save_hyperparameters(ignore=["preprocess", "reuse"])
         self.hparams["preprocess"] = vars(preprocess).copy() if preprocess is not None else None
+        self.hparams["reuse"] = vars(reuse).copy() if reuse is not None else None
         if batch_size < 1:
             raise ValueError(f"data.batch_size: expected a positive number of edges, got {batch_size}")
+        if reuse is not None and reuse.epochs > 0 and num_neighbors is None:
+            raise ValueError("data.reuse: replaying batches needs neighbour sampling (data.num_neighbors)")
+        self.reuse = reuse if reuse is not None and reuse.epochs > 0 else None
+        self.reuse_stats = ReuseStats()
+        self._reuse_folder: Path | None = None
         spec = resolve(dataset)
         options = resolve_options(spec.preprocess, preprocess, undirected=undirected)
         self.entry = preprocess_dataset(spec, options, data_root=Path(data_root) if data_root else None,
@@ -201,6 +249,21 @@ class LinkDataModule(pl.LightningDataModule):
             "batch_size": self.hparams.batch_size,
         }
 
+    def report_info(self) -> dict[str, Any]:
+        """The reuse schedule and what it did (replayed vs fresh batches), for report.json."""
+        if self.reuse is None:
+            return {}
+        return {"reuse": {"schedule": vars(self.reuse).copy(), "cache_dir": str(self._reuse_folder),
+                          **self.reuse_stats.state_dict()}}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The reuse counters (so a resumed run's report covers the whole schedule)."""
+        return {"reuse_stats": self.reuse_stats.state_dict()} if self.reuse is not None else {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if "reuse_stats" in state_dict:
+            self.reuse_stats.load_state_dict(state_dict["reuse_stats"])
+
     # -- batches --
     def _full_graph(self) -> Data:
         if self._full is None:
@@ -238,6 +301,30 @@ class LinkDataModule(pl.LightningDataModule):
             num_nodes=out.node.numel(), n_id=out.node, batch_size=seeds.numel(),
             num_sampled_nodes=out.num_sampled_nodes, num_sampled_edges=out.num_sampled_edges,
             pos=local[: pos.numel()].view(-1, 2), neg=local[pos.numel():].view(-1, 2), neg_per_pos=neg_per_pos,
+            input_id=encode_edges(pos, neg, neg_per_pos),
+        )
+
+    def reuse_inputs(self) -> dict[str, Any]:
+        """What cached training batches depend on: the graph and every sampler and batch setting."""
+        hp, trainer = self.hparams, self.trainer
+        return {
+            "task": "link", "dataset": self.graph.meta["name"], "graph": self.entry.key, "split": "train",
+            "num_neighbors": self.num_neighbors, "batch_size": hp.batch_size, "negatives": "uniform",
+            "seed": hp.seed, "feature_dtype": self.reuse.feature_dtype,
+            "rank": trainer.global_rank if trainer else 0, "world_size": trainer.world_size if trainer else 1,
+        }
+
+    def _reuse_loader(self) -> ReuseLoader:
+        inputs = self.reuse_inputs()
+        folder = (Path(self.reuse.cache_dir) if self.reuse.cache_dir
+                  else default_folder(paths.batch_root(), inputs["dataset"], inputs))
+        self._reuse_folder = folder
+        trainer = self.trainer
+        return ReuseLoader(
+            _FreshLinkLoader(self, self._loader("train")), self.reuse, inputs, folder,
+            current_epoch=(lambda: trainer.current_epoch) if trainer else None,
+            stats=self.reuse_stats, seed=self.hparams.seed,
+            device="cuda" if trainer and trainer.strategy.root_device.type == "cuda" else "cpu",
         )
 
     def _loader(self, stage: str) -> DataLoader:
@@ -245,8 +332,8 @@ class LinkDataModule(pl.LightningDataModule):
         size = hp.batch_size if stage == "train" or hp.eval_batch_size is None else hp.eval_batch_size
         return DataLoader(LinkBatches(self, stage, size, self._generators[stage]), batch_size=None)
 
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train")
+    def train_dataloader(self) -> DataLoader | ReuseLoader:
+        return self._reuse_loader() if self.reuse is not None else self._loader("train")
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("val")
