@@ -31,7 +31,6 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, IterableDataset
 from torch_geometric.data import Data
 
 from gnnkit.data.preprocessing import PreprocessOverrides, resolve_options
@@ -78,7 +77,7 @@ class _FreshLinkLoader:
 
     filter_per_worker = True  # collate_fn returns the finished batch
 
-    def __init__(self, datamodule: LinkDataModule, loader: DataLoader) -> None:
+    def __init__(self, datamodule: LinkDataModule, loader: LinkBatches) -> None:
         self.datamodule, self.loader = datamodule, loader
 
     def __len__(self) -> int:
@@ -92,8 +91,9 @@ class _FreshLinkLoader:
         return self.datamodule.make_batch(pos, neg, k, "train")
 
 
-class LinkBatches(IterableDataset):
-    """The batches of one stage, built on iteration (see the module docstring).
+class LinkBatches:
+    """The batches of one stage, built on iteration (see the module docstring); the stage's loader
+    (an iterable of ready batches: no DataLoader, whose collation and workers it does not need).
 
     Args:
         datamodule: Owner: the graph, the full-graph batch and the sampler settings.
@@ -327,16 +327,16 @@ class LinkDataModule(pl.LightningDataModule):
             device="cuda" if trainer and trainer.strategy.root_device.type == "cuda" else "cpu",
         )
 
-    def _loader(self, stage: str) -> DataLoader:
+    def _loader(self, stage: str) -> LinkBatches:
         hp = self.hparams
         size = hp.batch_size if stage == "train" or hp.eval_batch_size is None else hp.eval_batch_size
-        return DataLoader(LinkBatches(self, stage, size, self._generators[stage]), batch_size=None)
+        return LinkBatches(self, stage, size, self._generators[stage])
 
-    def train_dataloader(self) -> DataLoader | ReuseLoader:
+    def train_dataloader(self) -> LinkBatches | ReuseLoader:
         return self._reuse_loader() if self.reuse is not None else self._loader("train")
 
-    def val_dataloader(self) -> DataLoader:
+    def val_dataloader(self) -> LinkBatches:
         return self._loader("val")
 
-    def test_dataloader(self) -> DataLoader:
+    def test_dataloader(self) -> LinkBatches:
         return self._loader("test")
