@@ -127,7 +127,7 @@ def presets() -> dict[str, SyntheticSpec]:
         ``synthetic-collab-tiny`` (3,000 nodes, for tests).
     """
     collab = SyntheticSpec(num_nodes=235_868, num_features=128, num_train=1_179_052, num_valid=60_084,
-                           num_test=46_329, num_negatives=100_000)
+                           num_test=46_329, num_negatives=100_000, feature_signal=0.5)
     tiny = SyntheticSpec(num_nodes=3_000, num_features=32, num_train=15_000, num_valid=1_000, num_test=1_000,
                          num_negatives=5_000, years=6, community_size=30, communities_per_field=5,
                          feature_signal=0.4)
