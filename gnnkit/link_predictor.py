@@ -204,6 +204,8 @@ class LinkPredictor(pl.LightningModule):
             return
         positives, negatives, per_pos = self._scores.pop(stage)
         pos, neg = torch.cat(positives), torch.cat(negatives)
+        if pos.numel() == 0 or neg.numel() == 0:
+            return  # nothing to rank (e.g. a sanity check that stopped early)
         if max(per_pos):
             neg = neg.view(pos.shape[0], max(per_pos))
         value = evaluate_links(self.evaluator, pos, neg)

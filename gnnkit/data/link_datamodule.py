@@ -10,7 +10,7 @@ each paired with as many uniformly random node pairs as negatives. Two loaders:
 * **sampled** (``num_neighbors: [15, 10, 5]``): each batch carries the blocks gnnkit's
   :class:`~gnnkit.data.sampler.CSRNeighborSampler` samples around the batch's edge endpoints
   (seeds first); edges are given in local ids of the seeds. Evaluation batches are sampled the same
-  way (``eval_num_neighbors``).
+  way (``eval_num_neighbors``), each with an even share of the split's positives and negatives.
 
 A batch is a :class:`~torch_geometric.data.Data` with ``x``, ``edge_index``, ``n_id`` (``adj`` in
 full-batch mode; ``num_sampled_nodes``/``num_sampled_edges`` when sampled), ``pos [P, 2]`` and
@@ -122,16 +122,14 @@ class LinkBatches:
         if self.dm.full_batch:
             yield pos, neg, k
             return
-        empty = pos.new_empty((0, 2))
         if k:  # each batch: positives with their own K negatives
             step = max(1, self.batch_size // (k + 1))
             for start in range(0, pos.shape[0], step):
                 yield pos[start: start + step], neg[start * k: (start + step) * k], k
             return
-        for start in range(0, pos.shape[0], self.batch_size):
-            yield pos[start: start + self.batch_size], empty, 0
-        for start in range(0, neg.shape[0], self.batch_size):
-            yield empty, neg[start: start + self.batch_size], 0
+        # shared negatives: every batch holds an even share of both (so any prefix can be scored)
+        count = -(-(pos.shape[0] + neg.shape[0]) // self.batch_size)
+        yield from zip(torch.tensor_split(pos, count), torch.tensor_split(neg, count), [0] * count)
 
     def __iter__(self) -> Iterator[Data]:
         for pos, neg, k in self._edge_batches():
@@ -147,7 +145,7 @@ class LinkBatches:
         if "target_node_neg" in split:
             step = max(1, self.batch_size // (split["target_node_neg"].shape[1] + 1))
             return -(-edges // step)
-        return -(-edges // self.batch_size) + -(-split["edge_neg"].shape[0] // self.batch_size)
+        return -(-(edges + split["edge_neg"].shape[0]) // self.batch_size)
 
 
 class LinkDataModule(pl.LightningDataModule):

@@ -89,8 +89,11 @@ def test_sampled_batches_relabel_the_edges_onto_their_seed_blocks():
     assert all(tuple(e) in train for e in global_pos.tolist())
     torch.testing.assert_close(batch.x, data.graph.x[batch.n_id])
     val = list(data.val_dataloader())
-    assert len(val) == len(data.val_dataloader()) == 2 + 8  # 1000 positives, 5000 negatives, 700 a batch
-    assert sum(b.pos.shape[0] for b in val) == 1000 and sum(b.neg.shape[0] for b in val) == 5000
+    assert len(val) == len(data.val_dataloader()) == 9  # 1000 positives and 5000 negatives, 700 a batch
+    assert [b.pos.shape[0] for b in val] == [112] * 1 + [111] * 8 and sum(b.neg.shape[0] for b in val) == 5000
+    valid = data.graph.splits["valid"]
+    assert torch.equal(torch.cat([b.n_id[b.pos] for b in val]), valid["edge"])
+    assert torch.equal(torch.cat([b.n_id[b.neg] for b in val]), valid["edge_neg"])
 
 
 def test_per_source_negatives_become_k_pairs_per_positive():
