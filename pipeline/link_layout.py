@@ -305,7 +305,8 @@ def build(
 
     Returns:
         ``(arrays, meta)``: ``indptr``, ``indices``, optional ``x``, ``split.<s>.<key>`` arrays
-        (see the module docstring), ``extra.node_order`` with ``options.reorder``; and the meta
+        (see the module docstring), ``extra.<name>`` per additional node file (``node_year``),
+        ``extra.node_order`` with ``options.reorder``; and the meta
         (family, task, sizes, the negatives' kind).
 
     Raises:
@@ -341,6 +342,11 @@ def build(
         arrays["x"] = normalize_features(x, options.normalize_features, say)
     for s in SPLITS:
         arrays.update({f"split.{s}.{key}": np.ascontiguousarray(v) for key, v in splits[s].items()})
+    for name in meta["additional_node_files"]:  # e.g. ogbl-citation2's node_year
+        values = np.asarray(graph[name])
+        if values.shape[0] != n:
+            raise DatasetError(raw_dir / f"{name}.csv.gz", f"expected {n} rows (one per node), got {values.shape[0]}")
+        arrays[f"extra.{name}"] = np.ascontiguousarray(values[:, 0] if values.ndim == 2 and values.shape[1] == 1 else values)
     if options.reorder != "none":
         arrays["extra.node_order"] = node_order(indptr, indices, options.reorder, progress=say)
     out_meta = {

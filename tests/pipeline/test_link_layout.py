@@ -184,3 +184,17 @@ def test_node_features_of_the_wrong_length_are_refused(folder):
     _to_csv_gz(folder / "raw" / "node-feat.csv.gz", np.zeros((SPEC.num_nodes + 2, 8)), float_format="%.4g")
     with pytest.raises(DatasetError, match="node-feat.csv.gz: has 402 lines, but num-node-list.csv.gz says 400"):
         _build(folder)
+
+
+def test_additional_node_files_are_kept_as_extra_arrays(folder):
+    """ogbl-citation2 lists node_year as an additional node file."""
+    meta = json.loads((folder / "meta.json").read_text())
+    meta["additional node files"] = "node_year"
+    (folder / "meta.json").write_text(json.dumps(meta))
+    years = np.arange(SPEC.num_nodes, dtype=np.int64).reshape(-1, 1) % 7 + 2000
+    _to_csv_gz(folder / "raw" / "node_year.csv.gz", years)
+    arrays, _ = _build(folder)
+    np.testing.assert_array_equal(arrays["extra.node_year"], years[:, 0])
+    _to_csv_gz(folder / "raw" / "node_year.csv.gz", years[:-1])
+    with pytest.raises(DatasetError, match="node_year.csv.gz: has 399 lines, but num-node-list.csv.gz says 400"):
+        _build(folder)
