@@ -211,10 +211,12 @@ def split_arrays(record: Any, name: str, where: str, num_nodes: int) -> dict[str
         src = _ids(record["source_node"], where, "source_node", "[n]", num_nodes).reshape(-1)
         dst = _ids(record["target_node"], where, "target_node", "[n]", num_nodes).reshape(-1)
         if src.size != dst.size:
-            raise DatasetError(where, f"'source_node' has {src.size} entries, 'target_node' {dst.size} (expected equal)")
+            raise DatasetError(where, f"'source_node' has {src.size} entries, 'target_node' {dst.size} "
+                                      "(expected equal)")
         out["edge"] = np.stack([src, dst], axis=1)
     else:
-        raise DatasetError(where, f"expected 'edge' [E, 2] or 'source_node'/'target_node' [n], got keys {sorted(record)}")
+        raise DatasetError(where, "expected 'edge' [E, 2] or 'source_node'/'target_node' [n], "
+                                  f"got keys {sorted(record)}")
     edges = out["edge"].shape[0]
     if edges == 0:
         raise DatasetError(where, f"the '{name}' split has no positive edges")
@@ -346,7 +348,8 @@ def build(
         values = np.asarray(graph[name])
         if values.shape[0] != n:
             raise DatasetError(raw_dir / f"{name}.csv.gz", f"expected {n} rows (one per node), got {values.shape[0]}")
-        arrays[f"extra.{name}"] = np.ascontiguousarray(values[:, 0] if values.ndim == 2 and values.shape[1] == 1 else values)
+        column = values.ndim == 2 and values.shape[1] == 1
+        arrays[f"extra.{name}"] = np.ascontiguousarray(values[:, 0] if column else values)
     if options.reorder != "none":
         arrays["extra.node_order"] = node_order(indptr, indices, options.reorder, progress=say)
     out_meta = {

@@ -105,7 +105,8 @@ class SyntheticSpec:
         if self.num_train + self.num_valid + self.num_test > pairs // 4:
             raise ValueError(f"num_train: expected at most a quarter of the {pairs} node pairs in all splits")
         metric = self.eval_metric
-        if not (isinstance(metric, str) and metric.startswith("hits@") and metric[5:].isdigit() and int(metric[5:]) > 0):
+        k = metric[5:] if isinstance(metric, str) and metric.startswith("hits@") else ""
+        if not (k.isdigit() and int(k) > 0):
             raise ValueError(f"eval_metric: expected 'hits@K' with K > 0, got {metric!r}")
         for name, low, high in (("degree_exponent", 1.0, 100.0), ("max_activity", 1.0, 1e9),
                                 ("p_closure", 0.0, 1.0), ("p_community", 0.0, 1.0), ("p_field", 0.0, 1.0),

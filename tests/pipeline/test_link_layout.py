@@ -58,7 +58,8 @@ def _edit_split(folder: Path, name: str, **changes) -> Path:
 
 def test_normalise_meta_types_ogbs_master_csv_column():
     meta = normalise_meta(COLLAB_META, "master.csv")
-    assert (meta["family"], meta["eval_metric"], meta["add_inverse_edge"], meta["binary"]) == ("link", "hits@50", True, False)
+    typed = (meta["family"], meta["eval_metric"], meta["add_inverse_edge"], meta["binary"])
+    assert typed == ("link", "hits@50", True, False)
     assert meta["additional_edge_files"] == ["edge_weight", "edge_year"] and meta["additional_node_files"] == []
 
 
@@ -101,7 +102,8 @@ def test_open_entry_maps_the_cached_arrays_back(twin, tmp_path):
     assert graph.splits["valid"]["edge_neg"].shape == (SPEC.num_negatives, 2)
     assert torch.equal(graph.degree(), torch.from_numpy(np.diff(arrays["indptr"])))
     assert graph.edge_index().shape == (2, arrays["indices"].size)
-    other = cache.publish(tmp_path, "n" * 20, {"dataset": "node"}, {"indptr": np.zeros(1, np.int64)}, {"family": "node"})
+    other = cache.publish(tmp_path, "n" * 20, {"dataset": "node"}, {"indptr": np.zeros(1, np.int64)},
+                          {"family": "node"})
     with pytest.raises(DatasetError, match="not a link entry"):
         open_entry(other)
 
@@ -121,9 +123,11 @@ def test_per_source_negatives_of_citation2_are_read(folder):
 
 
 @pytest.mark.parametrize("split, changes, message", [
-    ("valid", {"edge": torch.tensor([[0, SPEC.num_nodes]])}, r"valid.pt: 'edge' names node 400, out of range \[0, 400\)"),
+    ("valid", {"edge": torch.tensor([[0, SPEC.num_nodes]])},
+     r"valid.pt: 'edge' names node 400, out of range \[0, 400\)"),
     ("test", {"edge_neg": torch.tensor([[-1, 3]])}, "test.pt: 'edge_neg' names node -1, out of range"),
-    ("train", {"edge": torch.zeros((5, 3), dtype=torch.int64)}, r"train.pt: 'edge' expected shape \[E, 2\], got \[5, 3\]"),
+    ("train", {"edge": torch.zeros((5, 3), dtype=torch.int64)},
+     r"train.pt: 'edge' expected shape \[E, 2\], got \[5, 3\]"),
     ("train", {"edge": torch.zeros((0, 2), dtype=torch.int64)}, "train.pt: the 'train' split has no positive edges"),
     ("valid", {"edge": torch.zeros((3, 2))}, "valid.pt: 'edge' must hold integer node ids"),
     ("test", {"edge_neg": None}, "test.pt: the 'test' split needs negatives"),

@@ -70,8 +70,13 @@ def test_links_follow_the_graph_more_than_the_features(tiny):
     adj = sp.coo_matrix((np.ones(2 * len(train)), (np.r_[train[:, 0], train[:, 1]], np.r_[train[:, 1], train[:, 0]])),
                         shape=(n, n)).tocsr()
     jitter = np.random.default_rng(0)
-    common = lambda e: np.asarray(adj[e[:, 0]].multiply(adj[e[:, 1]]).sum(1)).ravel() + 1e-3 * jitter.random(len(e))  # noqa: E731
-    features = lambda e: (x[e[:, 0]] * x[e[:, 1]]).sum(1)  # noqa: E731
+
+    def common(e: np.ndarray) -> np.ndarray:  # common neighbours, ties broken at random
+        return np.asarray(adj[e[:, 0]].multiply(adj[e[:, 1]]).sum(1)).ravel() + 1e-3 * jitter.random(len(e))
+
+    def features(e: np.ndarray) -> np.ndarray:
+        return (x[e[:, 0]] * x[e[:, 1]]).sum(1)
+
     evaluator = Evaluator("ogbl-collab")
     by_graph, by_features = _hits(evaluator, split["valid"], common), _hits(evaluator, split["valid"], features)
     assert 0.2 < by_graph < 0.9 and by_features < by_graph / 3
