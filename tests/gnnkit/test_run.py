@@ -88,14 +88,15 @@ def test_every_recipe_parses_with_lightningcli(tmp_path):
     import torch
     from lightning.pytorch.cli import LightningArgumentParser, LRSchedulerTypeTuple
 
-    from gnnkit.data.datamodule import GraphDataModule
     from gnnkit.hints import add_reference_argument
-    from gnnkit.module import NodeClassifier
+    from gnnkit.tasks import add_task_argument, recipe_task, task_family
 
     for recipe in sorted((REPO / "recipes").glob("*.yaml")):
+        module, datamodule = task_family(recipe_task(recipe, [])).classes()
         parser = LightningArgumentParser(exit_on_error=False)
-        parser.add_lightning_class_args(NodeClassifier, "model")
-        parser.add_lightning_class_args(GraphDataModule, "data")
+        parser.add_lightning_class_args(module, "model")
+        parser.add_lightning_class_args(datamodule, "data")
+        add_task_argument(parser)
         parser.add_class_arguments(__import__("lightning").pytorch.Trainer, "trainer")
         parser.add_argument("--seed_everything", type=int)
         parser.add_optimizer_args((torch.optim.Optimizer,))  # LightningCLI's optimizer: / lr_scheduler:
