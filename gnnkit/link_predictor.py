@@ -180,7 +180,8 @@ class LinkPredictor(pl.LightningModule):
     def training_step(self, batch: Data, batch_idx: int) -> Tensor:
         pos, neg = self(batch)
         loss = link_loss(pos, neg)
-        self.log("train_loss", loss, on_step=False, on_epoch=True, batch_size=pos.shape[0], prog_bar=True)
+        self.log("train_loss", loss, on_step=False, on_epoch=True, batch_size=pos.shape[0], prog_bar=True,
+                 sync_dist=True)  # the mean over ranks (a no-op on one)
         return loss
 
     def _eval_step(self, batch: Data, stage: str) -> None:
@@ -191,7 +192,7 @@ class LinkPredictor(pl.LightningModule):
         per_pos.append(int(batch.neg_per_pos))
         if pos.numel() and neg.numel():
             loss = link_loss(pos, neg)
-            self.log(f"{stage}_loss", loss, on_step=False, on_epoch=True, batch_size=pos.shape[0])
+            self.log(f"{stage}_loss", loss, on_step=False, on_epoch=True, batch_size=pos.shape[0], sync_dist=True)
 
     def validation_step(self, batch: Data, batch_idx: int) -> None:
         self._eval_step(batch, "val")
@@ -209,8 +210,9 @@ class LinkPredictor(pl.LightningModule):
         if max(per_pos):
             neg = neg.view(pos.shape[0], max(per_pos))
         value = evaluate_links(self.evaluator, pos, neg)
-        self.log(f"{stage}_metric", value, prog_bar=True)
-        self.log(f"{stage}_{self.evaluator.eval_metric.replace('@', '_')}", value)
+        # every rank scored the whole split and got the same value; sync_dist says so to Lightning
+        self.log(f"{stage}_metric", value, prog_bar=True, sync_dist=True)
+        self.log(f"{stage}_{self.evaluator.eval_metric.replace('@', '_')}", value, sync_dist=True)
 
     def on_validation_epoch_end(self) -> None:
         self._epoch_metric("val")

@@ -91,6 +91,17 @@ class _FreshLinkLoader:
         return self.datamodule.make_batch(pos, neg, k, "train")
 
 
+def _rank_share(order: Tensor, rank: int, world: int) -> Tensor:
+    """Rank ``rank``'s positions of an epoch's order, as Lightning's ``DistributedSampler`` deals
+    them: every ``world``-th from ``rank``, the order wrapped around so every rank gets as many
+    (equal step counts keep the ranks' collectives paired)."""
+    if world == 1:
+        return order
+    per_rank = -(-order.numel() // world)
+    padded = order.repeat(-(-per_rank * world // max(order.numel(), 1)))[: per_rank * world]
+    return padded[rank::world]
+
+
 class LinkBatches:
     """The batches of one stage, built on iteration (see the module docstring); the stage's loader
     (an iterable of ready batches: no DataLoader, whose collation and workers it does not need).
@@ -113,10 +124,12 @@ class LinkBatches:
         split = self.dm.graph.splits[SPLIT_OF_STAGE[self.stage]]
         if self.stage == "train":
             edges = split["edge"].to(torch.int64)
-            order = torch.randperm(edges.shape[0], generator=self.generator)
-            for start in range(0, edges.shape[0], self.batch_size):
+            rank, world = self.dm.rank_and_world()
+            order = _rank_share(torch.randperm(edges.shape[0], generator=self.generator), rank, world)
+            for start in range(0, order.numel(), self.batch_size):
                 pos = edges[order[start: start + self.batch_size]]
-                yield pos, random_pairs(self.dm.num_nodes, pos.shape[0], self.generator), 0
+                negatives = random_pairs(self.dm.num_nodes, pos.shape[0] * world, self.generator)  # every rank's
+                yield pos, negatives[rank * pos.shape[0]: (rank + 1) * pos.shape[0]], 0
             return
         pos, neg, k = eval_pairs(split)
         if self.dm.full_batch:
@@ -139,7 +152,7 @@ class LinkBatches:
         split = self.dm.graph.splits[SPLIT_OF_STAGE[self.stage]]
         edges = split["edge"].shape[0]
         if self.stage == "train":
-            return -(-edges // self.batch_size)
+            return -(-(-(-edges // self.dm.rank_and_world()[1])) // self.batch_size)
         if self.dm.full_batch:
             return 1
         if "target_node_neg" in split:
@@ -221,6 +234,11 @@ class LinkDataModule(pl.LightningDataModule):
     @property
     def num_nodes(self) -> int:
         return self.graph.num_nodes
+
+    def rank_and_world(self) -> tuple[int, int]:
+        """This rank and the number of ranks training (one without a trainer)."""
+        trainer = self.trainer
+        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
 
     @property
     def full_batch(self) -> bool:
