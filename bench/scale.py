@@ -12,14 +12,16 @@ Both modes train the same full-graph GNN (gnnkit aggregation, Adam, the arxiv re
   exchanges halo rows in every layer (:mod:`gnnkit.partitioned`, the BNS-GCN/PipeGCN design without
   sampling or staleness, https://arxiv.org/abs/2203.10983).
 
-Per run it records rank 0's graph + feature bytes held (the arrays it opened, plus the halo's input
-features it receives every step), peak RSS per rank,
+Per run it records rank 0's graph + feature bytes held (the arrays it opened) and the halo input
+features it receives every step, peak RSS per rank,
 median epoch time, halo bytes sent per epoch (rows x width x 4 bytes, forward and backward, every
 layer) and the test metric. ``--network 1gbit`` puts each rank in a network namespace behind the
 emulated 1 Gbit/s link of ``bench/comm.py`` (needs root; loopback otherwise, and the output says so).
-``summary`` holds ``memory_per_rank_over_replicated_p4`` (partitioned over replicated graph +
-feature bytes at the largest P), ``epoch_partitioned_over_replicated_p4`` and ``acc_gap``
-(single-process metric minus partitioned metric at the largest P, in points).
+``--boundary-sampling 0.5 0.25`` adds partitioned runs at the largest P with BNS-GCN's boundary
+sampling at those rates. ``summary`` holds ``memory_per_rank_over_replicated_p4`` (partitioned graph
++ feature bytes, the halo features a step receives included, over replicated at the largest P; also
+without the halo, and with each sampling rate), ``epoch_partitioned_over_replicated_p4`` and
+``acc_gap`` (single-process metric minus partitioned metric at the largest P, in points).
 """
 
 from __future__ import annotations
@@ -63,8 +65,7 @@ def _partition(entry, ranks: int, torch):
     arrays = {name: {"bytes": t.numel() * t.element_size()} for name, t in
               [("owned", part.owned), ("indptr", part.indptr), ("indices", part.indices), ("x", part.x),
                ("y", part.y), ("halo", part.halo), ("halo_owner", part.halo_owner)]}
-    halo_features = part.halo.numel() * part.x.size(1) * part.x.element_size()  # received every step
-    return data, part, _graph_bytes(arrays) + halo_features
+    return data, part, _graph_bytes(arrays)
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -77,6 +78,7 @@ def worker(args: argparse.Namespace) -> None:
     from gnnkit.models.node_gnn import NodeGNN
     from gnnkit.module import gather_rows
     from gnnkit.partitioned.batch_norm import partition_batch_norms
+    from gnnkit.partitioned.boundary_sampling import BoundarySampler
     from pipeline import peak_rss_mb, preprocess
 
     torch.set_num_threads(1)
@@ -84,9 +86,11 @@ def worker(args: argparse.Namespace) -> None:
                             world_size=args.ranks)
     entry = preprocess(args.dataset)
     meta = entry.manifest["meta"]
+    halo_rows = 0
     if args.mode == "partitioned":
         data, part, held = _partition(entry, args.ranks, torch)
         x, y, adj, halo = data.x, data.y, data.adj, data.halo
+        halo_rows = int(part.halo.numel() * (args.boundary_sampling or 1.0))  # rows received per step
         split = part.split
         train = split["train"]
         scale = train.numel() * args.ranks / entry.manifest["arrays"]["split.train"]["shape"][0]
@@ -105,11 +109,15 @@ def worker(args: argparse.Namespace) -> None:
     net = DistributedDataParallel(model) if args.ranks > 1 else model
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     times = []
-    for _ in range(args.epochs):
+    sampler = BoundarySampler(args.boundary_sampling) if args.boundary_sampling and halo is not None else None
+    sent_rows = []
+    for epoch in range(args.epochs):
         start = time.perf_counter()
         net.train()
         opt.zero_grad()
-        out = net(x, None, adj=adj, halo=halo)
+        step_halo = sampler.plan(halo, epoch) if sampler is not None else halo
+        sent_rows.append(0 if step_halo is None else step_halo.send_rows)
+        out = net(x, None, adj=adj, halo=step_halo)
         loss = torch.nn.functional.cross_entropy(out[train], y[train]) * scale
         loss.backward()
         opt.step()
@@ -121,13 +129,15 @@ def worker(args: argparse.Namespace) -> None:
     evaluator = make_evaluator(meta["name"], meta["eval_metric"], meta["num_tasks"])
     scores = {s: evaluate(evaluator, gather_rows(y[idx]), gather_rows(out[idx])) for s, idx in evaluated.items()}
     width_bytes = 4 * (x.size(1) + (args.layers - 1) * args.hidden)  # every layer's input row
-    sent = 0 if halo is None else 2 * halo.send_rows * width_bytes  # forward rows + backward gradients
+    sent = 2 * statistics.mean(sent_rows) * width_bytes  # forward rows + backward gradients
     peak = torch.tensor([peak_rss_mb()])
     peaks = [torch.zeros(1) for _ in range(args.ranks)]
     dist.all_gather(peaks, peak)
     if args.rank == 0:
         atomic_write_text(Path(args.out), json.dumps({
-            "mode": args.mode, "ranks": args.ranks, "graph_feature_mb": round(held / 2**20, 2),
+            "mode": args.mode, "ranks": args.ranks, "boundary_sampling": args.boundary_sampling,
+            "graph_feature_mb": round(held / 2**20, 2),
+            "halo_feature_mb": round(halo_rows * x.size(1) * x.element_size() / 2**20, 2),
             "peak_rss_mb": [round(float(p), 1) for p in peaks],
             "epoch_s": round(statistics.median(times[1:] or times), 4),
             "halo_mb_per_epoch": round(sent / 2**20, 3),
@@ -136,7 +146,7 @@ def worker(args: argparse.Namespace) -> None:
     dist.destroy_process_group()
 
 
-def launch(args: argparse.Namespace, mode: str, ranks: int, out: Path) -> dict:
+def launch(args: argparse.Namespace, mode: str, ranks: int, rate: float | None, out: Path) -> dict:
     from comm import NETWORKS, EmulatedNetwork, free_port, run_ranks
 
     gbit = NETWORKS[args.network]
@@ -145,6 +155,7 @@ def launch(args: argparse.Namespace, mode: str, ranks: int, out: Path) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--mode", mode, "--ranks", str(ranks),
            "--dataset", args.dataset, "--epochs", str(args.epochs), "--model", args.model,
            "--hidden", str(args.hidden), "--layers", str(args.layers),
+           *(["--boundary-sampling", str(rate)] if rate else []),
            "--master", master, "--port", str(29710 if emulated else free_port()), "--out", str(out)]
     with emulated if emulated else contextlib.nullcontext():
         run_ranks(cmd, ranks, emulated, args.timeout, f"bench/scale.py: {mode} on {ranks} ranks")
@@ -152,24 +163,32 @@ def launch(args: argparse.Namespace, mode: str, ranks: int, out: Path) -> dict:
 
 
 def summarise(rows: list[dict], network: str) -> dict:
-    by = {(r["mode"], r["ranks"]): r for r in rows}
+    by = {(r["mode"], r["ranks"], r.get("boundary_sampling")): r for r in rows}
     top = max(r["ranks"] for r in rows)
-    rep, par, one = by[("replicated", top)], by[("partitioned", top)], by[("replicated", 1)]
+    rep, par, one = by[("replicated", top, None)], by[("partitioned", top, None)], by[("replicated", 1, None)]
+    held = par["graph_feature_mb"] + par["halo_feature_mb"]
+    sampled = {f"memory_per_rank_over_replicated_p4_bns{r['boundary_sampling']}":
+               round((r["graph_feature_mb"] + r["halo_feature_mb"]) / rep["graph_feature_mb"], 4)
+               for r in rows if r["ranks"] == top and r.get("boundary_sampling")}
     return {
         "ranks": top, "network": network,
-        "memory_per_rank_over_replicated_p4": round(par["graph_feature_mb"] / rep["graph_feature_mb"], 4),
+        "memory_per_rank_over_replicated_p4": round(held / rep["graph_feature_mb"], 4),
+        "memory_per_rank_over_replicated_p4_without_halo": round(par["graph_feature_mb"] / rep["graph_feature_mb"], 4),
+        **sampled,
         "memory_bound_1_3_over_p": round(1.3 / top, 4),
         "epoch_partitioned_over_replicated_p4": round(par["epoch_s"] / rep["epoch_s"], 4),
         "acc_gap": round(100 * (one["test"] - par["test"]), 2),
     }
 
 
-def print_table(rows: list[dict]) -> None:
-    print(f"{'mode':12} {'ranks':>5} {'graph+feat MB':>13} {'peak RSS MB (max)':>17} {'epoch s':>8} "
-          f"{'halo MB/epoch':>13} {'valid':>6} {'test':>6}")
+def print_table(rows: list[dict], flush: bool = False) -> None:
+    print(f"{'mode':16} {'ranks':>5} {'graph+feat MB':>13} {'halo feat MB':>12} {'peak RSS MB (max)':>17} "
+          f"{'epoch s':>8} {'halo MB/epoch':>13} {'valid':>6} {'test':>6}")
     for r in rows:
-        print(f"{r['mode']:12} {r['ranks']:5d} {r['graph_feature_mb']:13.1f} {max(r['peak_rss_mb']):17.1f} "
-              f"{r['epoch_s']:8.3f} {r['halo_mb_per_epoch']:13.1f} {r['valid']:6.4f} {r['test']:6.4f}")
+        mode = r["mode"] + (f" bns {r['boundary_sampling']}" if r.get("boundary_sampling") else "")
+        print(f"{mode:16} {r['ranks']:5d} {r['graph_feature_mb']:13.1f} {r['halo_feature_mb']:12.1f} "
+              f"{max(r['peak_rss_mb']):17.1f} {r['epoch_s']:8.3f} {r['halo_mb_per_epoch']:13.1f} {r['valid']:6.4f} "
+              f"{r['test']:6.4f}", flush=flush)
 
 
 def main() -> None:
@@ -184,12 +203,15 @@ def main() -> None:
     parser.add_argument("--model", default="gcn", choices=["gcn", "sage"])
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=3)
+    parser.add_argument("--boundary-sampling", type=float, nargs="*", default=[],
+                        help="also run partitioned training at the largest rank count with these BNS rates")
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
     add_worker_args(parser)
     args = parser.parse_args()
     if args.worker:
-        args.ranks = args.ranks[0] if isinstance(args.ranks, list) else args.ranks
+        args.ranks = args.ranks[0]
+        args.boundary_sampling = args.boundary_sampling[0] if args.boundary_sampling else None
         worker(args)
         return
     network = args.network
@@ -202,14 +224,13 @@ def main() -> None:
     entry = preprocess(args.dataset)
     for ranks in args.ranks:  # built once here, so the ranks only open them
         partition_entry(entry, ranks)
+    runs = [(mode, ranks, None) for ranks in args.ranks for mode in MODES if not (mode == "partitioned" and ranks == 1)]
+    runs += [("partitioned", max(args.ranks), rate) for rate in args.boundary_sampling]  # one partition: the graph
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for ranks in args.ranks:
-            for mode in MODES:
-                if mode == "partitioned" and ranks == 1:
-                    continue  # one partition is the whole graph
-                rows.append(launch(args, mode, ranks, Path(tmp) / f"{mode}{ranks}.json"))
-                print_table(rows[-1:])
+        for mode, ranks, rate in runs:
+            rows.append(launch(args, mode, ranks, rate, Path(tmp) / f"{mode}{ranks}-{rate}.json"))
+            print_table(rows[-1:], flush=True)
     print()
     print_table(rows)
     summary = summarise(rows, network)

@@ -11,29 +11,34 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
-def _row(mode, ranks, mb, epoch_s, test):
-    return {"mode": mode, "ranks": ranks, "graph_feature_mb": mb, "peak_rss_mb": [1.0] * ranks,
+def _row(mode, ranks, mb, epoch_s, test, halo_mb=0.0, rate=None):
+    return {"mode": mode, "ranks": ranks, "graph_feature_mb": mb, "halo_feature_mb": halo_mb,
+            "boundary_sampling": rate, "peak_rss_mb": [1.0] * ranks,
             "epoch_s": epoch_s, "halo_mb_per_epoch": 0.0, "valid": test, "test": test}
 
 
 def test_summary_compares_the_largest_world(bench):
     scale = bench("scale")
     rows = [_row("replicated", 1, 100.0, 1.0, 0.70), _row("replicated", 4, 100.0, 2.0, 0.70),
-            _row("partitioned", 4, 30.0, 1.0, 0.695)]
+            _row("partitioned", 4, 30.0, 1.0, 0.695, halo_mb=20.0), _row("partitioned", 4, 30.0, 1.0, 0.69, 10.0, 0.5)]
     summary = scale.summarise(rows, "loopback")
-    assert summary["memory_per_rank_over_replicated_p4"] == 0.3 and summary["memory_bound_1_3_over_p"] == 0.325
+    assert summary["memory_per_rank_over_replicated_p4"] == 0.5 and summary["memory_bound_1_3_over_p"] == 0.325
+    assert summary["memory_per_rank_over_replicated_p4_without_halo"] == 0.3
+    assert summary["memory_per_rank_over_replicated_p4_bns0.5"] == 0.4
     assert summary["epoch_partitioned_over_replicated_p4"] == 0.5 and summary["acc_gap"] == 0.5
 
 
 def test_two_ranks_on_a_small_graph(tmp_path):
     out = tmp_path / "scale.json"
     result = subprocess.run([sys.executable, str(BENCH / "scale.py"), "--dataset", "synthetic-tiny", "--epochs", "2",
-                             "--ranks", "1", "2", "--hidden", "16", "--json", str(out)],
+                             "--ranks", "1", "2", "--hidden", "16", "--boundary-sampling", "0.5",
+                             "--json", str(out)],
                             capture_output=True, text=True, timeout=300, env={**os.environ, "GNNKIT_NATIVE": "0"})
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
     modes = [(r["mode"], r["ranks"]) for r in report["rows"]]
-    assert modes == [("replicated", 1), ("replicated", 2), ("partitioned", 2)]
-    partitioned = report["rows"][2]
+    assert modes == [("replicated", 1), ("replicated", 2), ("partitioned", 2), ("partitioned", 2)]
+    partitioned, sampled = report["rows"][2:]
     assert partitioned["halo_mb_per_epoch"] > 0 and partitioned["graph_feature_mb"] < report["rows"][1]["graph_feature_mb"]
+    assert sampled["boundary_sampling"] == 0.5 and sampled["halo_mb_per_epoch"] < 0.7 * partitioned["halo_mb_per_epoch"]
     assert "graph+feat MB" in result.stdout and report["summary"]["ranks"] == 2
