@@ -34,7 +34,8 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline import atomic_write_text  # noqa: E402
-from pipeline.ogb_layout import read_meta_json, read_ogb_folder  # noqa: E402
+from pipeline.family import read_meta_json  # noqa: E402
+from pipeline.ogb_layout import read_ogb_folder  # noqa: E402
 from pipeline.synthetic import SyntheticSpec, generate, presets  # noqa: E402
 
 TARGETS = {

@@ -60,9 +60,12 @@ class _Candidate:
 
 
 def _read_candidate(path: Path) -> _Candidate | None:
-    """A recipe's reference, model and default dataset, or ``None`` when it names no reference."""
+    """A node-task recipe's reference, model and default dataset, or ``None`` when it names no
+    reference (or trains another task family)."""
     try:
         config = yaml.safe_load(path.read_text())
+        if config.get("task", "node") != "node":
+            return None
         ref = config["reference"]
         reference = Reference(graph=str(ref["graph"]), nodes=int(ref["nodes"]))
     except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):

@@ -24,15 +24,14 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, LRSched
 from gnnkit.allocator import retain_freed_memory
 from gnnkit.checkpoint_io import AtomicCheckpointIO
 from gnnkit.csv_logger import RunCSVLogger
-from gnnkit.data.datamodule import GraphDataModule
 from gnnkit.fault_injection import FaultInjection, fault_from_env
 from gnnkit.hints import add_reference_argument, size_hint
 from gnnkit.last_checkpoint import LastCheckpoint
-from gnnkit.module import NodeClassifier
 from gnnkit.optim import GaLoreAdamW  # noqa: F401  (a known Optimizer subclass: `--optimizer GaLoreAdamW`)
 from gnnkit.quiet import quietly
 from gnnkit.report import EpochTimer, write_report
 from gnnkit.resume import RUN_DIR_ENV, ResumeError, RunPlan, parse_run_args, plan_run, prepare_metrics
+from gnnkit.tasks import DEFAULT_TASK, SHARED_LINKS, TaskFamily, add_task_argument, recipe_task, task_family
 from pipeline import log, setup_logging
 
 #: What ``gnnkit run --help`` says about gnnkit's own options (LightningCLI's follow).
@@ -61,16 +60,20 @@ class _HelpFormatter(DefaultHelpFormatter, argparse.RawDescriptionHelpFormatter)
 
 
 class GnnkitCLI(LightningCLI):
-    """LightningCLI wired for gnnkit: the datamodule's shapes and task flow into the model, and the
-    run folder gets a CSV log, the best checkpoint (by validation metric) and the saved config."""
+    """LightningCLI wired for gnnkit: the task family's module and datamodule, the datamodule's
+    shapes and task flowing into the model, and a run folder with a CSV log, the best checkpoint (by
+    validation metric) and the saved config."""
 
-    def __init__(self, run_dir: Path, args: list[str], resumed: bool = False) -> None:
+    def __init__(self, run_dir: Path, args: list[str], resumed: bool = False,
+                 family: TaskFamily | None = None) -> None:
         self.run_dir = run_dir
+        self.family = family or task_family(DEFAULT_TASK)
         self.timer = EpochTimer(log_lines=not sys.stderr.isatty())
         fault = None if resumed else fault_from_env()
+        module, datamodule = self.family.classes()
         super().__init__(
-            NodeClassifier,
-            GraphDataModule,
+            module,
+            datamodule,
             args=args,
             run=False,
             seed_everything_default=0,
@@ -92,13 +95,8 @@ class GnnkitCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         add_reference_argument(parser)
-        for source, target in (
-            ("data.num_features", "model.in_channels"),
-            ("data.num_classes", "model.out_channels"),
-            ("data.num_nodes", "model.num_nodes"),
-            ("data.task", "model.task"),
-            ("data.full_batch", "model.full_batch"),
-        ):
+        add_task_argument(parser)
+        for source, target in (*SHARED_LINKS, *self.family.links):
             parser.link_arguments(source, target, apply_on="instantiate")
         # `optimizer:` / `lr_scheduler:` (class_path, init_args) reach the model, which builds them over
         # its parameter groups; left out, the model's Adam and `lr_schedule` run as before.
@@ -148,11 +146,12 @@ def _plan(recipe: str, overrides: list[str]) -> RunPlan | None:
     return plan_run(args)
 
 
-def _cli(run_dir: Path, args: list[str], resumed: bool = False) -> GnnkitCLI:
-    """Parse ``args`` with LightningCLI (it exits on ``--print_config`` and ``--help``)."""
+def _cli(run_dir: Path, args: list[str], resumed: bool = False, task: str = DEFAULT_TASK) -> GnnkitCLI:
+    """Parse ``args`` with LightningCLI for ``task``'s classes (it exits on ``--print_config`` and
+    ``--help``)."""
     argv, sys.argv = sys.argv, sys.argv[:1]  # LightningCLI reads `args`, not gnnkit's own argv
     try:
-        return GnnkitCLI(run_dir, args, resumed=resumed)
+        return GnnkitCLI(run_dir, args, resumed=resumed, family=task_family(task))
     finally:
         sys.argv = argv
 
@@ -177,17 +176,24 @@ def run(recipe: str, overrides: list[str]) -> dict[str, Any]:
         _cli(Path("."), ["--help"])  # gnnkit's options, then LightningCLI's; exits
         return {}
     run_dir = plan.run_dir
-    cli = _cli(run_dir, ["--config", plan.config, *plan.overrides], resumed=plan.resumed)
+    try:
+        task = recipe_task(plan.config, plan.overrides)
+        task_family(task)
+    except ValueError as err:  # reported like gnnkit's other run arguments: one line, exit 2
+        raise ResumeError(str(err)) from None
+    cli = _cli(run_dir, ["--config", plan.config, *plan.overrides], resumed=plan.resumed, task=task)
     run_dir.mkdir(parents=True, exist_ok=True)  # only now: a run that only parses writes nothing
     os.environ[RUN_DIR_ENV] = str(run_dir)  # the ranks Lightning starts use this folder too
     prepare_metrics(plan)
     trainer, model, data = cli.trainer, cli.model, cli.datamodule
-    log.info("run %s: %s on %s (%s), %d parameters", run_dir, model.gnn, data.describe()["name"],
+    log.info("run %s: %s on %s (%s), %d parameters", run_dir, getattr(model, "gnn", type(model).__name__),
+             data.describe()["name"],
              data.describe()["loader"], model.num_params)
     if plan.ckpt_path is not None and trainer.is_global_zero:
         log.info("resume: %s continues from %s", run_dir, plan.ckpt_path)
-    hint = None if plan.resumed else size_hint(Path(plan.config), cli.config_init.get("reference"), model.gnn.model,
-                                               data.describe()["name"], data.describe()["num_nodes"])
+    hint = None if plan.resumed or task != DEFAULT_TASK else size_hint(
+        Path(plan.config), cli.config_init.get("reference"), model.gnn.model, data.describe()["name"],
+        data.describe()["num_nodes"])
     if hint and trainer.is_global_zero:
         log.info(hint)
     trainer.fit(model, datamodule=data, ckpt_path=plan.ckpt_path)

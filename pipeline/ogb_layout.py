@@ -136,20 +136,6 @@ def normalise_meta(raw: dict[str, Any], where: str) -> dict[str, Any]:
     return meta
 
 
-def read_meta_json(folder: Path) -> dict[str, Any]:
-    """Read and normalise ``<folder>/meta.json``."""
-    path = folder / "meta.json"
-    if not path.is_file():
-        raise DatasetError(path, "missing: an OGB-format folder needs a meta.json with OGB's meta_dict keys")
-    try:
-        raw = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise DatasetError(path, f"not valid JSON ({err.msg} at line {err.lineno})") from None
-    if not isinstance(raw, dict):
-        raise DatasetError(path, "expected a JSON object of meta keys")
-    return normalise_meta(raw, str(path))
-
-
 def raw_files(folder: Path, meta: dict[str, Any]) -> list[Path]:
     """The files of ``folder`` that make up the dataset (for fingerprinting)."""
     files = sorted(p for p in (folder / "raw").rglob("*") if p.is_file())
@@ -385,6 +371,21 @@ def read_ogb_folder(folder: Path, meta: dict[str, Any]) -> RawGraph:
         files=files,
         extra=extra,
     )
+
+
+def build(folder: Path, meta: dict[str, Any], options: Any, say: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Read a node-property folder and canonicalise it: the arrays and meta of its cache entry.
+
+    Args:
+        folder: The dataset folder.
+        meta: Normalised meta dict (:func:`normalise_meta`).
+        options: :class:`pipeline.options.PreprocessOptions`.
+        say: Progress callback.
+    """
+    from pipeline.canonicalize import canonicalize  # torch: only for a build
+
+    say(f"reading raw files from {folder}")
+    return canonicalize(read_ogb_folder(folder, meta), options, say)
 
 
 def _to_csv_gz(path: Path, array: np.ndarray, float_format: str | None = None) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline import cache, paths, temp_paths
+from pipeline.family import layout_module
 from pipeline.fingerprint import DigestMemo, cache_key, raw_digests
-from pipeline.ogb_layout import raw_files
 from pipeline.options import PreprocessOptions
 from pipeline.progress import Stages, peak_rss_mb
 from pipeline.registry import DatasetSpec, resolve
@@ -47,12 +47,13 @@ def preprocess(
     for stale in temp_paths.remove_stale(cache_root / spec.name):
         say(f"removed {stale.name} (left by an interrupted preprocess)")
     source = locate(spec, data_root, say)
+    layout = layout_module(source.meta["family"])
     memo = DigestMemo(cache_root / "digests.json")
     inputs = {
         "dataset": spec.name,
         "source": spec.source,
         "source_version": source.version,
-        "raw": raw_digests(source.folder, raw_files(source.folder, source.meta), memo, say),
+        "raw": raw_digests(source.folder, layout.raw_files(source.folder, source.meta), memo, say),
         "options": options.key_fields(),
         "schema_version": cache.SCHEMA_VERSION,
     }
@@ -60,14 +61,9 @@ def preprocess(
     if not force and (hit := cache.lookup(cache_root, spec.name, key)) is not None:
         say(f"cache hit {hit.path}")
         return hit
-    from pipeline.canonicalize import canonicalize  # torch and the readers: only for a build
-    from pipeline.ogb_layout import read_ogb_folder
-
-    say(f"reading raw files from {source.folder}")
-    raw = read_ogb_folder(source.folder, source.meta)
-    arrays, meta = canonicalize(raw, options, say)
-    del raw
+    arrays, meta = layout.build(source.folder, source.meta, options, say)
     meta["name"] = spec.name
+    meta["family"] = source.meta["family"]
     stats = {"build_s": round(say.elapsed, 2), "peak_rss_mb": round(peak_rss_mb(), 1)}
     entry = cache.publish(cache_root, key, inputs, arrays, meta, stats, say)
     say(f"published {entry.path} in {say.elapsed:.1f}s")

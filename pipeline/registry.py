@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from pipeline.errors import DatasetError
+from pipeline.family import family_of_name, generator_modules, read_meta_json
 from pipeline.options import PreprocessOptions
 
 SOURCES = ("ogb", "synthetic", "ogb-dir")
@@ -84,8 +85,8 @@ def _entry(name: str, raw: Any, file: str) -> DatasetSpec:
             raise DatasetError(f"{where}.fingerprint", f"only synthetic entries take a fingerprint, not {source}")
         if not isinstance(fingerprint, str) or not re.fullmatch(r"[0-9a-f]{64}", fingerprint):
             raise DatasetError(f"{where}.fingerprint", f"expected 64 lowercase hex digits (sha256), got {fingerprint!r}")
-    if source == "ogb" and not name.startswith("ogbn-"):
-        raise DatasetError(f"{where}.source", "ogb entries must use OGB's own ogbn-* names")
+    if source == "ogb" and family_of_name(name) is None:
+        raise DatasetError(f"{where}.source", "ogb entries must use OGB's own names (ogbn-*, ogbl-*, ogbg-*)")
     if not isinstance(raw.get("description", ""), str):
         raise DatasetError(f"{where}.description", "expected a string")
     preprocess = raw.get("preprocess")
@@ -103,32 +104,59 @@ def _entry(name: str, raw: Any, file: str) -> DatasetSpec:
     )
 
 
+def _generator_family(generator: dict[str, Any], where: str) -> str:
+    """The family whose generator module has the preset (no preset: the node generator's fields)."""
+    preset = generator.get("preset")
+    if preset is None:
+        return "node"
+    modules = generator_modules()
+    for family, module in modules.items():
+        if preset in module.presets():
+            return family
+    known = sorted(name for module in modules.values() for name in module.presets())
+    raise DatasetError(f"{where}.preset", f"unknown preset {preset!r}; expected one of {known}")
+
+
 def _synthetic_spec(generator: dict[str, Any], where: str):
-    """Resolve ``{preset: NAME, **overrides}`` into a ``SyntheticSpec``."""
+    """Resolve ``{preset: NAME, **overrides}`` into the ``SyntheticSpec`` of the preset's family."""
     import dataclasses
 
-    from pipeline import synthetic
-
+    module = generator_modules()[_generator_family(generator, where)]
     values = dict(generator)
     preset = values.pop("preset", None)
-    presets = synthetic.presets()
-    if preset is not None and preset not in presets:
-        raise DatasetError(f"{where}.preset", f"unknown preset {preset!r}; expected one of {sorted(presets)}")
-    known = {f.name for f in dataclasses.fields(synthetic.SyntheticSpec)}
+    known = {f.name for f in dataclasses.fields(module.SyntheticSpec)}
     for key in values:
         if key not in known:
             raise DatasetError(f"{where}.{key}", f"unknown generator field; expected one of {sorted(known)}")
     try:
         if preset is not None:
-            return dataclasses.replace(presets[preset], **values)
-        return synthetic.SyntheticSpec(**values)
+            return dataclasses.replace(module.presets()[preset], **values)
+        return module.SyntheticSpec(**values)
     except (TypeError, ValueError) as err:
         raise DatasetError(where, str(err)) from None
 
 
 def synthetic_spec(spec: DatasetSpec):
-    """The :class:`pipeline.synthetic.SyntheticSpec` of a synthetic registry entry."""
+    """The ``SyntheticSpec`` (of its family's generator) of a synthetic registry entry."""
     return _synthetic_spec(spec.generator, f"{spec.registry}: datasets.{spec.name}.generator")
+
+
+def synthetic_family(spec: DatasetSpec) -> str:
+    """The task family of a synthetic registry entry (that of its generator preset)."""
+    return _generator_family(spec.generator, f"{spec.registry}: datasets.{spec.name}.generator")
+
+
+def spec_family(spec: DatasetSpec) -> str | None:
+    """The task family of a registry entry (``None`` for a folder whose meta.json cannot be read)."""
+    if spec.source == "ogb":
+        return family_of_name(spec.name)
+    if spec.source == "synthetic":
+        return synthetic_family(spec)
+    assert spec.path is not None
+    try:
+        return read_meta_json(spec.path)["family"]
+    except DatasetError:
+        return None
 
 
 def load_file(path: Path | str) -> dict[str, DatasetSpec]:

@@ -14,8 +14,8 @@ from typing import Any, Callable
 from pipeline.content_digest import content_digest
 from pipeline.errors import DatasetError
 from pipeline.fingerprint import cache_key
-from pipeline.ogb_layout import normalise_meta, read_meta_json
-from pipeline.registry import DatasetSpec, synthetic_spec
+from pipeline.family import OGB_PACKAGES, family_of_name, generator_module, normalise_meta, read_meta_json
+from pipeline.registry import DatasetSpec, synthetic_family, synthetic_spec
 from pipeline.temp_paths import make_temp_dir, remove_stale
 
 
@@ -25,7 +25,8 @@ class SourceFolder:
 
     Attributes:
         folder: The OGB-layout folder (``raw/``, ``split/``).
-        meta: Normalised meta (:func:`pipeline.ogb_layout.normalise_meta`).
+        meta: Normalised meta (:func:`pipeline.family.normalise_meta`; ``meta["family"]`` names the
+            task family).
         version: The source's version string (part of the cache key).
     """
 
@@ -35,16 +36,20 @@ class SourceFolder:
 
 
 def ogb_meta(name: str) -> dict[str, Any]:
-    """OGB's own meta_dict for an ``ogbn-*`` dataset, from the ``ogb`` package's master.csv."""
-    import ogb.nodeproppred as nodeproppred
+    """OGB's own meta_dict for an ``ogbn-*``, ``ogbl-*`` or ``ogbg-*`` dataset, from the master.csv
+    of the ``ogb`` package's node, link or graph property sub-package."""
+    import importlib
+
     import pandas as pd
 
-    master = pd.read_csv(
-        Path(nodeproppred.__file__).parent / "master.csv", index_col=0, keep_default_na=False
-    )
+    family = family_of_name(name)
+    if family is None:
+        raise DatasetError("dataset", f"'{name}' is not an OGB name (ogbn-*, ogbl-* or ogbg-*)")
+    package = importlib.import_module(OGB_PACKAGES[family])
+    master = pd.read_csv(Path(package.__file__).parent / "master.csv", index_col=0, keep_default_na=False)
     if name not in master:
-        raise DatasetError("dataset", f"'{name}' is not an OGB node-property dataset; OGB has {list(master)}")
-    return dict(master[name])
+        raise DatasetError("dataset", f"'{name}' is not an OGB {family}-property dataset; OGB has {list(master)}")
+    return {"family": family, **dict(master[name])}
 
 
 def _download_ogb(name: str, info: dict[str, Any], folder: Path, say: Callable[[str], None]) -> None:
@@ -71,23 +76,22 @@ def _ogb(spec: DatasetSpec, data_root: Path, say: Callable[[str], None]) -> Sour
     info = ogb_meta(spec.name)
     folder = data_root / spec.name.replace("-", "_")
     meta = normalise_meta(info, f"ogb master.csv [{spec.name}]")
-    marker = "data.npz" if meta["binary"] else "edge.csv.gz"
+    marker = "data.npz" if meta["binary"] else "edge.csv.gz"  # every family's graph file
     if not (folder / "raw" / marker).exists():
         _download_ogb(spec.name, info, folder, say)
     return SourceFolder(folder, meta, f"ogb-{info.get('version', '1')}")
 
 
 def _synthetic(spec: DatasetSpec, data_root: Path, say: Callable[[str], None]) -> SourceFolder:
-    from pipeline import synthetic
-
+    generator = generator_module(synthetic_family(spec))
     gen = synthetic_spec(spec)
-    version = f"synthetic-{synthetic.GENERATOR_VERSION}"
+    version = f"synthetic-{generator.GENERATOR_VERSION}"
     folder = data_root / "synthetic" / f"{spec.name}-{cache_key({'v': version, **asdict(gen)})[:12]}"
     remove_stale(folder.parent)  # temps of generations killed earlier, even when this one is done
     if not (folder / "meta.json").is_file():
         say(f"generating {spec.name} in OGB's raw layout at {folder}")
         try:
-            synthetic.generate(folder, gen, progress=say)
+            generator.generate(folder, gen, progress=say)
         except FileExistsError:
             pass  # generated concurrently by another process (which verifies it)
         else:

@@ -13,21 +13,22 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import cache, load_registry, paths, peak_rss_mb, preprocess, resolve, temp_paths, tree_size
+from pipeline.registry import spec_family
 from pipeline.batch_cache import find_batch_caches, read_manifest, verify_batch_cache
 
 
 def _datasets(args: argparse.Namespace) -> int:
     registry = load_registry()
     root = paths.cache_root()
-    rows = [("name", "source", "cache", "description")]
+    rows = [("name", "task", "source", "cache", "description")]
     for name, spec in registry.items():
         folder = root / name
         found = [p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")] if folder.is_dir() else []
         state = f"{len(found)} entr{'y' if len(found) == 1 else 'ies'}, {tree_size(folder) / 2**20:.0f} MiB" if found else "-"
-        rows.append((name, spec.source, state, spec.description))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        rows.append((name, spec_family(spec) or "?", spec.source, state, spec.description))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for row in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[3])
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[4])
     print(f"\ncache: {root}   (any OGB-format folder path is accepted as a dataset too)")
     return 0
 

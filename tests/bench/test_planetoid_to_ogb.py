@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from pipeline.ogb_layout import read_meta_json, read_ogb_folder
+from pipeline.family import read_meta_json
+from pipeline.ogb_layout import read_ogb_folder
 
 
 

@@ -16,6 +16,8 @@ def test_datasets_lists_the_registry(capsys):
     assert main(["datasets"]) == 0
     out = capsys.readouterr().out
     assert "ogbn-products" in out and "synthetic-arxiv" in out and "cache:" in out
+    assert out.splitlines()[0].split()[:3] == ["name", "task", "source"]
+    assert any(line.split()[:3] == ["ogbn-arxiv", "node", "ogb"] for line in out.splitlines())
 
 
 def test_preprocess_then_hit_then_verify_then_clear(capsys, make_ogb_folder):

@@ -51,11 +51,14 @@ def test_suggestion_prefers_the_model_then_the_real_graph_then_the_size(tmp_path
     _recipe(tmp_path, "c_gcn_arxiv", "gcn", "ogbn-arxiv", arxiv)
     _recipe(tmp_path, "d_gcn_products", "gcn", "ogbn-products", products)
     _recipe(tmp_path, "e_no_reference", "gcn", "ogbn-arxiv", None)
+    link = _recipe(tmp_path, "0_link", "gcn", "ogbl-collab", {"graph": "ogbl-collab", "nodes": 235868})
+    link.write_text("task: link\n" + link.read_text())  # another task family: never suggested for nodes
     (tmp_path / "f_broken.yaml").write_text("reference: [unclosed")
     assert suggest_recipe(mine, "gcn", 150_000).path.name == "c_gcn_arxiv.yaml"
     assert suggest_recipe(mine, "sage", 150_000).path.name == "a_sage_arxiv.yaml"
     assert suggest_recipe(mine, "gcn", 900_000).path.name == "d_gcn_products.yaml"  # 5.3x from arxiv, 2.7x from products
     assert suggest_recipe(mine, "gcn", 2708) is None  # only itself fits
+    assert suggest_recipe(mine, "gcn", 235_868).path.name == "c_gcn_arxiv.yaml"
     assert size_hint(mine, CORA, "gcn", "huge", 10**9).endswith("come from; expect to tune them")
 
 
@@ -64,9 +67,12 @@ def test_reference_needs_a_positive_node_count():
         Reference("Cora", 0)
 
 
-def test_every_recipe_but_the_quickstart_names_its_reference_graph():
+def test_every_node_recipe_but_the_quickstart_names_its_reference_graph():
     for recipe in sorted(RECIPES.glob("*.yaml")):
-        reference = yaml.safe_load(recipe.read_text()).get("reference")
+        config = yaml.safe_load(recipe.read_text())
+        if config.get("task", "node") != "node":
+            continue
+        reference = config.get("reference")
         if recipe.name == "quickstart.yaml":
             assert reference is None
             continue

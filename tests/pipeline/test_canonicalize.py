@@ -3,7 +3,8 @@ import pytest
 
 from pipeline import DatasetError, PreprocessOptions
 from pipeline.canonicalize import build_csr, canonicalize
-from pipeline.ogb_layout import read_meta_json, read_ogb_folder
+from pipeline.family import read_meta_json
+from pipeline.ogb_layout import read_ogb_folder
 
 
 def _reference_csr(edge_index, n, undirected, remove_loops):

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from pipeline import DatasetError
-from pipeline.ogb_layout import read_meta_json, read_ogb_folder, write_ogb_folder
+from pipeline.family import read_meta_json
+from pipeline.ogb_layout import read_ogb_folder, write_ogb_folder
 
 
 @pytest.mark.parametrize("binary", [False, True])

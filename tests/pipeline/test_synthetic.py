@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from pipeline import synthetic
-from pipeline.ogb_layout import read_meta_json, read_ogb_folder
+from pipeline.family import read_meta_json
+from pipeline.ogb_layout import read_ogb_folder
 from pipeline.synthetic import GENERATOR_VERSION, SyntheticSpec, build, generate, presets
 
 SMALL = SyntheticSpec(num_nodes=2000, num_edges=9000, num_features=16, num_classes=6, seed=3,

@@ -1,0 +1,92 @@
+"""The task families a recipe trains: which LightningModule and datamodule, and how they are linked.
+
+A recipe's top-level ``task:`` key (``node`` by default, ``--task link`` on the command line) picks
+the pair ``gnnkit run`` builds, following OGB's three families (https://arxiv.org/abs/2005.00687):
+node property prediction (:class:`gnnkit.module.NodeClassifier`), link property prediction
+(``LinkPredictor``) and graph property prediction (``GraphClassifier``). Classes are named by
+dotted path and imported only for the task a run uses.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+#: The ``data.*`` -> ``model.*`` links every family shares (applied when both are instantiated).
+SHARED_LINKS = (
+    ("data.num_features", "model.in_channels"),
+    ("data.task", "model.task"),
+)
+
+
+@dataclass(frozen=True)
+class TaskFamily:
+    """One task family's classes.
+
+    Attributes:
+        module: Dotted path of the LightningModule.
+        datamodule: Dotted path of the LightningDataModule.
+        links: LightningCLI ``link_arguments(source, target, apply_on="instantiate")`` pairs beyond
+            :data:`SHARED_LINKS`.
+    """
+
+    module: str
+    datamodule: str
+    links: tuple[tuple[str, str], ...] = ()
+
+    def classes(self) -> tuple[type, type]:
+        """The module and datamodule classes (imported now)."""
+        return _import(self.module), _import(self.datamodule)
+
+
+def _import(path: str) -> type:
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+TASKS: dict[str, TaskFamily] = {
+    "node": TaskFamily(
+        "gnnkit.module.NodeClassifier",
+        "gnnkit.data.datamodule.GraphDataModule",
+        (("data.num_classes", "model.out_channels"), ("data.num_nodes", "model.num_nodes"),
+         ("data.full_batch", "model.full_batch")),
+    ),
+}
+DEFAULT_TASK = "node"
+
+
+def task_family(name: str) -> TaskFamily:
+    """The family called ``name``; a clear error naming the choices otherwise."""
+    if name not in TASKS:
+        raise ValueError(f"task: expected one of {sorted(TASKS)}, got {name!r}")
+    return TASKS[name]
+
+
+def recipe_task(config: str | Path, overrides: list[str]) -> str:
+    """The task a run trains: ``--task X`` / ``--task=X`` among the overrides, else the config's
+    top-level ``task:``, else :data:`DEFAULT_TASK`.
+
+    Raises:
+        ValueError: A config that is not a YAML mapping, or ``--task`` without a value.
+    """
+    for i, arg in enumerate(overrides):
+        if arg.startswith("--task="):
+            return arg.split("=", 1)[1]
+        if arg == "--task":
+            if i + 1 >= len(overrides):
+                raise ValueError("--task: expected a value (one of " + ", ".join(sorted(TASKS)) + ")")
+            return overrides[i + 1]
+    doc: Any = yaml.safe_load(Path(config).read_text()) or {}
+    if not isinstance(doc, dict):
+        raise ValueError(f"{config}: expected a mapping of recipe sections")
+    return str(doc.get("task", DEFAULT_TASK))
+
+
+def add_task_argument(parser: Any) -> None:
+    """Add the top-level ``task`` key to a recipe parser (saved in the run's config.yaml)."""
+    parser.add_argument("--task", type=str, default=DEFAULT_TASK,
+                        help=f"The task family: one of {sorted(TASKS)} (node property prediction by default).")
