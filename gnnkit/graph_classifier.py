@@ -12,6 +12,7 @@ from torch_geometric.data import Data
 from gnnkit.metrics import evaluate, make_graph_evaluator
 from gnnkit.models.graph_gnn import GraphGNN, GraphGNNOptions
 from gnnkit.module import gather_rows
+from gnnkit.optim import build_optimizer, build_scheduler
 
 STAGES = ("train", "val", "test")
 
@@ -44,6 +45,10 @@ class GraphClassifier(pl.LightningModule):
         out_channels: Tasks (binary) or classes (multi-class).
         molecular: Integer OGB atom/bond features (``AtomEncoder``/``BondEncoder``).
         task: ``{"name", "eval_metric", "num_tasks", "task_type"}`` of the dataset.
+        optimizer: ``{"class_path", "init_args"}`` of the optimizer (``gnnkit run`` links the
+            top-level ``optimizer:`` section here); ``None``: Adam with ``lr`` and ``weight_decay``.
+        lr_scheduler: ``{"class_path", "init_args"}`` of an lr scheduler (the top-level
+            ``lr_scheduler:`` section); ``None``: a constant learning rate (OGB's example).
     """
 
     def __init__(
@@ -64,6 +69,8 @@ class GraphClassifier(pl.LightningModule):
         out_channels: int = 1,
         molecular: bool = True,
         task: dict[str, Any] | None = None,
+        optimizer: dict[str, Any] | None = None,
+        lr_scheduler: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -145,6 +152,15 @@ class GraphClassifier(pl.LightningModule):
     def on_test_epoch_end(self) -> None:
         self._epoch_metric("test")
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        """Adam (OGB's example: lr 0.001, no weight decay)."""
-        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+    def configure_optimizers(self) -> torch.optim.Optimizer | dict[str, Any]:
+        """Adam (OGB's example: lr 0.001, no weight decay), or the ``optimizer`` spec's class; then
+        the ``lr_scheduler`` spec's scheduler, if any."""
+        if self.hparams.get("optimizer") is None:
+            optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        else:
+            optimizer = build_optimizer(self.hparams.optimizer, [{"params": list(self.parameters())}])
+        if callable(getattr(optimizer, "bind", None)):
+            optimizer.bind(self)  # optimizers that hook the model's layers (gnnkit.optim.KFAC)
+        if self.hparams.get("lr_scheduler") is not None:
+            return {"optimizer": optimizer, "lr_scheduler": build_scheduler(self.hparams.lr_scheduler, optimizer)}
+        return optimizer

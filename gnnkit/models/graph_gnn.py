@@ -304,6 +304,12 @@ class GraphGNN(nn.Module):
             h = out
         return self.head(self._pooled(h, batch))
 
+    def __repr__(self) -> str:
+        o = self.options
+        return (f"GraphGNN({o.model}, {o.num_layers} layers x {o.emb_dim}, pooling={o.pooling}, "
+                f"virtual_node={o.virtual_node}, edge_features={o.uses_edges}, aggregation={o.aggregation}"
+                + (f", format={o.format})" if o.aggregation == "gnnkit" else ")"))
+
     def format_report(self) -> dict[str, Any]:
         """The SpMM plans of each gnnkit-aggregating layer (``{"layer0": {...}}``)."""
         return {f"layer{i}": conv.format_report() for i, conv in enumerate(self.convs)
