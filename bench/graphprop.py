@@ -1,0 +1,155 @@
+"""Graph-property training speed: ``aggregation: gnnkit`` vs PyG's ``GINEConv``/``GINConv`` path.
+
+One epoch of synthetic-molhiv training (the ogbg-molhiv twin, batches of 32 molecules, OGB's mol
+example's 5 x 300 GIN, Adam) with the same weights, the same batches and the same optimizer
+settings, twice per configuration:
+
+* ``pyg``: PyG's ``GINEConv`` (edge features, the recipe's model) or ``GINConv`` (no edge
+  features): gather-scatter message passing;
+* ``gnnkit``: the same layers aggregating with :func:`gnnkit.sparse.spmm` on the batch's
+  block-diagonal CSR (``format: auto``, so the selector picks per batch matrix;
+  :mod:`gnnkit.models.graph_gnn`).
+
+Each training step (forward, backward, Adam step) is timed for both paths on the same batch, one
+after the other, so both see the same machine load; batches are cut beforehand
+(:meth:`pipeline.graph_layout.GraphSet.batch`, timed once and reported apart, the same for both).
+The table gives seconds per epoch (``--batches`` steps scaled to the epoch when fewer than an
+epoch are timed) and ``ratio`` = pyg time / gnnkit time (above 1: gnnkit faster). A last row
+times the GINE sums alone (:func:`aggregation_only`), the only part where the two paths differ:
+dense layers, dropout and the optimizer take most of a step and are the same code in both.
+
+    python bench/graphprop.py [--batches N] [--json bench/results/graphprop.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gnnkit.data.graph_set_datamodule import GraphSetDataModule  # noqa: E402
+from gnnkit.graph_classifier import GraphClassifier  # noqa: E402
+from gnnkit.sparse import Adjacency  # noqa: E402
+
+#: (label, edge features) of the compared configurations.
+CONFIGS = (("GINE (edge features, the recipe)", True), ("GIN (no edge features)", False))
+
+
+def _model(dm: GraphSetDataModule, aggregation: str, edge_features: bool, args: argparse.Namespace) -> GraphClassifier:
+    torch.manual_seed(0)
+    return GraphClassifier(model="gin", num_layers=args.layers, emb_dim=args.emb_dim, dropout=0.5,
+                           aggregation=aggregation, format="auto", edge_features=edge_features,
+                           in_channels=dm.num_features, edge_channels=dm.num_edge_features,
+                           out_channels=dm.num_classes, molecular=dm.molecular, task=dm.task)
+
+
+def _step(model: GraphClassifier, optimizer: torch.optim.Optimizer, batch: Any) -> float:
+    start = time.perf_counter()
+    optimizer.zero_grad(set_to_none=True)
+    loss = model.loss(model(batch), batch.y)
+    loss.backward()
+    optimizer.step()
+    return time.perf_counter() - start
+
+
+def compare(dm: GraphSetDataModule, batches: list[Any], edge_features: bool, args: argparse.Namespace) -> dict[str, Any]:
+    """Time both aggregation paths on the same batches (same initial weights)."""
+    models = {name: _model(dm, name, edge_features, args).train() for name in ("pyg", "gnnkit")}
+    models["gnnkit"].load_state_dict(models["pyg"].state_dict())
+    optimizers = {name: torch.optim.Adam(m.parameters(), lr=0.001) for name, m in models.items()}
+    for batch in batches[: args.warmup]:  # first calls: allocator, kernels, selector
+        for name in models:
+            _step(models[name], optimizers[name], batch)
+    times = {name: 0.0 for name in models}
+    for i, batch in enumerate(batches):
+        order = ("pyg", "gnnkit") if i % 2 == 0 else ("gnnkit", "pyg")
+        for name in order:
+            times[name] += _step(models[name], optimizers[name], batch)
+    plans = models["gnnkit"].gnn.format_report()
+    return {"pyg_s": times["pyg"], "gnnkit_s": times["gnnkit"], "ratio": times["pyg"] / times["gnnkit"],
+            "plan_layer0": plans.get("layer0")}
+
+
+def aggregation_only(batches: list[Any], dim: int, layers: int) -> dict[str, float]:
+    """Forward + backward of the GINE sums alone (``sum_j relu(x_j + e_ij)``), ``layers`` per batch:
+    PyG's gather-scatter (``GINEConv``'s ``propagate``) vs gnnkit's per-batch ``Adjacency`` (built,
+    planned by the selector) and :func:`~gnnkit.sparse.spmm`."""
+    from torch_geometric.nn import GINEConv
+
+    from gnnkit.models.graph_gnn import SparseGINEConv
+
+    torch.manual_seed(0)
+    pyg, ours = GINEConv(torch.nn.Identity(), train_eps=True), SparseGINEConv(torch.nn.Identity(), format="auto")
+    times = {"pyg": 0.0, "gnnkit": 0.0}
+    for i, batch in enumerate(batches):
+        x = torch.randn(int(batch.num_nodes), dim, requires_grad=True)
+        e = torch.randn(batch.edge_index.size(1), dim, requires_grad=True)
+        for name in (("pyg", "gnnkit") if i % 2 == 0 else ("gnnkit", "pyg")):
+            start = time.perf_counter()
+            if name == "pyg":
+                outs = [pyg(x, batch.edge_index, e) for _ in range(layers)]
+            else:
+                slots = torch.arange(batch.indices.numel())
+                edges = Adjacency(batch.indptr, slots, num_cols=slots.numel(), single_use=True)
+                outs = [ours(x, edges, batch.edge_index[0], e) for _ in range(layers)]
+            torch.stack(outs).sum().backward()
+            times[name] += time.perf_counter() - start
+    return {"pyg_s": times["pyg"], "gnnkit_s": times["gnnkit"], "ratio": times["pyg"] / times["gnnkit"]}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="synthetic-molhiv")
+    parser.add_argument("--batches", type=int, default=0, help="training steps timed (0: one whole epoch)")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--layers", type=int, default=5)
+    parser.add_argument("--emb-dim", type=int, default=300)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(torch.get_num_threads())
+    dm = GraphSetDataModule(args.dataset, batch_size=32)
+    loader = dm.train_dataloader()
+    start = time.perf_counter()
+    batches = [b for _, b in zip(range(args.batches or len(loader)), loader)]
+    collate_s = time.perf_counter() - start
+    scale = len(loader) / len(batches)
+    print(f"{args.dataset}: {len(batches)} of {len(loader)} training batches of 32 molecules timed "
+          f"(~{sum(int(b.num_nodes) for b in batches) / len(batches):.0f} atoms each), GIN {args.layers} x "
+          f"{args.emb_dim}, {torch.get_num_threads()} threads; cutting the batches: {collate_s * scale:.2f} s/epoch")
+    rows = {}
+    for label, edges in CONFIGS:
+        result = compare(dm, batches, edges, args)
+        result.update(pyg_epoch_s=result["pyg_s"] * scale, gnnkit_epoch_s=result["gnnkit_s"] * scale)
+        rows[label] = result
+    print(f"\n{'configuration':<34} {'PyG s/epoch':>12} {'gnnkit s/epoch':>15} {'ratio':>7}  gnnkit plan (layer 0)")
+    for label, r in rows.items():
+        plan = r["plan_layer0"] or {}
+        print(f"{label:<34} {r['pyg_epoch_s']:>12.1f} {r['gnnkit_epoch_s']:>15.1f} {r['ratio']:>7.3f}  "
+              f"{plan.get('forward')}/{plan.get('backward')}")
+    agg = aggregation_only(batches, args.emb_dim, args.layers)
+    agg.update(pyg_epoch_s=agg["pyg_s"] * scale, gnnkit_epoch_s=agg["gnnkit_s"] * scale)
+    print(f"{'GINE sums alone (fwd+bwd)':<34} {agg['pyg_epoch_s']:>12.1f} {agg['gnnkit_epoch_s']:>15.1f} "
+          f"{agg['ratio']:>7.3f}")
+    result = {
+        "dataset": args.dataset, "batches_timed": len(batches), "batches_per_epoch": len(loader),
+        "layers": args.layers, "emb_dim": args.emb_dim, "threads": torch.get_num_threads(),
+        "machine": platform.machine(), "collate_epoch_s": collate_s * scale, "configs": rows,
+        "aggregation_only": agg,
+        "summary": {"ratio_gine": rows[CONFIGS[0][0]]["ratio"], "ratio_gin": rows[CONFIGS[1][0]]["ratio"]},
+    }
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()
