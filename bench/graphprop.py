@@ -17,6 +17,8 @@ The table gives seconds per epoch (``--batches`` steps scaled to the epoch when 
 epoch are timed) and ``ratio`` = pyg time / gnnkit time (above 1: gnnkit faster). A last row
 times the GINE sums alone (:func:`aggregation_only`), the only part where the two paths differ:
 dense layers, dropout and the optimizer take most of a step and are the same code in both.
+First, :func:`count_baselines` prints what logistic regressions on per-graph counts (size, degrees,
+bag of atom features) reach on the task: the bar a GNN has to clear.
 
     python bench/graphprop.py [--batches N] [--json bench/results/graphprop.json]
 """
@@ -105,6 +107,44 @@ def aggregation_only(batches: list[Any], dim: int, layers: int) -> dict[str, flo
     return {"pyg_s": times["pyg"], "gnnkit_s": times["gnnkit"], "ratio": times["pyg"] / times["gnnkit"]}
 
 
+def count_baselines(dm: GraphSetDataModule) -> dict[str, dict[str, float]]:
+    """ROC-AUC of logistic regressions on per-graph counts, no message passing: ``size/degree``
+    (atoms, bonds, degree histogram) and ``bag of atoms`` (counts of every atom feature value, plus
+    size/degree). What a model that does not see which atoms are bonded can reach on the task."""
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    from gnnkit.metrics import evaluate, make_graph_evaluator
+
+    g = dm.graphs
+    ptr = g.graph_ptr.numpy()
+    owner = np.repeat(np.arange(g.num_graphs), np.diff(ptr))
+    degree = np.diff(g.indptr.numpy())
+    size = np.stack([np.diff(ptr), np.add.reduceat(degree, ptr[:-1]) / 2], axis=1)
+    hist = np.zeros((g.num_graphs, 7))
+    np.add.at(hist, (owner, np.minimum(degree, 6)), 1)
+    x = g.x.numpy()
+    columns = [np.zeros((g.num_graphs, int(x[:, c].max()) + 1)) for c in range(x.shape[1])]
+    for c, block in enumerate(columns):
+        np.add.at(block, (owner, x[:, c]), 1)
+    features = {"size/degree": np.hstack([size, hist]), "bag of atoms": np.hstack([size, hist, *columns])}
+    y = g.y.numpy()[:, 0]
+    evaluator = make_graph_evaluator(dm.task["name"], dm.task["eval_metric"], dm.task["num_tasks"])
+    out = {}
+    for name, f in features.items():
+        scaler = StandardScaler().fit(f[g.split["train"].numpy()])
+        model = LogisticRegression(max_iter=2000).fit(scaler.transform(f[g.split["train"].numpy()]),
+                                                      y[g.split["train"].numpy()])
+        out[name] = {}
+        for split in ("valid", "test"):
+            ids = g.split[split].numpy()
+            score = model.decision_function(scaler.transform(f[ids]))
+            out[name][split] = evaluate(evaluator, torch.from_numpy(y[ids]).view(-1, 1),
+                                        torch.from_numpy(score).view(-1, 1))
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="synthetic-molhiv")
@@ -112,10 +152,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--layers", type=int, default=5)
     parser.add_argument("--emb-dim", type=int, default=300)
+    parser.add_argument("--baselines-only", action="store_true", help="only the count baselines (seconds)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     torch.set_num_threads(torch.get_num_threads())
     dm = GraphSetDataModule(args.dataset, batch_size=32)
+    baselines = count_baselines(dm)
+    print(f"{'count baseline (logistic regression)':<38} {'valid':>7} {'test':>7}  ({dm.task['eval_metric']})")
+    for name, r in baselines.items():
+        print(f"{name:<38} {r['valid']:>7.4f} {r['test']:>7.4f}")
+    if args.baselines_only:
+        return {"baselines": baselines}
     loader = dm.train_dataloader()
     start = time.perf_counter()
     batches = [b for _, b in zip(range(args.batches or len(loader)), loader)]
@@ -142,7 +189,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "dataset": args.dataset, "batches_timed": len(batches), "batches_per_epoch": len(loader),
         "layers": args.layers, "emb_dim": args.emb_dim, "threads": torch.get_num_threads(),
         "machine": platform.machine(), "collate_epoch_s": collate_s * scale, "configs": rows,
-        "aggregation_only": agg,
+        "aggregation_only": agg, "count_baselines": baselines,
         "summary": {"ratio_gine": rows[CONFIGS[0][0]]["ratio"], "ratio_gin": rows[CONFIGS[1][0]]["ratio"]},
     }
     if args.json:
