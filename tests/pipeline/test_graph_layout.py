@@ -197,3 +197,30 @@ def test_registry_twin_preprocesses_through_the_family_dispatch():
     graphs = gl.open_entry(entry)
     assert entry.manifest["meta"]["family"] == "graph" and graphs.num_graphs == 400
     assert graphs.meta["eval_metric"] == "rocauc"
+
+
+def test_binary_layout_reads_the_same_graphs(small_folder: Path, tmp_path: Path):
+    """The twin rewritten as OGB's binary layout (data.npz with both edge directions, graph-label.npz)."""
+    data = sg.build(sg.presets()["synthetic-molhiv-small"])
+    folder = tmp_path / "binary"
+    shutil.copytree(small_folder / "split", folder / "split")
+    (folder / "raw").mkdir()
+    starts = np.concatenate([[0], np.cumsum(data["num_edges"])])
+    edges, feats = [], []
+    for g in range(data["num_nodes"].size):  # OGB's reader order: a graph's bonds, then their reverses
+        bonds, bond_feat = data["edges"][starts[g]:starts[g + 1]], data["edge_feat"][starts[g]:starts[g + 1]]
+        edges.append(np.concatenate([bonds, bonds[:, ::-1]]))
+        feats.append(np.concatenate([bond_feat, bond_feat]))
+    np.savez(folder / "raw" / "data.npz", edge_index=np.concatenate(edges).T, edge_feat=np.concatenate(feats),
+             node_feat=data["node_feat"], num_nodes_list=data["num_nodes"], num_edges_list=2 * data["num_edges"])
+    np.savez(folder / "raw" / "graph-label.npz", graph_label=data["labels"].reshape(-1, 1))
+    meta = json.loads((small_folder / "meta.json").read_text())
+    (folder / "meta.json").write_text(json.dumps({**meta, "binary": "True", "add_inverse_edge": "False"}))
+    binary, _ = _build(folder)
+    csv, _ = _build(small_folder)
+    assert binary.keys() == csv.keys()
+    for name in ("graph_ptr", "edge_ptr", "indptr", "x", "y", "split.test"):
+        assert np.array_equal(binary[name], csv[name]), name
+    dst = np.repeat(np.arange(csv["indptr"].size - 1), np.diff(csv["indptr"]))
+    pairs = lambda a: sorted(zip(a["indices"].tolist(), dst.tolist(), map(tuple, a["edge_attr"].tolist())))  # noqa: E731
+    assert pairs(binary) == pairs(csv)
