@@ -14,7 +14,8 @@ Each training step (forward, backward, Adam step) is timed for both paths on the
 after the other, so both see the same machine load; batches are cut beforehand
 (:meth:`pipeline.graph_layout.GraphSet.batch`, timed once and reported apart, the same for both).
 The table gives seconds per epoch (``--batches`` steps scaled to the epoch when fewer than an
-epoch are timed) and ``ratio`` = pyg time / gnnkit time (above 1: gnnkit faster). A last row
+epoch are timed), ``ratio`` = pyg time / gnnkit time (above 1: gnnkit faster) and ``median``, the
+median over batches of the two back-to-back steps' ratio (robust to load spikes on a shared machine). A last row
 times the GINE sums alone (:func:`aggregation_only`), the only part where the two paths differ:
 dense layers, dropout and the optimizer take most of a step and are the same code in both.
 First, :func:`count_baselines` prints what logistic regressions on per-graph counts (size, degrees,
@@ -70,27 +71,35 @@ def compare(dm: GraphSetDataModule, batches: list[Any], edge_features: bool, arg
     for batch in batches[: args.warmup]:  # first calls: allocator, kernels, selector
         for name in models:
             _step(models[name], optimizers[name], batch)
-    times = {name: 0.0 for name in models}
+    steps: dict[str, list[float]] = {name: [] for name in models}
     for i, batch in enumerate(batches):
         order = ("pyg", "gnnkit") if i % 2 == 0 else ("gnnkit", "pyg")
         for name in order:
-            times[name] += _step(models[name], optimizers[name], batch)
+            steps[name].append(_step(models[name], optimizers[name], batch))
     plans = models["gnnkit"].gnn.format_report()
-    return {"pyg_s": times["pyg"], "gnnkit_s": times["gnnkit"], "ratio": times["pyg"] / times["gnnkit"],
-            "plan_layer0": plans.get("layer0")}
+    return {**_ratios(steps), "plan_layer0": plans.get("layer0")}
+
+
+def _ratios(steps: dict[str, list[float]]) -> dict[str, float]:
+    """Total times, their ratio, and the median of the per-batch ratios (robust to load spikes on a
+    shared machine: both steps of a pair ran back to back)."""
+    paired = sorted(p / g for p, g in zip(steps["pyg"], steps["gnnkit"]))
+    return {"pyg_s": sum(steps["pyg"]), "gnnkit_s": sum(steps["gnnkit"]),
+            "ratio": sum(steps["pyg"]) / sum(steps["gnnkit"]), "median_ratio": paired[len(paired) // 2]}
 
 
 def aggregation_only(batches: list[Any], dim: int, layers: int) -> dict[str, float]:
     """Forward + backward of the GINE sums alone (``sum_j relu(x_j + e_ij)``), ``layers`` per batch:
     PyG's gather-scatter (``GINEConv``'s ``propagate``) vs gnnkit's per-batch ``Adjacency`` (built,
-    planned by the selector) and :func:`~gnnkit.sparse.spmm`."""
+    planned per size class by :class:`~gnnkit.models.graph_gnn.BatchPlans`) and :func:`~gnnkit.sparse.spmm`."""
     from torch_geometric.nn import GINEConv
 
-    from gnnkit.models.graph_gnn import SparseGINEConv
+    from gnnkit.models.graph_gnn import BatchPlans, SparseGINEConv
 
     torch.manual_seed(0)
     pyg, ours = GINEConv(torch.nn.Identity(), train_eps=True), SparseGINEConv(torch.nn.Identity(), format="auto")
-    times = {"pyg": 0.0, "gnnkit": 0.0}
+    ours.plans = BatchPlans()  # as GraphGNN shares one across its layers
+    steps: dict[str, list[float]] = {"pyg": [], "gnnkit": []}
     for i, batch in enumerate(batches):
         x = torch.randn(int(batch.num_nodes), dim, requires_grad=True)
         e = torch.randn(batch.edge_index.size(1), dim, requires_grad=True)
@@ -100,11 +109,11 @@ def aggregation_only(batches: list[Any], dim: int, layers: int) -> dict[str, flo
                 outs = [pyg(x, batch.edge_index, e) for _ in range(layers)]
             else:
                 slots = torch.arange(batch.indices.numel())
-                edges = Adjacency(batch.indptr, slots, num_cols=slots.numel(), single_use=True)
+                edges = Adjacency(batch.indptr, slots, num_cols=slots.numel(), single_use=True, validate=False)
                 outs = [ours(x, edges, batch.edge_index[0], e) for _ in range(layers)]
             torch.stack(outs).sum().backward()
-            times[name] += time.perf_counter() - start
-    return {"pyg_s": times["pyg"], "gnnkit_s": times["gnnkit"], "ratio": times["pyg"] / times["gnnkit"]}
+            steps[name].append(time.perf_counter() - start)
+    return _ratios(steps)
 
 
 def count_baselines(dm: GraphSetDataModule) -> dict[str, dict[str, float]]:
@@ -176,21 +185,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         result = compare(dm, batches, edges, args)
         result.update(pyg_epoch_s=result["pyg_s"] * scale, gnnkit_epoch_s=result["gnnkit_s"] * scale)
         rows[label] = result
-    print(f"\n{'configuration':<34} {'PyG s/epoch':>12} {'gnnkit s/epoch':>15} {'ratio':>7}  gnnkit plan (layer 0)")
+    print(f"\n{'configuration':<34} {'PyG s/epoch':>12} {'gnnkit s/epoch':>15} {'ratio':>7} {'median':>7}  "
+          "gnnkit plan (layer 0)")
     for label, r in rows.items():
         plan = r["plan_layer0"] or {}
-        print(f"{label:<34} {r['pyg_epoch_s']:>12.1f} {r['gnnkit_epoch_s']:>15.1f} {r['ratio']:>7.3f}  "
-              f"{plan.get('forward')}/{plan.get('backward')}")
+        print(f"{label:<34} {r['pyg_epoch_s']:>12.1f} {r['gnnkit_epoch_s']:>15.1f} {r['ratio']:>7.3f} "
+              f"{r['median_ratio']:>7.3f}  {plan.get('forward')}/{plan.get('backward')}")
     agg = aggregation_only(batches, args.emb_dim, args.layers)
     agg.update(pyg_epoch_s=agg["pyg_s"] * scale, gnnkit_epoch_s=agg["gnnkit_s"] * scale)
     print(f"{'GINE sums alone (fwd+bwd)':<34} {agg['pyg_epoch_s']:>12.1f} {agg['gnnkit_epoch_s']:>15.1f} "
-          f"{agg['ratio']:>7.3f}")
+          f"{agg['ratio']:>7.3f} {agg['median_ratio']:>7.3f}")
     result = {
         "dataset": args.dataset, "batches_timed": len(batches), "batches_per_epoch": len(loader),
         "layers": args.layers, "emb_dim": args.emb_dim, "threads": torch.get_num_threads(),
         "machine": platform.machine(), "collate_epoch_s": collate_s * scale, "configs": rows,
         "aggregation_only": agg, "count_baselines": baselines,
-        "summary": {"ratio_gine": rows[CONFIGS[0][0]]["ratio"], "ratio_gin": rows[CONFIGS[1][0]]["ratio"]},
+        "summary": {"ratio_gine": rows[CONFIGS[0][0]]["ratio"], "ratio_gin": rows[CONFIGS[1][0]]["ratio"],
+                    "median_ratio_gine": rows[CONFIGS[0][0]]["median_ratio"],
+                    "median_ratio_gin": rows[CONFIGS[1][0]]["median_ratio"],
+                    "ratio_sums_alone": agg["ratio"]},
     }
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

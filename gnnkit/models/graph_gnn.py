@@ -20,6 +20,7 @@ aggregates with :func:`gnnkit.sparse.spmm` on the batch's block-diagonal CSR as 
 messages (``relu(x_j + e_ij)``) are summed into their destination rows by the matrix with the
 batch CSR's row pointer and one column per edge slot (same rows, same per-row counts, so the same
 matrix statistics as the adjacency); without edge features GIN multiplies the adjacency itself.
+The selector plans once per size class of batch matrix (:class:`BatchPlans`), not per batch.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from torch import Tensor, nn
 from torch_geometric.data import Data
 
 from gnnkit.models.sparse_conv import SparseAggregation, SparseGINConv
-from gnnkit.sparse import Adjacency
+from gnnkit.sparse import Adjacency, SpmmPlan, plan, spmm
 
 MODELS = ("gin", "gcn", "mlp")
 POOLINGS = ("mean", "sum", "attention")
@@ -136,7 +137,49 @@ def gin_mlp(dim: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(dim, 2 * dim), nn.BatchNorm1d(2 * dim), nn.ReLU(), nn.Linear(2 * dim, dim))
 
 
-class SparseGINEConv(SparseAggregation):
+class BatchPlans:
+    """The selector's SpMM plan per size class of batch matrix, shared by a model's layers.
+
+    Every training step brings a new block-diagonal batch matrix, and asking the selector anew for
+    each (matrix features, tree ensemble, for ``A`` and ``A^T``) costs about as much as one layer's
+    aggregation. Batches of the same dataset and batch size are alike, so the plan the selector
+    makes for the first matrix of a size class (rows, columns and entries, each to a power of two,
+    and the width) serves the next ones. Batch matrices are single-use, so the selector only
+    considers formats that need no conversion and a kept plan never triggers one.
+    """
+
+    def __init__(self) -> None:
+        self._plans: dict[tuple[int, ...], SpmmPlan] = {}
+
+    def get(self, adj: Adjacency, width: int, format: str) -> SpmmPlan:
+        """The plan for ``adj`` at ``width``: the selector's, made once per size class (``"auto"``)."""
+        if format != "auto":
+            return plan(adj, width, format)
+        key = (adj.num_rows.bit_length(), adj.num_cols.bit_length(), adj.nnz.bit_length(), width)
+        if key not in self._plans:
+            self._plans[key] = plan(adj, width, "auto")
+        return self._plans[key]
+
+
+class PlannedAggregation(SparseAggregation):
+    """:class:`SparseAggregation` whose plans come from a shared :class:`BatchPlans` when one is set."""
+
+    plans: BatchPlans | None = None
+
+    def message_and_aggregate(self, adj: Adjacency, x: Tensor) -> Tensor:
+        """``spmm(adj, x)`` in the formats of the size class's plan."""
+        if self.plans is None:
+            return super().message_and_aggregate(adj, x)
+        self.last_plan = self.plans.get(adj, x.size(1), self.format)
+        self.plan_counts[f"{self.last_plan.forward}/{self.last_plan.backward}"] += 1
+        return spmm(adj, x, reduce=self.reduce, format=self.last_plan.forward, backward_format=self.last_plan.backward)
+
+
+class PlannedGINConv(PlannedAggregation, SparseGINConv):
+    """:class:`~gnnkit.models.sparse_conv.SparseGINConv` planned per batch size class."""
+
+
+class SparseGINEConv(PlannedAggregation):
     """GIN with edge features (the operator of PyG's ``GINEConv``, same parameter names):
     ``nn((1 + eps) x_i + sum_j relu(x_j + e_ij))``, summed by :func:`gnnkit.sparse.spmm`.
 
@@ -164,7 +207,7 @@ class SparseGINEConv(SparseAggregation):
         return self.nn(self.message_and_aggregate(edges, messages) + (1 + self.eps) * x)
 
 
-class MolGCNConv(SparseAggregation):
+class MolGCNConv(PlannedAggregation):
     """OGB's GCN with edge features: ``sum_j norm_ij relu(W x_j + e_ij) + relu(W x_i + r) / deg_i``,
     ``norm_ij = 1 / sqrt(deg_i deg_j)`` with ``deg = in-degree + 1`` (Kipf & Welling
     <https://arxiv.org/abs/1609.02907>, OGB's mol example's ``GCNConv``).
@@ -226,6 +269,10 @@ class GraphGNN(nn.Module):
             )
         self.pool = self._pool()
         self.head = nn.Linear(d, out_channels)
+        self.plans = BatchPlans()
+        for conv in self.convs:
+            if isinstance(conv, PlannedAggregation):
+                conv.plans = self.plans
 
     def _conv(self) -> nn.Module:
         o = self.options
@@ -236,7 +283,7 @@ class GraphGNN(nn.Module):
         if o.aggregation == "gnnkit":
             if o.uses_edges:
                 return SparseGINEConv(gin_mlp(o.emb_dim), train_eps=True, format=o.format)
-            return SparseGINConv(gin_mlp(o.emb_dim), train_eps=True, format=o.format)
+            return PlannedGINConv(gin_mlp(o.emb_dim), train_eps=True, format=o.format)
         from torch_geometric.nn import GINConv, GINEConv
 
         if o.uses_edges:
@@ -267,8 +314,9 @@ class GraphGNN(nn.Module):
         num_nodes = int(batch.num_nodes)
         if self.options.uses_edges:
             slots = torch.arange(batch.indices.numel(), device=batch.indices.device)
-            return Adjacency(batch.indptr, slots, num_cols=slots.numel(), single_use=True), None
-        return None, Adjacency(batch.indptr, batch.indices, num_cols=num_nodes, single_use=True)
+            return Adjacency(batch.indptr, slots, num_cols=slots.numel(), single_use=True, validate=False), None
+        # validate=False: the batch CSR is cut from a validated cache entry by GraphSet.batch
+        return None, Adjacency(batch.indptr, batch.indices, num_cols=num_nodes, single_use=True, validate=False)
 
     def _layer(self, i: int, h: Tensor, batch: Data, edges: Adjacency | None, adj: Adjacency | None) -> Tensor:
         conv, o = self.convs[i], self.options
