@@ -13,6 +13,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("gnnkit.run", "train and test a recipe (LightningCLI arguments follow)"),
     "datasets": ("gnnkit.data.cli", "list registry entries and their cache state"),
     "preprocess": ("gnnkit.data.cli", "build (or find) the cache entry of a dataset"),
+    "partition": ("gnnkit.data.cli", "split a node dataset into P METIS partition entries in the cache"),
     "cache": ("gnnkit.data.cli", "inspect the preprocessed cache and the batch caches"),
     "comm": ("gnnkit.comm.cli", "gradient communication tools"),
     "formats": ("gnnkit.sparse.cli", "SpMM formats: list, explain a dataset, calibrate the selector"),

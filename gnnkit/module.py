@@ -13,6 +13,7 @@ from gnnkit.metrics import evaluate, make_evaluator
 from gnnkit.models.inrank import InRankOptions
 from gnnkit.models.node_gnn import NodeGNN, NodeGNNOptions, resolve_model
 from gnnkit.optim import build_optimizer, build_scheduler
+from gnnkit.partitioned.batch_norm import partition_batch_norms
 from gnnkit.sparse.decision import RunLength, set_run_length
 from gnnkit.tt import TTEmbedding, auto_config
 
@@ -249,10 +250,15 @@ class NodeClassifier(pl.LightningModule):
         return info
 
     def setup(self, stage: str) -> None:
-        """Give a TT table the dataset's node order and hot (highest-degree) nodes."""
+        """Partition-parallel runs: batch statistics over every partition. TT tables: give them the
+        dataset's node order and hot (highest-degree) nodes."""
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        if getattr(datamodule, "partitions", None) is not None:
+            if self.gnn.aggregation != "gnnkit" and self.gnn.model != "mlp":
+                raise ValueError("data.partitions: partition-parallel layers need model.aggregation: gnnkit")
+            partition_batch_norms(self.gnn)
         if not isinstance(self.embedding, TTEmbedding):
             return
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         graph = getattr(datamodule, "graph", None)
         if self.hparams.tt_reorder:
             order = None if graph is None else graph.extra.get("node_order")
@@ -286,9 +292,10 @@ class NodeClassifier(pl.LightningModule):
 
     def forward(self, batch: Data) -> Tensor:
         """Logits for the batch's target nodes."""
-        out = self.gnn(self.node_input(batch), batch.edge_index, adj=getattr(batch, "adj", None),
+        out = self.gnn(self.node_input(batch), getattr(batch, "edge_index", None), adj=getattr(batch, "adj", None),
                        num_sampled_nodes=getattr(batch, "num_sampled_nodes", None),
-                       num_sampled_edges=getattr(batch, "num_sampled_edges", None))
+                       num_sampled_edges=getattr(batch, "num_sampled_edges", None),
+                       halo=getattr(batch, "halo", None))
         return out[batch_targets(batch)]
 
     def _loss(self, logits: Tensor, y: Tensor) -> Tensor:
@@ -304,7 +311,9 @@ class NodeClassifier(pl.LightningModule):
         self.log(f"{stage}_loss", loss, on_step=False, on_epoch=True, batch_size=y.shape[0],
                  prog_bar=stage != "test", sync_dist=True)  # the mean over ranks (a no-op on one)
         self._outputs[stage].append((y.detach(), logits.detach()))
-        return loss
+        # A partition's loss counts in proportion to its share of the split, so the ranks' averaged
+        # gradients are the whole graph's (1 elsewhere).
+        return loss * getattr(batch, "loss_scale", 1.0)
 
     def training_step(self, batch: Data, batch_idx: int) -> Tensor:
         return self._step(batch, "train")

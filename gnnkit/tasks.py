@@ -55,6 +55,11 @@ TASKS: dict[str, TaskFamily] = {
         (("data.num_classes", "model.out_channels"), ("data.num_nodes", "model.num_nodes"),
          ("data.full_batch", "model.full_batch")),
     ),
+    "link": TaskFamily(
+        "gnnkit.link_predictor.LinkPredictor",
+        "gnnkit.data.link_datamodule.LinkDataModule",
+        (("data.num_nodes", "model.num_nodes"), ("data.full_batch", "model.full_batch")),
+    ),
     "graph": TaskFamily(
         "gnnkit.graph_classifier.GraphClassifier",
         "gnnkit.data.graph_set_datamodule.GraphSetDataModule",

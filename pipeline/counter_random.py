@@ -43,8 +43,13 @@ def stream_key(seed: int, *ids: int) -> int:
 
 def bits(key: int, start: int, count: int) -> np.ndarray:
     """Raw uint64 values ``start .. start + count - 1`` of the stream ``key``."""
+    return bits_at(key, np.arange(start, start + count, dtype=np.uint64))
+
+
+def bits_at(key: int, positions: np.ndarray) -> np.ndarray:
+    """Raw uint64 values of the stream ``key`` at any ``positions`` (non-negative integers)."""
     with np.errstate(over="ignore"):
-        z = np.arange(start, start + count, dtype=np.uint64)
+        z = np.asarray(positions).astype(np.uint64)
         z *= np.uint64(_GAMMA)
         z += np.uint64(key)
         z ^= z >> np.uint64(30)
@@ -57,7 +62,12 @@ def bits(key: int, start: int, count: int) -> np.ndarray:
 
 def uniform(key: int, start: int, count: int) -> np.ndarray:
     """float64 uniforms in the open interval (0, 1): ``(top 53 bits + 1/2) / 2^53``."""
-    u = (bits(key, start, count) >> np.uint64(11)).astype(np.float64)
+    return uniform_at(key, np.arange(start, start + count, dtype=np.uint64))
+
+
+def uniform_at(key: int, positions: np.ndarray) -> np.ndarray:
+    """:func:`uniform`'s values at any ``positions`` of the stream."""
+    u = (bits_at(key, positions) >> np.uint64(11)).astype(np.float64)
     u += 0.5
     u *= 2.0 ** -53
     return u

@@ -25,7 +25,7 @@ class PreprocessOptions:
         self_loops: ``"keep"`` self loops as stored, or ``"remove"`` them. Default ``"keep"``.
         reorder: Graph-aware node numbering stored beside the graph as ``extra.node_order``
             (``order[v]`` = new number of node ``v``; node ids stay as they are): ``"rcm"``
-            (reverse Cuthill-McKee), ``"partition"`` (multi-level partition, :mod:`pipeline.partition`)
+            (reverse Cuthill-McKee), ``"partition"`` (nested METIS clusters, :mod:`pipeline.partition`)
             or ``"none"``; see :mod:`pipeline.reorder`. Default ``"none"``.
         normalize_features: Feature transform (:mod:`pipeline.feature_prep`, chunked): ``"row"``
             divides each node's feature row by its sum as PyG's ``NormalizeFeatures`` does,

@@ -1,55 +1,36 @@
-"""Multi-level graph partition by size-constrained label propagation, vectorised with numpy.
+"""Graph partitioning with METIS: P balanced parts, and nested clusters for node numbering.
 
-Label propagation (Raghavan, Albert and Kumara, "Near linear time algorithm to detect community
-structures in large-scale networks", Phys. Rev. E 2007, <https://arxiv.org/abs/0709.2938>) moves
-every node to the label most of its edge weight points to. With a cap on the total node weight a
-label may hold, it becomes the coarsening step of multi-level partitioners for complex networks
-(Meyerhenke, Sanders and Schulz, "Partitioning Complex Networks via Size-constrained
-Clustering", SEA 2014, <https://arxiv.org/abs/1402.3281>): cluster under a cap, contract each
-cluster to one weighted node, cluster the contracted graph under a larger cap, and so on.
+METIS (Karypis and Kumar, "A Fast and High Quality Multilevel Scheme for Partitioning Irregular
+Graphs", SIAM J. Sci. Comput. 1998, <https://doi.org/10.1137/S1064827595287997>) is what partition
+parallel GNN training uses (DistDGL, <https://arxiv.org/abs/2010.05337>; BNS-GCN,
+<https://arxiv.org/abs/2203.10983>; Cluster-GCN, <https://arxiv.org/abs/1905.07953>), through the
+``pymetis`` wheel here. It is gnnkit's one partitioner, for two uses:
 
-gnnkit uses the resulting hierarchy to number nodes (:func:`pipeline.reorder.node_order` with
-``"partition"``): nodes of one cluster get consecutive numbers, clusters of one parent cluster get
-consecutive ranges, so graph neighbours share the leading digits of their TT row (Yin et al.,
-"Nimble GNN Embedding with Tensor-Train Decomposition", KDD 2022,
-<https://arxiv.org/abs/2206.10581>, order nodes with METIS for the same reason).
+* :func:`metis_parts`: ``P`` parts of (almost) equal size with few edges between them, for
+  partition-parallel training (:mod:`pipeline.partitioned`).
+* :func:`nested_parts`: clusters within clusters, top down (split the graph into
+  ``ceil(N / caps[-1])`` parts, each part into ``ceil(size / caps[-2])``, ...), which
+  :func:`pipeline.reorder.node_order` turns into a numbering where graph neighbours share the
+  leading digits of their TT row (Yin et al., "Nimble GNN Embedding with Tensor-Train
+  Decomposition", KDD 2022, <https://arxiv.org/abs/2206.10581>, order nodes with METIS too).
 
-Each sweep is synchronous but lets a random half of the nodes move, which stops two neighbours
-from swapping labels forever; moves into a label are admitted in random order until its cap is
-reached. Everything is seeded, so the partition is deterministic.
+It replaced a size-constrained label propagation (Meyerhenke et al., SEA 2014), which measured worse
+on the arxiv twin (169,343 nodes, 2.3M edges, 2 cores): a 4-way edge cut of 0.20 against METIS's
+0.15 in 3.0 s against 0.45 s; as a node order, 22.5% of edges inside blocks of 56 numbers against
+25.8% for nested METIS at about the same time (3.0 s, 3.7 s).
+
+METIS wants a symmetric graph without self loops, so edges are taken in both directions and loops
+dropped (a directed graph is partitioned as its undirected version). Results are deterministic for
+a seed.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-
-#: Label-propagation sweeps per level (fewer if the labels settle first).
-ITERATIONS = 30
-#: A level stops early once fewer than this fraction of its nodes moved in a sweep.
-SETTLED = 1e-3
-
-
-@dataclass(frozen=True)
-class WeightedGraph:
-    """A CSR graph with edge and node weights (``weights is None`` means every edge weighs 1)."""
-
-    indptr: np.ndarray
-    indices: np.ndarray
-    weights: np.ndarray | None
-    node_weights: np.ndarray
-
-    @property
-    def num_nodes(self) -> int:
-        return self.indptr.size - 1
-
-    def rows(self) -> np.ndarray:
-        """Source node of every edge, ``int64 [nnz]``."""
-        return np.repeat(np.arange(self.num_nodes, dtype=np.int64), np.diff(self.indptr))
 
 
 def default_caps(num_nodes: int, levels: int = 3) -> list[int]:
@@ -60,148 +41,111 @@ def default_caps(num_nodes: int, levels: int = 3) -> list[int]:
     return caps[:levels]
 
 
-def label_weights(graph: WeightedGraph, label: np.ndarray, rows: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Edge weight from every node to every label among its neighbours (``rows``: the graph's
-    :meth:`~WeightedGraph.rows`, computed once per level by the caller).
+def undirected_edges(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every edge of a CSR graph in both directions, once each, without self loops.
 
     Returns:
-        ``(node, label, weight)``, one entry per distinct (node, neighbour label) pair, sorted by
-        node then label.
+        ``(src, dst)`` int64, sorted by ``src`` then ``dst``.
     """
-    n = graph.num_nodes
-    key = rows * n + label[graph.indices]
-    if graph.weights is None:  # unit weights: counts are run lengths of the sorted keys
-        key.sort()
-        starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1]))) if key.size else key
-        weight = np.diff(np.append(starts, key.size)).astype(np.float64)
-        key = key[starts]
-    else:
-        key, inverse = np.unique(key, return_inverse=True)
-        weight = np.bincount(inverse.reshape(-1), weights=graph.weights, minlength=key.size)
-    return key // n, key % n, weight
+    n = indptr.size - 1
+    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+    cols = np.asarray(indices, dtype=np.int64)
+    keep = rows != cols
+    a, b = np.concatenate([rows[keep], cols[keep]]), np.concatenate([cols[keep], rows[keep]])
+    key = np.unique(a * max(n, 1) + b)
+    return key // max(n, 1), key % max(n, 1)
 
 
-def _first_per_group(group: np.ndarray) -> np.ndarray:
-    """Positions where a sorted ``group`` array starts a new value."""
-    first = np.ones(group.size, dtype=bool)
-    first[1:] = group[1:] != group[:-1]
-    return np.flatnonzero(first)
+def _metis(num_nodes: int, src: np.ndarray, dst: np.ndarray, parts: int, seed: int) -> np.ndarray:
+    """METIS on a symmetric edge list sorted by ``src``; part of every node, ``int64 [num_nodes]``."""
+    import pymetis
+
+    if parts <= 1 or num_nodes == 0:
+        return np.zeros(num_nodes, dtype=np.int64)
+    if parts >= num_nodes:
+        return np.arange(num_nodes, dtype=np.int64)
+    if src.size == 0:  # no edges: any balanced split cuts nothing
+        return np.arange(num_nodes, dtype=np.int64) * parts // num_nodes
+    xadj = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=num_nodes), out=xadj[1:])
+    result = pymetis.part_graph(parts, adjacency=pymetis.CSRAdjacency(xadj, dst),
+                                options=pymetis.Options(seed=seed))
+    return np.asarray(result.vertex_part, dtype=np.int64)
 
 
-def _runs(group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(starts, run)`` of a sorted ``group`` array: where each run of equal values starts, and
-    the run number of every position."""
-    starts = _first_per_group(group)
-    return starts, np.repeat(np.arange(starts.size), np.diff(np.append(starts, group.size)))
-
-
-def _best_per_node(node: np.ndarray, score: np.ndarray) -> np.ndarray:
-    """Position of the highest ``score`` of every run of equal ``node`` (sorted), the first on a
-    tie; linear time, no sort."""
-    starts, run = _runs(node)
-    best = np.maximum.reduceat(score, starts) if starts.size else score
-    top = np.flatnonzero(score == best[run])
-    return top[_first_per_group(node[top])]
-
-
-def _admit(nodes: np.ndarray, targets: np.ndarray, graph: WeightedGraph, size: np.ndarray, cap: float,
-           rng: np.random.Generator) -> np.ndarray:
-    """Mask of the moves ``nodes -> targets`` admitted, in random order per target, until the
-    target's total node weight would exceed ``cap``."""
-    order = np.lexsort((rng.random(nodes.size), targets))
-    weight = graph.node_weights[nodes[order]]
-    cum = np.cumsum(weight)
-    starts, run = _runs(targets[order])
-    incoming = cum - (cum[starts] - weight[starts])[run]
-    admitted = np.empty(nodes.size, dtype=bool)
-    admitted[order] = size[targets[order]] + incoming <= cap
-    return admitted
-
-
-def label_propagation(graph: WeightedGraph, cap: float, iterations: int = ITERATIONS, seed: int = 0) -> np.ndarray:
-    """Size-constrained label propagation: clusters whose node weight stays within ``cap``.
-
-    Args:
-        graph: The graph (symmetric for the usual meaning of a cluster).
-        cap: Largest total node weight of a cluster.
-        iterations: Most sweeps.
-        seed: Seed of the tie-breaking and move order.
-
-    Returns:
-        ``int64 [num_nodes]`` cluster ids ``0..k-1``.
-    """
-    n = graph.num_nodes
-    rng = np.random.default_rng(seed)
-    label = np.arange(n, dtype=np.int64)
-    size = graph.node_weights.astype(np.float64).copy()
-    rows = graph.rows()
-    for _ in range(iterations):
-        node, lab, weight = label_weights(graph, label, rows)
-        score = weight + rng.random(weight.size) * 1e-6  # random tie-break
-        own = np.zeros(n)
-        mine = lab == label[node]
-        own[node[mine]] = score[mine]
-        room = mine | (size[lab] + graph.node_weights[node] <= cap)
-        best = _best_per_node(node, np.where(room, score, -np.inf))
-        best = best[room[best]]  # the best label with room, for nodes that have one
-        moving = ((lab[best] != label[node[best]]) & (score[best] > own[node[best]])
-                  & (rng.random(best.size) < 0.5))  # a random half moves: no endless swaps
-        movers, targets = node[best[moving]], lab[best[moving]]
-        admitted = _admit(movers, targets, graph, size, cap, rng)
-        movers, targets = movers[admitted], targets[admitted]
-        moved = graph.node_weights[movers]
-        size += np.bincount(targets, weights=moved, minlength=n)
-        size -= np.bincount(label[movers], weights=moved, minlength=n)
-        label[movers] = targets
-        if movers.size < SETTLED * n:
-            break
-    return np.unique(label, return_inverse=True)[1].reshape(-1).astype(np.int64)
-
-
-def coarsen(graph: WeightedGraph, clusters: np.ndarray) -> WeightedGraph:
-    """Contract every cluster to one node; edge weights between clusters add up, edges inside a
-    cluster vanish, node weights add up."""
-    k = int(clusters.max()) + 1 if clusters.size else 0
-    a, b = clusters[graph.rows()], clusters[graph.indices]
-    between = a != b
-    weights = np.ones(int(between.sum())) if graph.weights is None else graph.weights[between]
-    key, inverse = np.unique(a[between] * k + b[between], return_inverse=True)
-    indptr = np.zeros(k + 1, dtype=np.int64)
-    np.cumsum(np.bincount(key // k, minlength=k), out=indptr[1:])
-    return WeightedGraph(indptr, key % k, np.bincount(inverse.reshape(-1), weights=weights, minlength=key.size),
-                         np.bincount(clusters, weights=graph.node_weights, minlength=k))
-
-
-def multilevel_clusters(
-    indptr: np.ndarray, indices: np.ndarray, caps: list[int], iterations: int = ITERATIONS, seed: int = 0,
-    progress: Callable[[str], None] | None = None,
-) -> tuple[list[np.ndarray], WeightedGraph]:
-    """Cluster, contract, repeat: one clustering per cap, finest first.
+def metis_parts(indptr: np.ndarray, indices: np.ndarray, parts: int, seed: int = 0) -> np.ndarray:
+    """Split a graph into ``parts`` balanced parts with few edges between them.
 
     Args:
         indptr: CSR row pointer ``int64 [N+1]``.
         indices: CSR column ids ``int64 [nnz]``.
-        caps: Cluster-size caps, finest first.
-        iterations: Most label-propagation sweeps per level.
-        seed: Seed of the first level (level ``l`` uses ``seed + l``).
+        parts: Number of parts (at least 1).
+        seed: METIS's random seed.
+
+    Returns:
+        ``int64 [N]``: the part of every node, in ``0..parts-1``.
+    """
+    if parts < 1:
+        raise ValueError(f"parts: expected at least 1, got {parts}")
+    src, dst = undirected_edges(indptr, indices)
+    return _metis(indptr.size - 1, src, dst, parts, seed)
+
+
+def edge_cut(indptr: np.ndarray, indices: np.ndarray, part: np.ndarray) -> float:
+    """Fraction of the CSR's edges whose endpoints lie in different parts."""
+    rows = np.repeat(np.arange(indptr.size - 1), np.diff(indptr))
+    return float(np.mean(part[rows] != part[indices])) if rows.size else 0.0
+
+
+def _split_groups(group: np.ndarray, src: np.ndarray, dst: np.ndarray, cap: int, seed: int) -> np.ndarray:
+    """Split every group of nodes into ``ceil(size / cap)`` METIS parts of its internal edges;
+    returns new group ids, numbered so that parts of one group are consecutive."""
+    n = group.size
+    inside = group[src] == group[dst]
+    src, dst = src[inside], dst[inside]
+    by_group = np.argsort(group[src], kind="stable")
+    src, dst = src[by_group], dst[by_group]
+    num_groups = int(group.max()) + 1 if n else 0
+    edge_start = np.searchsorted(group[src], np.arange(num_groups + 1))
+    nodes_of = np.argsort(group, kind="stable")
+    node_start = np.searchsorted(group[nodes_of], np.arange(num_groups + 1))
+    local = np.empty(n, dtype=np.int64)
+    new = np.empty(n, dtype=np.int64)
+    offset = 0
+    for g in range(num_groups):
+        nodes = nodes_of[node_start[g]:node_start[g + 1]]
+        local[nodes] = np.arange(nodes.size)
+        e = slice(edge_start[g], edge_start[g + 1])
+        k = math.ceil(nodes.size / cap)
+        new[nodes] = offset + _metis(nodes.size, local[src[e]], local[dst[e]], k, seed)
+        offset += max(k, 1)
+    return np.unique(new, return_inverse=True)[1].reshape(-1).astype(np.int64)
+
+
+def nested_parts(indptr: np.ndarray, indices: np.ndarray, caps: list[int], seed: int = 0,
+                 progress: Callable[[str], None] | None = None) -> list[np.ndarray]:
+    """Clusters within clusters, split top down with METIS: one clustering per cap, finest first.
+
+    Args:
+        indptr: CSR row pointer ``int64 [N+1]``.
+        indices: CSR column ids ``int64 [nnz]``.
+        caps: Target cluster sizes, finest first (METIS balances to within a few percent, so a
+            cluster can exceed its cap slightly).
+        seed: METIS's random seed.
         progress: Called with a line after each level.
 
     Returns:
-        ``(levels, top)``: per level, the cluster of every *node* of the input graph; and the graph
-        of the coarsest clusters.
+        Per level, the cluster of every node; every cluster of a level lies inside one cluster of
+        the next (coarser) level, and clusters of one coarser cluster are numbered consecutively.
     """
-    n = indptr.size - 1
-    graph = WeightedGraph(np.asarray(indptr, dtype=np.int64), np.asarray(indices, dtype=np.int64), None,
-                          np.ones(n))
-    levels, of_node = [], np.arange(n, dtype=np.int64)
-    for level, cap in enumerate(caps):
+    src, dst = undirected_edges(indptr, indices)
+    group = np.zeros(indptr.size - 1, dtype=np.int64)
+    levels = []
+    for depth, cap in enumerate(reversed(caps)):
         start = time.perf_counter()
-        clusters = label_propagation(graph, cap, iterations, seed + level)
-        of_node = clusters[of_node]
-        levels.append(of_node)
-        graph = coarsen(graph, clusters)
+        group = _split_groups(group, src, dst, cap, seed)
+        levels.append(group)
         if progress is not None:
-            progress(f"partition level {level + 1}/{len(caps)}: {graph.num_nodes:,} clusters of at most {cap:,} "
-                     f"nodes ({time.perf_counter() - start:.1f}s)")
-    return levels, graph
+            progress(f"partition level {depth + 1}/{len(caps)}: {int(group.max(initial=-1)) + 1:,} clusters of "
+                     f"about {cap:,} nodes ({time.perf_counter() - start:.1f}s)")
+    return levels[::-1]

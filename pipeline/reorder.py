@@ -7,9 +7,9 @@ al., "Nimble GNN Embedding with Tensor-Train Decomposition", KDD 2022,
 <https://arxiv.org/abs/2206.10581>) and makes a mini-batch's rows share prefixes.
 
 Two methods: ``"rcm"``, reverse Cuthill-McKee computed level by level (a bandwidth-reducing
-breadth-first order), and ``"partition"``, the hierarchy of :mod:`pipeline.partition`
-(size-constrained label propagation, cluster sizes matched to a three-core TT's digit blocks), which
-groups communities far better on graphs with hubs.
+breadth-first order), and ``"partition"``, the nested METIS clusters of :mod:`pipeline.partition`
+(cluster sizes matched to a three-core TT's digit blocks), which groups communities far better on
+graphs with hubs.
 
 The ordering is a permutation stored beside the graph (``extra.order.<method>``); the graph itself
 keeps its node ids, so users never see renumbered nodes.
@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from pipeline.partition import default_caps, multilevel_clusters
+from pipeline.partition import default_caps, nested_parts
 
 REORDER_METHODS = ("none", "rcm", "partition")
 
@@ -87,14 +87,14 @@ def cuthill_mckee(indptr: np.ndarray, indices: np.ndarray) -> np.ndarray:
 
 def partition_sequence(indptr: np.ndarray, indices: np.ndarray, caps: list[int] | None = None, seed: int = 0,
                        progress: Callable[[str], None] | None = None) -> np.ndarray:
-    """Nodes in partition order: by coarsest cluster (clusters in reverse Cuthill-McKee order of
-    the cluster graph), then by each finer cluster, then by id.
+    """Nodes in nested-partition order: by coarsest cluster, then by each finer cluster, then by id
+    (:func:`pipeline.partition.nested_parts`).
 
     Args:
         indptr: CSR row pointer ``int64 [N+1]``.
         indices: CSR column ids ``int64 [nnz]``.
-        caps: Cluster-size caps, finest first (default :func:`pipeline.partition.default_caps`).
-        seed: Seed of the label propagation.
+        caps: Cluster sizes, finest first (default :func:`pipeline.partition.default_caps`).
+        seed: METIS's seed.
         progress: Called with a line after each level.
 
     Returns:
@@ -103,10 +103,8 @@ def partition_sequence(indptr: np.ndarray, indices: np.ndarray, caps: list[int] 
     n = indptr.size - 1
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    levels, top = multilevel_clusters(indptr, indices, caps or default_caps(n), seed=seed, progress=progress)
-    top_rank = np.empty(top.num_nodes, dtype=np.int64)
-    top_rank[cuthill_mckee(top.indptr, top.indices)[::-1]] = np.arange(top.num_nodes)
-    return np.lexsort([np.arange(n)] + levels[:-1] + [top_rank[levels[-1]]]).astype(np.int64)
+    levels = nested_parts(indptr, indices, caps or default_caps(n), seed=seed, progress=progress)
+    return np.lexsort([np.arange(n)] + levels).astype(np.int64)
 
 
 def node_order(indptr: np.ndarray, indices: np.ndarray, method: str = "rcm",

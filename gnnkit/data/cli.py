@@ -1,4 +1,5 @@
-"""``gnnkit datasets``, ``gnnkit preprocess`` and ``gnnkit cache``: the registry and the caches.
+"""``gnnkit datasets``, ``gnnkit preprocess``, ``gnnkit partition`` and ``gnnkit cache``: the registry
+and the caches.
 
 These commands import :mod:`pipeline` only (no torch, no Lightning) wherever the cache answers, so
 they start in a fraction of a second.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -45,6 +47,28 @@ def _preprocess(args: argparse.Namespace) -> int:
           f"{entry.manifest['meta']['num_edges']:,} edges, {size / 2**20:.0f} MiB "
           f"in {seconds:.2f}s, peak memory {peak_rss_mb():.0f} MiB")
     print(entry.path)
+    return 0
+
+
+def _partition(args: argparse.Namespace) -> int:
+    from pipeline.partitioned import partition_entry
+
+    spec = resolve(args.dataset)
+    start = time.perf_counter()
+    entry = preprocess(spec)
+    try:
+        parts = partition_entry(entry, args.parts, seed=args.seed)
+    except ValueError as err:
+        print(f"gnnkit: error: {err}", file=sys.stderr)
+        return 2
+    seconds = time.perf_counter() - start
+    for part in parts:
+        meta = part.manifest["meta"]
+        size = sum(a["bytes"] for a in part.manifest["arrays"].values())
+        print(f"part {meta['part']}/{meta['parts']}: {meta['num_owned']:,} nodes, {meta['num_halo']:,} halo nodes, "
+              f"{meta['num_edges']:,} edges, {size / 2**20:.1f} MiB  {part.path}")
+    print(f"{entry.dataset}: {args.parts} parts by METIS, edge cut {parts[0].manifest['meta']['edge_cut']:.4f}, "
+          f"in {seconds:.2f}s, peak memory {peak_rss_mb():.0f} MiB")
     return 0
 
 
@@ -104,6 +128,11 @@ def add_parser(subparsers: Any) -> None:
                    help="override the registry's choice of symmetrising edges")
     p.add_argument("--force", action="store_true", help="rebuild even if cached")
     p.set_defaults(func=_preprocess)
+    p = subparsers.add_parser("partition", help="split a node dataset into P METIS partition entries in the cache")
+    p.add_argument("dataset", help="registry name or OGB-format folder path")
+    p.add_argument("--parts", type=int, required=True, help="number of partitions (one per training rank)")
+    p.add_argument("--seed", type=int, default=0, help="METIS's seed")
+    p.set_defaults(func=_partition)
     p = subparsers.add_parser("cache", help="inspect the preprocessed cache and the batch caches")
     p.add_argument("action", choices=["list", "verify", "clear"])
     p.add_argument("dataset", nargs="?", help="limit to one dataset")

@@ -14,6 +14,9 @@ from torch_geometric.data import Data
 
 from gnnkit.data.preprocessing import PreprocessOverrides, describe_line, graph_facts, resolve_options
 from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats, default_folder
+from gnnkit.partitioned.boundary_sampling import BoundarySampler
+from gnnkit.partitioned.rank_data import open_rank_partition, partition_data, partition_facts
+from gnnkit.partitioned.stale_halo import StaleHalo
 from gnnkit.rank_state import gather_ranks, my_rank_state
 from gnnkit.sparse import Adjacency
 from pipeline import CacheEntry, CanonicalGraph, log, paths, resolve
@@ -50,6 +53,16 @@ class GraphDataModule(pl.LightningDataModule):
         seed: Sampler seed.
         reuse: PerFect-style reuse of sampled training batches (record, replay, fine-tune fresh);
             see :class:`~gnnkit.data.reuse.ReuseConfig`. Needs ``batch_size > 0``.
+        partitions: Partition-parallel full-graph training: the graph is split into this many METIS
+            partitions (``gnnkit partition``; cached) and each rank opens only its own, exchanging
+            halo rows with the others in every layer (:mod:`gnnkit.partitioned`). Needs
+            ``batch_size 0``, ``aggregation: gnnkit`` and one rank per partition.
+        boundary_sampling: With ``partitions``: the rate at which each training step exchanges
+            boundary nodes (BNS-GCN, :mod:`gnnkit.partitioned.boundary_sampling`; ``None`` or 1:
+            every halo row, exactly). Evaluation always exchanges every row.
+        stale_halo: With ``partitions``: train every layer on the previous step's halo rows and
+            gradients while this step's are in flight (PipeGCN,
+            :mod:`gnnkit.partitioned.stale_halo`); evaluation stays exact.
         data_root: Raw data folder (default ``$GNNKIT_HOME/data``).
         cache_root: Cache folder (default ``$GNNKIT_HOME/cache``).
     """
@@ -68,6 +81,9 @@ class GraphDataModule(pl.LightningDataModule):
         num_workers: int = 0,
         seed: int = 0,
         reuse: ReuseConfig | None = None,
+        partitions: int | None = None,
+        boundary_sampling: float | None = None,
+        stale_halo: bool = False,
         data_root: str | None = None,
         cache_root: str | None = None,
     ) -> None:
@@ -95,6 +111,19 @@ class GraphDataModule(pl.LightningDataModule):
         if reuse is not None and reuse.epochs > 0 and batch_size == 0:
             raise ValueError("data.reuse: replaying batches needs neighbour sampling (data.batch_size > 0)")
         self.reuse = reuse if reuse is not None and reuse.epochs > 0 else None
+        if partitions is not None and (partitions < 1 or batch_size != 0):
+            raise ValueError(f"data.partitions: expected a count >= 1 with full-batch training (data.batch_size 0), "
+                             f"got {partitions} with batch_size {batch_size}")
+        self.partitions = partitions
+        if boundary_sampling is not None and partitions is None:
+            raise ValueError("data.boundary_sampling: samples the halo of partition-parallel training; set data.partitions")
+        if stale_halo and (partitions is None or boundary_sampling not in (None, 1.0)):
+            raise ValueError("data.stale_halo: pipelines the halo of partition-parallel training (set data.partitions) "
+                             "and cannot be combined with data.boundary_sampling")
+        self._stale: StaleHalo | None = None
+        self.boundary_sampler = (BoundarySampler(boundary_sampling, seed) if boundary_sampling is not None
+                                 and boundary_sampling != 1.0 else None)
+        self._partition: Any = None  # this rank's Partition, opened in setup
         self.reuse_stats = ReuseStats()
         self._reuse_folder: Path | None = None
         self._samplers: dict[str, Any] = {}  # stage -> the neighbour sampler of its current loader
@@ -135,15 +164,36 @@ class GraphDataModule(pl.LightningDataModule):
             "cache_entry": str(self.entry.path),
             "preprocess": self.entry.manifest["inputs"]["options"],
             **graph_facts(self.entry),
-            "loader": "full-batch" if self.full_batch else f"neighbor-sampled {self.num_neighbors}",
+            "loader": self._loader_name(),
         }
 
+    def _loader_name(self) -> str:
+        if self.partitions is not None:
+            return f"partitioned full-batch ({self.partitions} parts)"
+        return "full-batch" if self.full_batch else f"neighbor-sampled {self.num_neighbors}"
+
     def report_info(self) -> dict[str, Any]:
-        """The reuse schedule and what it did (replayed vs fresh batches), for report.json."""
-        if self.reuse is None:
-            return {}
-        return {"reuse": {"schedule": vars(self.reuse).copy(), "cache_dir": str(self._reuse_folder),
-                          **self.reuse_stats.state_dict()}}
+        """The reuse schedule and what it did (replayed vs fresh batches), and this rank's partition,
+        for report.json."""
+        info: dict[str, Any] = {}
+        if self.reuse is not None:
+            info["reuse"] = {"schedule": vars(self.reuse).copy(), "cache_dir": str(self._reuse_folder),
+                             **self.reuse_stats.state_dict()}
+        if self._partition is not None:
+            row_bytes = self.graph.num_features * 4
+            info["partition"] = partition_facts(self._partition, self._full_graph().halo, row_bytes,
+                                                self.hparams.boundary_sampling, self.hparams.stale_halo)
+        return info
+
+    def teardown(self, stage: str) -> None:
+        """Wait for stale halo exchanges still in flight (PipeGCN) before the ranks stop."""
+        if self._stale is not None:
+            self._stale.drain()
+
+    def setup(self, stage: str) -> None:
+        """Open this rank's partition (partition-parallel runs; once, after the ranks have started)."""
+        if self.partitions is not None and self._partition is None:
+            self._partition = open_rank_partition(self.entry, self.partitions, seed=self.hparams.seed)
 
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to continue exactly, saved in checkpoints: the reuse counters
@@ -173,6 +223,8 @@ class GraphDataModule(pl.LightningDataModule):
 
     # -- loaders --
     def _full_graph(self) -> Data:
+        if self._full is None and self._partition is not None:
+            self._full = partition_data(self._partition)
         if self._full is None:
             g = self.graph
             # adj: the CSR for gnnkit.sparse aggregation; one object for the whole run, so its
@@ -183,8 +235,26 @@ class GraphDataModule(pl.LightningDataModule):
 
     def _full_loader(self, stage: str) -> DataLoader:
         data = copy.copy(self._full_graph())  # shallow: shares the graph's tensors
-        data.target = self.graph.split[SPLIT_OF_STAGE[stage]]
+        split = SPLIT_OF_STAGE[stage]
+        if self._partition is None:
+            data.target = self.graph.split[split]
+        else:  # this rank's share of the split; its loss counts in proportion (see loss_scale)
+            data.target = self._partition.split[split]
+            data.loss_scale = data.target.numel() * self.partitions / max(self.graph.split[split].numel(), 1)
+        if stage == "train" and self.boundary_sampler is not None:
+            return DataLoader([data], batch_size=1, collate_fn=self._boundary_sampled)
+        if stage == "train" and self.hparams.stale_halo:
+            self._stale = self._stale or StaleHalo(data.halo)
+            data.halo = self._stale
         return DataLoader([data], batch_size=1, collate_fn=_single)
+
+    def _boundary_sampled(self, batch: list[Data]) -> Data:
+        """The partition with this training step's sampled halo exchange (BNS-GCN); the step is the
+        trainer's, so a resumed run samples what an uninterrupted one would."""
+        data = copy.copy(batch[0])
+        step = self.trainer.global_step if self.trainer is not None else 0
+        data.halo = self.boundary_sampler.plan(data.halo, step)
+        return data
 
     def _sampled_loader(self, stage: str) -> Any:
         from gnnkit.data.sampler import neighbor_loader

@@ -11,6 +11,9 @@ from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
 
 from gnnkit.models.dropout import dropout
 from gnnkit.models.inrank import InRankOptions, describe_low_rank, inrank_layers, replace_linears
+from gnnkit.partitioned.halo import HaloPlan, with_halo
+from gnnkit.partitioned.local_graph import gcn_local_normalized, weighted_halo
+from gnnkit.partitioned.stale_halo import StaleHalo
 from gnnkit.sparse import Adjacency
 
 #: Where message-passing layers aggregate: PyG's own layers, or gnnkit.sparse.spmm per layer.
@@ -160,6 +163,7 @@ class NodeGNN(nn.Module):
         )
         if opts.low_rank == "inrank":
             replace_linears(self.layers, opts.inrank, prefix="layers.")
+        self._sampled: tuple[HaloPlan, Adjacency] | None = None  # a boundary-sampled step's matrix
         self._repr = (
             f"NodeGNN({self.model}, {in_channels}, {hidden_channels}, {out_channels}, "
             f"num_layers={num_layers}, dropout={opts.dropout}, batch_norm={opts.batch_norm}"
@@ -201,6 +205,7 @@ class NodeGNN(nn.Module):
         adj: Adjacency | None = None,
         num_sampled_nodes: list[int] | None = None,
         num_sampled_edges: list[int] | None = None,
+        halo: HaloPlan | StaleHalo | None = None,
     ) -> Tensor:
         """Node scores.
 
@@ -220,6 +225,13 @@ class NodeGNN(nn.Module):
                 Used when there is one hop per layer, for the models whose aggregation reads only
                 each destination's own in-edges (not GCN, whose normalisation uses the sources'
                 degrees in the sampled subgraph).
+            halo: Partition-parallel training (``aggregation="gnnkit"``): ``x`` holds this rank's
+                owned nodes, ``adj`` their rows over ``[owned; halo]`` columns
+                (:func:`~gnnkit.partitioned.local_graph.local_adjacency`; GCN normalises it with
+                whole-graph degrees), and every layer reads its halo rows from their owners
+                (:func:`~gnnkit.partitioned.halo.with_halo`); a collective on every rank. A
+                :class:`~gnnkit.partitioned.stale_halo.StaleHalo` trains on the previous step's halo
+                rows instead (PipeGCN).
 
         Returns:
             ``[N, out_channels]`` logits, or when trimming ``[num_sampled_nodes[0], out_channels]``
@@ -236,6 +248,8 @@ class NodeGNN(nn.Module):
                     edge_index = edge_index[:, : edge_index.size(1) - num_sampled_edges[-i]]
                 num_dst -= num_sampled_nodes[-(i + 1)]
                 x = self._block(layer, x, edge_index, num_dst)
+            elif halo is not None and self.model != "mlp":
+                x = self._partition_layer(i, layer, x, adj, halo)
             else:
                 if self.model != "mlp" and i == 0:
                     graph = self._graph(x, edge_index, adj)
@@ -244,6 +258,24 @@ class NodeGNN(nn.Module):
                 x = self.activation(self.norms[i](x))
                 x = dropout(x, self.dropout, self.training)
         return x
+
+    def _partition_layer(self, i: int, layer: nn.Module, x: Tensor, adj: Adjacency | None,
+                         halo: HaloPlan | StaleHalo) -> Tensor:
+        """Layer ``i`` on a partition: owned rows plus the halo rows fetched from their owners (or,
+        with a :class:`StaleHalo` in training, those of the previous step)."""
+        if self.aggregation != "gnnkit" or adj is None:
+            raise ValueError("halo: partition-parallel layers need aggregation='gnnkit' and the partition's adj")
+        if isinstance(halo, StaleHalo):
+            inputs = torch.cat([x, halo.exchange(x, i)]) if self.training else with_halo(x, halo.plan)
+            halo = halo.plan
+        else:
+            inputs = with_halo(x, halo)
+        graph = gcn_local_normalized(adj, halo) if self.model == "gcn" else adj
+        if halo.halo_weight is not None:  # a boundary-sampled step: one reweighted matrix for all layers
+            if self._sampled is None or self._sampled[0] is not halo:
+                self._sampled = (halo, weighted_halo(graph, halo.halo_weight))
+            graph = self._sampled[1]
+        return layer(inputs, graph, normalized=True) if self.model == "gcn" else layer(inputs, graph)
 
     def _block(self, layer: nn.Module, x: Tensor, edge_index: Tensor, num_dst: int) -> Tensor:
         """One layer on a sampled block: sources ``x``, outputs for its first ``num_dst`` rows."""

@@ -77,9 +77,11 @@ class SparseGCNConv(SparseAggregation):
         if self.bias is not None:
             nn.init.zeros_(self.bias)
 
-    def forward(self, x: Tensor, adj: Adjacency) -> Tensor:
-        """``[N, in] -> [N, out]`` on a square ``adj``."""
-        out = self.message_and_aggregate(gcn_normalized(adj), self.lin(x))
+    def forward(self, x: Tensor, adj: Adjacency, normalized: bool = False) -> Tensor:
+        """``[N, in] -> [N, out]`` on a square ``adj``; or ``[N_src, in] -> [N_dst, out]`` on an
+        ``adj`` that is ``normalized`` already (e.g. a partition's rows with whole-graph degrees,
+        :func:`gnnkit.partitioned.local_graph.gcn_local_normalized`)."""
+        out = self.message_and_aggregate(adj if normalized else gcn_normalized(adj), self.lin(x))
         return out if self.bias is None else out + self.bias
 
     def __repr__(self) -> str:

@@ -93,11 +93,13 @@ def test_the_parser_is_complete_for_the_invoked_command_only():
 
 def test_dataset_commands_import_neither_torch_nor_lightning(make_ogb_folder):
     folder = make_ogb_folder()
-    assert main(["preprocess", str(folder)]) == 0  # the hit below must not build
+    assert main(["preprocess", str(folder)]) == 0  # the hits below must not build
+    assert main(["partition", str(folder), "--parts", "2"]) == 0
     code = f"""
 import contextlib, io, sys
 from gnnkit.cli import main
-for argv in ([], ["datasets"], ["preprocess", {str(folder)!r}], ["cache", "verify"], ["cache", "list"]):
+for argv in ([], ["datasets"], ["preprocess", {str(folder)!r}], ["partition", {str(folder)!r}, "--parts", "2"],
+             ["cache", "verify"], ["cache", "list"]):
     with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
         assert main(argv or ["--help"]) == 0, argv
     heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "lightning", "pandas"))
@@ -131,3 +133,15 @@ def test_other_runtime_errors_are_not_swallowed(monkeypatch):
     monkeypatch.setattr(data_cli, "_datasets", broken)
     with pytest.raises(RuntimeError, match="something else"):
         main(["datasets"])
+
+
+def test_partition_command_writes_and_then_finds_the_parts(capsys, make_ogb_folder):
+    folder = make_ogb_folder()
+    assert main(["partition", str(folder), "--parts", "2"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[0].startswith("part 0/2: ") and out[1].startswith("part 1/2: ") and "halo nodes" in out[0]
+    assert "2 parts by METIS, edge cut" in out[2]
+    assert main(["partition", str(folder), "--parts", "2"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[:2] == out[:2]
+    assert main(["partition", str(folder), "--parts", "0"]) == 2
+    assert "gnnkit: error: parts: expected 1 to 200" in capsys.readouterr().err

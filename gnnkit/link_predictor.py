@@ -1,0 +1,238 @@
+"""The LightningModule for link property prediction: a GNN encoder and a pair decoder.
+
+The setting of OGB's link examples (https://github.com/snap-stanford/ogb/tree/master/examples/linkproppred/collab):
+a GCN / GraphSAGE encoder (:class:`~gnnkit.models.node_gnn.NodeGNN`, with ``aggregation: gnnkit``
+and ``format: auto`` available) embeds the nodes of the training graph; a decoder scores a pair
+``(u, v)`` from ``h_u * h_v``: the dot product, or OGB's ``LinkPredictor`` MLP on the Hadamard
+product. Training minimises ``-log sigmoid(s_pos) - log(1 - sigmoid(s_neg))`` over a batch of
+positive edges and as many uniformly random pairs (drawn by
+:class:`~gnnkit.data.link_datamodule.LinkDataModule`). Validation and test score the split's
+positives against its negatives with OGB's link ``Evaluator`` (Hits@K or MRR).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from torch import Tensor, nn
+from torch_geometric.data import Data
+
+from gnnkit.link_metrics import evaluate_links, make_link_evaluator
+from gnnkit.models.node_gnn import NodeGNN, NodeGNNOptions, resolve_model
+from gnnkit.module import run_length
+from gnnkit.optim import build_optimizer, build_scheduler
+from gnnkit.sparse.decision import set_run_length
+
+DECODERS = ("dot", "mlp")
+#: Pairs scored per decoder call in evaluation (bounds the ``[pairs, hidden]`` temporaries).
+EVAL_CHUNK = 1 << 16
+
+
+class PairDecoder(nn.Module):
+    """Scores node pairs from their embeddings' Hadamard product.
+
+    ``"dot"``: the sum of ``h_u * h_v`` (the inner product, as in GAE, https://arxiv.org/abs/1611.07308).
+    ``"mlp"``: OGB's ``LinkPredictor``: ``num_layers`` linear layers on ``h_u * h_v`` with ReLU and
+    dropout between them, one logit out.
+
+    Args:
+        kind: ``"dot"`` or ``"mlp"``.
+        channels: Embedding width.
+        num_layers: MLP layers (``"mlp"`` only, >= 1).
+        dropout: Dropout between MLP layers.
+    """
+
+    def __init__(self, kind: str, channels: int, num_layers: int = 3, dropout: float = 0.0) -> None:
+        super().__init__()
+        if kind not in DECODERS:
+            raise ValueError(f"model.decoder: expected one of {list(DECODERS)}, got {kind!r}")
+        if num_layers < 1:
+            raise ValueError(f"model.decoder_layers: expected >= 1, got {num_layers}")
+        self.kind = kind
+        self.dropout = dropout
+        widths = [channels] * num_layers + [1]
+        self.lins = nn.ModuleList(nn.Linear(widths[i], widths[i + 1]) for i in range(num_layers)) \
+            if kind == "mlp" else nn.ModuleList()
+
+    def forward(self, h_src: Tensor, h_dst: Tensor) -> Tensor:
+        """``[B]`` logits of the pairs ``(h_src[i], h_dst[i])``."""
+        x = h_src * h_dst
+        if self.kind == "dot":
+            return x.sum(dim=-1)
+        for lin in self.lins[:-1]:
+            x = nn.functional.dropout(torch.relu(lin(x)), self.dropout, self.training)
+        return self.lins[-1](x).squeeze(-1)
+
+
+def link_loss(pos: Tensor, neg: Tensor) -> Tensor:
+    """``-mean log sigmoid(pos) - mean log(1 - sigmoid(neg))`` from logits (OGB's examples' loss,
+    computed with ``logsigmoid`` so that no saturated sigmoid loses the gradient)."""
+    return -nn.functional.logsigmoid(pos).mean() - nn.functional.logsigmoid(-neg).mean()
+
+
+class LinkPredictor(pl.LightningModule):
+    """Link prediction with an encoder of node embeddings and a pair decoder; OGB's metrics.
+
+    ``in_channels``, ``num_nodes``, ``full_batch`` and ``task`` come from the datamodule (linked by
+    ``gnnkit run``).
+
+    Args:
+        model: Encoder: ``"sage"``, ``"gcn"`` (or ``"gin"``) or ``"mlp"`` (features only: the baseline).
+        hidden_channels: Hidden and embedding width.
+        num_layers: Encoder layers.
+        dropout: Dropout between encoder layers (and decoder layers).
+        batch_norm: BatchNorm between encoder layers (OGB's link examples use none).
+        decoder: ``"mlp"`` (OGB's LinkPredictor) or ``"dot"``.
+        decoder_layers: Layers of the MLP decoder.
+        lr: Adam learning rate.
+        weight_decay: Adam weight decay.
+        aggregation: ``"pyg"`` or ``"gnnkit"`` (:func:`gnnkit.sparse.spmm`; GCN/SAGE/GIN).
+        format: SpMM format of ``"gnnkit"`` aggregation: ``"auto"`` or a format name.
+        embedding_dim: Width of a learnable per-node embedding concatenated to the features (needed
+            by featureless graphs such as ogbl-ddi); 0 = none.
+        in_channels: Node feature width.
+        num_nodes: Number of nodes (for the embedding table).
+        full_batch: The datamodule runs the encoder over the whole graph.
+        task: ``{"name", "eval_metric", "negatives"}`` of the dataset.
+        optimizer: ``{"class_path", "init_args"}`` of the optimizer (the recipe's top-level
+            ``optimizer:`` section); ``None``: Adam with ``lr`` and ``weight_decay``.
+        lr_scheduler: ``{"class_path", "init_args"}`` of an lr scheduler stepped per epoch, or ``None``.
+    """
+
+    def __init__(
+        self,
+        model: str = "sage",
+        hidden_channels: int = 256,
+        num_layers: int = 3,
+        dropout: float = 0.0,
+        batch_norm: bool = False,
+        decoder: str = "mlp",
+        decoder_layers: int = 3,
+        lr: float = 0.001,
+        weight_decay: float = 0.0,
+        aggregation: str = "pyg",
+        format: str = "auto",
+        embedding_dim: int = 0,
+        in_channels: int = 0,
+        num_nodes: int = 0,
+        full_batch: bool = True,
+        task: dict[str, Any] | None = None,
+        optimizer: dict[str, Any] | None = None,
+        lr_scheduler: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.task = task or {"name": "unknown", "eval_metric": "hits@50", "negatives": "edge_neg"}
+        if in_channels == 0 and embedding_dim == 0:
+            raise ValueError("model.embedding_dim: the dataset has no node features; set an embedding width "
+                             "(e.g. --model.embedding_dim 256)")
+        if embedding_dim and num_nodes <= 0:
+            raise ValueError("model.num_nodes: a learnable embedding needs the number of nodes")
+        self.embedding = nn.Embedding(num_nodes, embedding_dim) if embedding_dim else None
+        options = NodeGNNOptions(num_layers=num_layers, dropout=dropout, batch_norm=batch_norm,
+                                 cached=False, aggregation=aggregation, format=format)
+        width = in_channels + embedding_dim
+        self.gnn = NodeGNN(resolve_model(model), width, hidden_channels, hidden_channels, options)
+        self.decoder = PairDecoder(decoder, hidden_channels, decoder_layers, dropout)
+        self.evaluator = make_link_evaluator(self.task["name"], self.task["eval_metric"])
+        self._scores: dict[str, tuple[list[Tensor], list[Tensor], list[int]]] = {}
+
+    @property
+    def num_params(self) -> int:
+        """Number of trainable parameters."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    def report_info(self) -> dict[str, Any]:
+        """``decoder`` and, for ``aggregation="gnnkit"``, the SpMM ``formats`` of each layer."""
+        info: dict[str, Any] = {"decoder": self.hparams.decoder}
+        if self.hparams.aggregation == "gnnkit":
+            info["formats"] = self.gnn.format_report()
+        return info
+
+    def node_input(self, batch: Data) -> Tensor:
+        """Features of the batch's nodes, with the learnable embedding attached if any."""
+        parts = [batch.x] if batch.x is not None and self.hparams.in_channels else []
+        if self.embedding is not None:
+            parts.append(self.embedding(batch.n_id))
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+
+    def encode(self, batch: Data) -> Tensor:
+        """Embeddings of the batch's nodes (sampled batches: at least its seeds, first)."""
+        return self.gnn(self.node_input(batch), batch.edge_index, adj=getattr(batch, "adj", None),
+                        num_sampled_nodes=getattr(batch, "num_sampled_nodes", None),
+                        num_sampled_edges=getattr(batch, "num_sampled_edges", None))
+
+    def score(self, h: Tensor, pairs: Tensor) -> Tensor:
+        """``[B]`` logits of ``pairs [B, 2]`` (rows of ``h``), decoded in chunks."""
+        if pairs.numel() == 0:
+            return h.new_empty(0)
+        if self.training:
+            return self.decoder(h[pairs[:, 0]], h[pairs[:, 1]])
+        return torch.cat([self.decoder(h[c[:, 0]], h[c[:, 1]]) for c in pairs.split(EVAL_CHUNK)])
+
+    def forward(self, batch: Data) -> tuple[Tensor, Tensor]:
+        """Logits of the batch's positive and negative pairs."""
+        h = self.encode(batch)
+        return self.score(h, batch.pos), self.score(h, batch.neg)
+
+    def training_step(self, batch: Data, batch_idx: int) -> Tensor:
+        pos, neg = self(batch)
+        loss = link_loss(pos, neg)
+        self.log("train_loss", loss, on_step=False, on_epoch=True, batch_size=pos.shape[0], prog_bar=True)
+        return loss
+
+    def _eval_step(self, batch: Data, stage: str) -> None:
+        pos, neg = self(batch)
+        positives, negatives, per_pos = self._scores.setdefault(stage, ([], [], []))
+        positives.append(pos.detach().float().cpu())
+        negatives.append(neg.detach().float().cpu())
+        per_pos.append(int(batch.neg_per_pos))
+        if pos.numel() and neg.numel():
+            loss = link_loss(pos, neg)
+            self.log(f"{stage}_loss", loss, on_step=False, on_epoch=True, batch_size=pos.shape[0])
+
+    def validation_step(self, batch: Data, batch_idx: int) -> None:
+        self._eval_step(batch, "val")
+
+    def test_step(self, batch: Data, batch_idx: int) -> None:
+        self._eval_step(batch, "test")
+
+    def _epoch_metric(self, stage: str) -> None:
+        if stage not in self._scores:
+            return
+        positives, negatives, per_pos = self._scores.pop(stage)
+        pos, neg = torch.cat(positives), torch.cat(negatives)
+        if pos.numel() == 0 or neg.numel() == 0:
+            return  # nothing to rank (e.g. a sanity check that stopped early)
+        if max(per_pos):
+            neg = neg.view(pos.shape[0], max(per_pos))
+        value = evaluate_links(self.evaluator, pos, neg)
+        self.log(f"{stage}_metric", value, prog_bar=True)
+        self.log(f"{stage}_{self.evaluator.eval_metric.replace('@', '_')}", value)
+
+    def on_validation_epoch_end(self) -> None:
+        self._epoch_metric("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._epoch_metric("test")
+
+    def on_fit_start(self) -> None:
+        """Tell ``format="auto"`` how many products the run's matrices serve (its check's payback)."""
+        self._previous_run = set_run_length(run_length(self.trainer.max_epochs, self.trainer.max_steps,
+                                                       self.hparams.full_batch))
+
+    def on_fit_end(self) -> None:
+        set_run_length(getattr(self, "_previous_run", None))
+
+    def configure_optimizers(self) -> torch.optim.Optimizer | dict[str, Any]:
+        """Adam (``lr``, ``weight_decay``) over the encoder, the decoder and the embedding, or the
+        ``optimizer`` spec's class; then the ``lr_scheduler`` spec's scheduler, if any."""
+        if self.hparams.get("optimizer") is None:
+            optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        else:
+            optimizer = build_optimizer(self.hparams.optimizer, [{"params": list(self.parameters())}])
+        if self.hparams.get("lr_scheduler") is None:
+            return optimizer
+        return {"optimizer": optimizer, "lr_scheduler": build_scheduler(self.hparams.lr_scheduler, optimizer)}

@@ -1,0 +1,39 @@
+"""bench/scale.py: partitioned against replicated training, end to end on a small graph, and its summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _row(mode, ranks, mb, epoch_s, test):
+    return {"mode": mode, "ranks": ranks, "graph_feature_mb": mb, "peak_rss_mb": [1.0] * ranks,
+            "epoch_s": epoch_s, "halo_mb_per_epoch": 0.0, "valid": test, "test": test}
+
+
+def test_summary_compares_the_largest_world(bench):
+    scale = bench("scale")
+    rows = [_row("replicated", 1, 100.0, 1.0, 0.70), _row("replicated", 4, 100.0, 2.0, 0.70),
+            _row("partitioned", 4, 30.0, 1.0, 0.695)]
+    summary = scale.summarise(rows, "loopback")
+    assert summary["memory_per_rank_over_replicated_p4"] == 0.3 and summary["memory_bound_1_3_over_p"] == 0.325
+    assert summary["epoch_partitioned_over_replicated_p4"] == 0.5 and summary["acc_gap"] == 0.5
+
+
+def test_two_ranks_on_a_small_graph(tmp_path):
+    out = tmp_path / "scale.json"
+    result = subprocess.run([sys.executable, str(BENCH / "scale.py"), "--dataset", "synthetic-tiny", "--epochs", "2",
+                             "--ranks", "1", "2", "--hidden", "16", "--json", str(out)],
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "GNNKIT_NATIVE": "0"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    modes = [(r["mode"], r["ranks"]) for r in report["rows"]]
+    assert modes == [("replicated", 1), ("replicated", 2), ("partitioned", 2)]
+    partitioned = report["rows"][2]
+    assert partitioned["halo_mb_per_epoch"] > 0 and partitioned["graph_feature_mb"] < report["rows"][1]["graph_feature_mb"]
+    assert "graph+feat MB" in result.stdout and report["summary"]["ranks"] == 2

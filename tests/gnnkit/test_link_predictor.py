@@ -1,0 +1,180 @@
+"""gnnkit/link_predictor.py, gnnkit/link_metrics.py and gnnkit/data/link_datamodule.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from ogb.linkproppred import Evaluator
+
+from gnnkit.data.link_datamodule import LinkDataModule, eval_pairs
+from gnnkit.link_metrics import LinkMetricEvaluator, evaluate_links, make_link_evaluator
+from gnnkit.link_predictor import LinkPredictor, PairDecoder, link_loss
+
+REPO = Path(__file__).parents[2]
+TINY = "synthetic-collab-tiny"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def no_native_build():
+    """No kernel build for a 3,000-node graph (a fresh GNNKIT_HOME would compile the sampler first)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GNNKIT_NATIVE", "0")
+        yield
+
+
+def test_decoders_score_the_hadamard_product():
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(50, 16, generator=g), torch.randn(50, 16, generator=g)
+    dot = PairDecoder("dot", 16)
+    torch.testing.assert_close(dot(a, b), torch.stack([a[i] @ b[i] for i in range(50)]))
+    mlp = PairDecoder("mlp", 16, num_layers=2).eval()
+    lin0, lin1 = mlp.lins
+    hidden = torch.relu((a * b) @ lin0.weight.T + lin0.bias)
+    torch.testing.assert_close(mlp(a, b), (hidden @ lin1.weight.T + lin1.bias)[:, 0])
+    with pytest.raises(ValueError, match="model.decoder: expected one of"):
+        PairDecoder("cosine", 16)
+
+
+def test_link_loss_is_ogbs_binary_cross_entropy():
+    g = torch.Generator().manual_seed(1)
+    pos, neg = torch.randn(40, generator=g) * 3, torch.randn(70, generator=g) * 3
+    reference = -torch.log(torch.sigmoid(pos) + 1e-15).mean() - torch.log(1 - torch.sigmoid(neg) + 1e-15).mean()
+    torch.testing.assert_close(link_loss(pos, neg), reference)
+
+
+@pytest.mark.parametrize("ogb_name, metric, neg_shape", [("ogbl-collab", "hits@50", (3000,)),
+                                                          ("ogbl-ddi", "hits@20", (500,)),
+                                                          ("ogbl-citation2", "mrr", (200, 40))])
+def test_twins_use_ogbs_metric_code(ogb_name, metric, neg_shape):
+    g = torch.Generator().manual_seed(2)
+    pos, neg = torch.randn(200, generator=g) + 1.5, torch.randn(*neg_shape, generator=g)
+    ours = make_link_evaluator("synthetic-x", metric)
+    assert isinstance(ours, LinkMetricEvaluator) and type(make_link_evaluator(ogb_name, "")) is Evaluator
+    value = evaluate_links(ours, pos, neg)
+    result = Evaluator(ogb_name).eval({"y_pred_pos": pos, "y_pred_neg": neg})
+    expected = result["mrr_list"].mean() if metric == "mrr" else result[metric]
+    assert value == pytest.approx(float(expected)) and 0 < value < 1
+    with pytest.raises(ValueError, match="eval_metric: expected hits@K, mrr or rocauc"):
+        LinkMetricEvaluator("x", "acc")
+
+
+@pytest.fixture(scope="module")
+def full() -> LinkDataModule:
+    return LinkDataModule(TINY, batch_size=4096)
+
+
+def test_full_batch_training_batches_cover_every_edge_once_with_random_negatives(full):
+    batches = list(full.train_dataloader())
+    train = full.graph.splits["train"]["edge"]
+    assert len(batches) == len(full.train_dataloader()) == 4
+    pos = torch.cat([b.pos for b in batches])
+    assert torch.equal(pos.unique(dim=0), train.unique(dim=0)) and pos.shape == train.shape
+    assert all(b.neg.shape == b.pos.shape and b.adj is batches[0].adj and b.x.shape[0] == 3000 for b in batches)
+    [val] = list(full.val_dataloader())
+    assert val.pos.shape == (1000, 2) and val.neg.shape == (5000, 2) and val.neg_per_pos == 0
+
+
+def test_sampled_batches_relabel_the_edges_onto_their_seed_blocks():
+    data = LinkDataModule(TINY, batch_size=1000, num_neighbors=[5, 3], eval_batch_size=700)
+    batch = next(iter(data.train_dataloader()))
+    seeds = batch.n_id[: batch.batch_size]
+    assert batch.pos.max() < batch.batch_size and batch.num_sampled_nodes[0] == batch.batch_size
+    global_pos = seeds[batch.pos]
+    train = {tuple(e) for e in data.graph.splits["train"]["edge"].tolist()}
+    assert all(tuple(e) in train for e in global_pos.tolist())
+    torch.testing.assert_close(batch.x, data.graph.x[batch.n_id])
+    val = list(data.val_dataloader())
+    assert len(val) == len(data.val_dataloader()) == 9  # 1000 positives and 5000 negatives, 700 a batch
+    assert [b.pos.shape[0] for b in val] == [112] * 1 + [111] * 8 and sum(b.neg.shape[0] for b in val) == 5000
+    valid = data.graph.splits["valid"]
+    assert torch.equal(torch.cat([b.n_id[b.pos] for b in val]), valid["edge"])
+    assert torch.equal(torch.cat([b.n_id[b.neg] for b in val]), valid["edge_neg"])
+
+
+def test_per_source_negatives_become_k_pairs_per_positive():
+    split = {"edge": torch.tensor([[0, 1], [2, 3]]), "target_node_neg": torch.tensor([[4, 5, 6], [7, 8, 9]])}
+    pos, neg, k = eval_pairs(split)
+    assert k == 3 and neg.tolist() == [[0, 4], [0, 5], [0, 6], [2, 7], [2, 8], [2, 9]]
+
+
+@pytest.mark.parametrize("model, loader", [("sage", {}), ("gcn", {"num_neighbors": [4, 4]}), ("mlp", {})])
+def test_model_scores_a_batch_and_learns(full, model, loader):
+    data = full if not loader else LinkDataModule(TINY, batch_size=2048, **loader)
+    torch.manual_seed(0)
+    module = LinkPredictor(model, hidden_channels=32, num_layers=2, lr=0.01, in_channels=data.num_features,
+                           num_nodes=data.num_nodes, full_batch=data.full_batch, task=data.task)
+    optimizer = module.configure_optimizers()
+    losses = []
+    for _ in range(3):
+        for batch in data.train_dataloader():
+            pos, neg = module(batch)
+            loss = link_loss(pos, neg)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss.detach()))
+    assert losses[-1] < losses[0]
+    assert module.evaluator.eval_metric == "hits@50" and module.hparams.model == model
+
+
+def test_featureless_graphs_need_an_embedding():
+    with pytest.raises(ValueError, match="model.embedding_dim"):
+        LinkPredictor(in_channels=0, num_nodes=10)
+    module = LinkPredictor("sage", hidden_channels=8, num_layers=1, embedding_dim=4, in_channels=0, num_nodes=10)
+    assert module.embedding.weight.shape == (10, 4)
+
+
+def test_gnnkit_run_trains_a_link_recipe_with_gnnkit_aggregation(tmp_path):
+    """`gnnkit run` with task: link, aggregation: gnnkit, format: auto: report.json names Hits@50."""
+    recipe = tmp_path / "link.yaml"
+    recipe.write_text(f"task: link\nmodel: {{model: sage, hidden_channels: 32, num_layers: 2, lr: 0.01, "
+                      f"aggregation: gnnkit, format: auto}}\ndata: {{dataset: {TINY}, batch_size: 8192}}\n")
+    out = subprocess.run([sys.executable, "-m", "gnnkit.cli", "run", str(recipe), "--trainer.max_epochs", "2",
+                          "--run_dir", str(tmp_path / "r")], capture_output=True, text=True, cwd=tmp_path,
+                         timeout=600, env={**os.environ, "GNNKIT_NATIVE": "0", "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert report["metric"] == "hits@50" and 0 <= report["test"] <= 1 and report["data"]["family"] == "link"
+    assert report["formats"] and (tmp_path / "r" / "checkpoints" / "best.ckpt").is_file()
+    assert out.stdout.strip().splitlines()[-2].startswith("test hits@50: ")
+
+
+def _edges_of(batch) -> tuple:
+    seeds = batch.n_id[: batch.batch_size]
+    return tuple(map(tuple, seeds[batch.pos].tolist())), tuple(map(tuple, seeds[batch.neg].tolist()))
+
+
+def test_reuse_records_and_replays_link_batches_with_their_blocks(tmp_path):
+    """Epoch 0 records the sampled training batches (positives, negatives, blocks); epochs 1-2 replay
+    exactly those batches in another order; a damaged shard's batches are sampled afresh for the same edges."""
+    from gnnkit.data.reuse import ReuseConfig
+
+    config = ReuseConfig(epochs=3, factor=3, loader="torch", feature_dtype="float32", cache_dir=str(tmp_path / "c"),
+                         shard_mb=0.5)
+    data = LinkDataModule(TINY, batch_size=2000, num_neighbors=[4, 2], reuse=config)
+    loader = data.train_dataloader()
+    recorded = list(loader)
+    replayed = list(loader)
+    assert len(recorded) == len(replayed) == 8 and data.reuse_stats.batches["replayed"] == 8
+    by_edges = {_edges_of(b): b for b in recorded}
+    assert set(by_edges) == {_edges_of(b) for b in replayed}
+    assert [_edges_of(b) for b in replayed] != [_edges_of(b) for b in recorded]  # a new order
+    for batch in replayed:
+        original = by_edges[_edges_of(batch)]
+        for key in ("x", "edge_index", "n_id", "pos", "neg"):
+            assert torch.equal(batch[key], original[key]), key
+        assert batch.num_sampled_nodes == original.num_sampled_nodes and batch.neg_per_pos == 0
+    shards = sorted((tmp_path / "c").glob("shard-*.bin"))
+    assert len(shards) > 1
+    shards[0].write_bytes(b"\0" * shards[0].stat().st_size)
+    again = list(loader)
+    assert data.reuse_stats.batches["resampled"] > 0 and {_edges_of(b) for b in again} == set(by_edges)
+    assert data.report_info()["reuse"]["batches"]["recorded"] == 8
+    with pytest.raises(ValueError, match="data.reuse: replaying batches needs neighbour sampling"):
+        LinkDataModule(TINY, reuse=config)

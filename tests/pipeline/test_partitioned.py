@@ -1,0 +1,59 @@
+"""Partition entries: every node owned once, rows and halos exact, cached like any entry."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline import PreprocessOptions, preprocess
+from pipeline.partitioned import open_partition, part_name, partition_entry
+
+
+@pytest.fixture
+def entry(make_ogb_folder, tmp_path):
+    return preprocess(str(make_ogb_folder()), PreprocessOptions(undirected=True), cache_root=tmp_path / "cache")
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3])
+def test_partitions_cover_the_graph_exactly(entry, parts):
+    graph = entry.open()
+    indptr, indices = graph.indptr.numpy(), graph.indices.numpy()
+    opened = [open_partition(e) for e in partition_entry(entry, parts)]
+    owner = np.full(graph.num_nodes, -1)
+    for p, part in enumerate(opened):
+        owned = part.owned.numpy()
+        assert part.part == p and part.parts == parts and np.all(np.diff(owned) > 0)
+        assert (owner[owned] == -1).all()
+        owner[owned] = p
+    assert (owner >= 0).all()  # every node owned exactly once
+    for p, part in enumerate(opened):
+        owned = part.owned.numpy()
+        for i in (0, len(owned) // 2, len(owned) - 1):  # rows hold the global in-neighbours
+            row = part.indices.numpy()[part.indptr[i]:part.indptr[i + 1]]
+            assert np.array_equal(row, indices[indptr[owned[i]]:indptr[owned[i] + 1]])
+        sources = part.indices.numpy()
+        assert np.array_equal(part.halo.numpy(), np.unique(sources[owner[sources] != p]))
+        assert np.array_equal(part.halo_owner.numpy(), owner[part.halo.numpy()])
+        assert np.array_equal(part.x.numpy(), graph.x.numpy()[owned])
+        assert np.array_equal(part.y.numpy(), graph.y.numpy()[owned])
+        assert part.meta["num_halo"] == part.halo.numel() and part.meta["num_nodes"] == graph.num_nodes
+    for split, nodes in graph.split.items():
+        found = np.concatenate([part.owned.numpy()[part.split[split].numpy()] for part in opened])
+        assert np.array_equal(np.sort(found), np.sort(nodes.numpy()))
+    cut = opened[0].meta["edge_cut"]
+    assert cut == 0.0 if parts == 1 else 0.0 < cut < 1.0
+
+
+def test_partition_entries_are_cached_and_keyed_by_their_settings(entry):
+    first = partition_entry(entry, 2)
+    assert [e.path for e in partition_entry(entry, 2)] == [e.path for e in first]  # a cache hit
+    assert first[1].dataset == part_name(entry.dataset, 1, 2) and first[1].path.parent.name == first[1].dataset
+    assert partition_entry(entry, 2, seed=1)[0].key != first[0].key
+    assert partition_entry(entry, 3)[0].path.parent != first[0].path.parent
+
+
+def test_bad_part_counts_are_one_line(entry):
+    with pytest.raises(ValueError, match=r"parts: expected 1 to 200 \(the node count\), got 0"):
+        partition_entry(entry, 0)
+    with pytest.raises(ValueError, match="got 201"):
+        partition_entry(entry, 201)
