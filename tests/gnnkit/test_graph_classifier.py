@@ -158,3 +158,20 @@ def test_gnnkit_strategy_trains_graph_batches_on_two_ranks(tmp_path):
                       "--trainer.strategy.class_path", "gnnkit.comm.GnnkitStrategy")
     report = json.loads((run_dir / "report.json").read_text())
     assert report["comm"]["world_size"] == 2 and report["metric"] == "rocauc" and 0.0 <= report["test"] <= 1.0
+
+
+def test_featureless_graphs_with_float_edge_features_like_ogbg_ppa(graphs, monkeypatch):
+    """ogbg-ppa's shape: no node features (one learned vector), 7 float edge features, 37 classes;
+    both aggregation paths agree there too."""
+    monkeypatch.setenv("GNNKIT_NATIVE", "0")
+    batch = graphs.batch(torch.arange(10))
+    batch.x = None
+    batch.edge_attr = torch.rand(batch.edge_index.size(1), 7, generator=torch.Generator().manual_seed(0))
+    options = GraphGNNOptions(num_layers=2, emb_dim=16, dropout=0.0, molecular=False, in_channels=0, edge_channels=7)
+    torch.manual_seed(0)
+    pyg = GraphGNN(options, 37).eval()
+    ours = GraphGNN(GraphGNNOptions(**{**options.__dict__, "aggregation": "gnnkit"}), 37).eval()
+    ours.load_state_dict(pyg.state_dict())
+    out = pyg(batch)
+    assert out.shape == (10, 37)
+    torch.testing.assert_close(ours(batch), out, rtol=1e-4, atol=1e-5)
