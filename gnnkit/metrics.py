@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from ogb.graphproppred import Evaluator as GraphEvaluator
 from ogb.nodeproppred import Evaluator
 from torch import Tensor
 
@@ -60,3 +61,31 @@ def evaluate(evaluator: Evaluator, y_true: Tensor, logits: Tensor) -> float:
     result = evaluator.eval({"y_true": y_true.cpu(), "y_pred": y_pred.detach().cpu()})
     value = result[evaluator.eval_metric]
     return float(np.asarray(value)) if not isinstance(value, torch.Tensor) else float(value)
+
+
+class GraphMetricEvaluator(GraphEvaluator):
+    """OGB's graph-property ``Evaluator`` for datasets that are not OGB's own (the twins).
+
+    Runs the same metric code (``rocauc``, ``ap`` or ``acc``) for the metric named in a folder's
+    meta.json.
+
+    Args:
+        name: Dataset name (for messages).
+        eval_metric: ``"rocauc"``, ``"ap"`` or ``"acc"``.
+        num_tasks: Number of label columns.
+    """
+
+    def __init__(self, name: str, eval_metric: str, num_tasks: int) -> None:  # noqa: D107
+        self.name = name
+        self.eval_metric = eval_metric
+        self.num_tasks = num_tasks
+
+    def __repr__(self) -> str:
+        return f"GraphMetricEvaluator({self.name!r}, eval_metric={self.eval_metric!r}, num_tasks={self.num_tasks})"
+
+
+def make_graph_evaluator(name: str, eval_metric: str, num_tasks: int) -> GraphEvaluator:
+    """``ogb.graphproppred.Evaluator(name)`` for OGB's ``ogbg-*`` datasets, the same code otherwise."""
+    if name.startswith("ogbg-"):
+        return GraphEvaluator(name)
+    return GraphMetricEvaluator(name, eval_metric, num_tasks)

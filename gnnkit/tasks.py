@@ -60,6 +60,12 @@ TASKS: dict[str, TaskFamily] = {
         "gnnkit.data.link_datamodule.LinkDataModule",
         (("data.num_nodes", "model.num_nodes"), ("data.full_batch", "model.full_batch")),
     ),
+    "graph": TaskFamily(
+        "gnnkit.graph_classifier.GraphClassifier",
+        "gnnkit.data.graph_set_datamodule.GraphSetDataModule",
+        (("data.num_classes", "model.out_channels"), ("data.num_edge_features", "model.edge_channels"),
+         ("data.molecular", "model.molecular")),
+    ),
 }
 DEFAULT_TASK = "node"
 

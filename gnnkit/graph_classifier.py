@@ -1,0 +1,166 @@
+"""The LightningModule for graph property prediction (``ogbg-*`` and their twins)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from torch import Tensor, nn
+from torch_geometric.data import Data
+
+from gnnkit.metrics import evaluate, make_graph_evaluator
+from gnnkit.models.graph_gnn import GraphGNN, GraphGNNOptions
+from gnnkit.module import gather_rows
+from gnnkit.optim import build_optimizer, build_scheduler
+
+STAGES = ("train", "val", "test")
+
+
+class GraphClassifier(pl.LightningModule):
+    """Graph classification (multi-task binary with missing labels, or multi-class) with OGB's metrics.
+
+    The architecture is OGB's molecule example (:mod:`gnnkit.models.graph_gnn`); ``in_channels``,
+    ``edge_channels``, ``out_channels``, ``molecular`` and ``task`` come from the datamodule
+    (linked by ``gnnkit run``). Binary tasks train with BCE-with-logits over the labelled entries
+    (NaN = missing, as in ogbg-molpcba), multi-class ones with cross-entropy. ``val_metric`` and
+    ``test_metric`` are OGB's ``Evaluator`` on the whole split.
+
+    Args:
+        model: ``"gin"``, ``"gcn"`` or ``"mlp"`` (per-atom MLP layers and pooling, no message
+            passing: the bag-of-atoms baseline).
+        num_layers: Layers (OGB's example: 5).
+        emb_dim: Hidden width (300).
+        dropout: Dropout after every layer (0.5).
+        virtual_node: OGB's virtual node (Gilmer et al., <https://arxiv.org/abs/1704.01212>).
+        pooling: ``"mean"`` (OGB's default), ``"sum"`` or ``"attention"``.
+        aggregation: ``"pyg"`` (PyG's ``GINEConv``/``GINConv``) or ``"gnnkit"``
+            (:func:`gnnkit.sparse.spmm` on the batch's block-diagonal CSR).
+        format: SpMM format of ``"gnnkit"`` aggregation: ``"auto"`` or a format name.
+        edge_features: Use edge (bond) features in the messages.
+        lr: Adam learning rate (0.001).
+        weight_decay: Adam weight decay.
+        in_channels: Node feature width (0 = none).
+        edge_channels: Edge feature width (0 = none).
+        out_channels: Tasks (binary) or classes (multi-class).
+        molecular: Integer OGB atom/bond features (``AtomEncoder``/``BondEncoder``).
+        task: ``{"name", "eval_metric", "num_tasks", "task_type"}`` of the dataset.
+        optimizer: ``{"class_path", "init_args"}`` of the optimizer (``gnnkit run`` links the
+            top-level ``optimizer:`` section here); ``None``: Adam with ``lr`` and ``weight_decay``.
+        lr_scheduler: ``{"class_path", "init_args"}`` of an lr scheduler (the top-level
+            ``lr_scheduler:`` section); ``None``: a constant learning rate (OGB's example).
+    """
+
+    def __init__(
+        self,
+        model: str = "gin",
+        num_layers: int = 5,
+        emb_dim: int = 300,
+        dropout: float = 0.5,
+        virtual_node: bool = False,
+        pooling: str = "mean",
+        aggregation: str = "pyg",
+        format: str = "auto",
+        edge_features: bool = True,
+        lr: float = 0.001,
+        weight_decay: float = 0.0,
+        in_channels: int = 9,
+        edge_channels: int = 3,
+        out_channels: int = 1,
+        molecular: bool = True,
+        task: dict[str, Any] | None = None,
+        optimizer: dict[str, Any] | None = None,
+        lr_scheduler: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.task = task or {"name": "unknown", "eval_metric": "rocauc", "num_tasks": 1,
+                             "task_type": "binary classification"}
+        self.multiclass = self.task["task_type"] == "multiclass classification"
+        options = GraphGNNOptions(
+            model=model, num_layers=num_layers, emb_dim=emb_dim, dropout=dropout, virtual_node=virtual_node,
+            pooling=pooling, aggregation=aggregation, format=format, edge_features=edge_features,
+            molecular=molecular, in_channels=in_channels, edge_channels=edge_channels,
+        )
+        self.gnn = GraphGNN(options, out_channels)
+        self.evaluator = make_graph_evaluator(self.task["name"], self.task["eval_metric"], self.task["num_tasks"])
+        self._outputs: dict[str, list[tuple[Tensor, Tensor]]] = {s: [] for s in STAGES}
+
+    @property
+    def num_params(self) -> int:
+        """Number of trainable parameters."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    def report_info(self) -> dict[str, Any]:
+        """``formats``: the SpMM plans of the ``aggregation="gnnkit"`` layers, for report.json."""
+        return {"formats": self.gnn.format_report()} if self.hparams.aggregation == "gnnkit" else {}
+
+    def forward(self, batch: Data) -> Tensor:
+        """``[num_graphs, out_channels]`` logits."""
+        return self.gnn(batch)
+
+    def loss(self, logits: Tensor, y: Tensor) -> Tensor:
+        """Cross-entropy (multi-class) or BCE-with-logits over the labelled (non-NaN) entries."""
+        if self.multiclass:
+            return nn.functional.cross_entropy(logits, y.view(-1).long())
+        known = ~torch.isnan(y)
+        return nn.functional.binary_cross_entropy_with_logits(logits[known], y[known].to(logits.dtype))
+
+    def _step(self, batch: Data, stage: str) -> Tensor:
+        logits = self(batch)
+        loss = self.loss(logits, batch.y)
+        self.log(f"{stage}_loss", loss, on_step=False, on_epoch=True, batch_size=int(batch.num_graphs),
+                 prog_bar=stage != "test", sync_dist=True)
+        self._outputs[stage].append((batch.y.detach(), logits.detach()))
+        return loss
+
+    def training_step(self, batch: Data, batch_idx: int) -> Tensor:
+        return self._step(batch, "train")
+
+    def validation_step(self, batch: Data, batch_idx: int) -> None:
+        self._step(batch, "val")
+
+    def test_step(self, batch: Data, batch_idx: int) -> None:
+        self._step(batch, "test")
+
+    def epoch_metric(self, y: Tensor, logits: Tensor) -> float:
+        """OGB's metric of the predictions (NaN where it is undefined, e.g. ROC-AUC without positives)."""
+        try:
+            return evaluate(self.evaluator, y, logits)
+        except RuntimeError as err:
+            if "labeled data available" in str(err):  # OGB: no task with both classes
+                return float("nan")
+            raise
+
+    def _epoch_metric(self, stage: str) -> None:
+        outputs = self._outputs[stage]
+        if not outputs:
+            return
+        y = gather_rows(torch.cat([o[0] for o in outputs]))
+        logits = gather_rows(torch.cat([o[1] for o in outputs]))
+        outputs.clear()
+        value = self.epoch_metric(y, logits)
+        self.log(f"{stage}_metric", value, prog_bar=True, sync_dist=True)
+        self.log(f"{stage}_{self.evaluator.eval_metric}", value, sync_dist=True)
+
+    def on_train_epoch_end(self) -> None:
+        self._epoch_metric("train")
+
+    def on_validation_epoch_end(self) -> None:
+        self._epoch_metric("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._epoch_metric("test")
+
+    def configure_optimizers(self) -> torch.optim.Optimizer | dict[str, Any]:
+        """Adam (OGB's example: lr 0.001, no weight decay), or the ``optimizer`` spec's class; then
+        the ``lr_scheduler`` spec's scheduler, if any."""
+        if self.hparams.get("optimizer") is None:
+            optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        else:
+            optimizer = build_optimizer(self.hparams.optimizer, [{"params": list(self.parameters())}])
+        if callable(getattr(optimizer, "bind", None)):
+            optimizer.bind(self)  # optimizers that hook the model's layers (gnnkit.optim.KFAC)
+        if self.hparams.get("lr_scheduler") is not None:
+            return {"optimizer": optimizer, "lr_scheduler": build_scheduler(self.hparams.lr_scheduler, optimizer)}
+        return optimizer

@@ -1,0 +1,389 @@
+"""OGB's raw layout for graph-property datasets (``ogbg-*``): read, validate, cache, open.
+
+Layout (as OGB's downloads and ``ogb.io.DatasetSaver`` write it)::
+
+    <folder>/meta.json                       OGB's meta_dict keys (synthetic twins, folders by path)
+    <folder>/raw/edge.csv.gz                 every graph's bonds, "src,dst" with per-graph node ids
+    <folder>/raw/num-node-list.csv.gz        nodes per graph
+    <folder>/raw/num-edge-list.csv.gz        edges per graph (as stored, before inverse edges)
+    <folder>/raw/node-feat.csv.gz, edge-feat.csv.gz   optional
+    <folder>/raw/graph-label.csv.gz          one row of T labels per graph (empty = missing)
+    <folder>/raw/data.npz, graph-label.npz   binary layout instead of the CSV files
+    <folder>/split/<scheme>/{train,valid,test}.csv.gz   graph ids
+
+Graphs are read with ``ogb.io.read_graph_raw`` (a list of per-graph dicts), validated (edge ids
+in each graph's node range, no graph without nodes, one label row per graph, split ids in range
+and disjoint) and cached as one concatenated CSR over all graphs (rows = destination nodes):
+``graph_ptr [G+1]`` node offsets, ``indptr [N+1]``/``indices [E]`` with global node ids,
+``edge_ptr [G+1]`` edge offsets (``indptr[graph_ptr]``), ``x`` node features (int64 ``[N, 9]``
+atom features for molecules, as OGB stores them), ``edge_attr`` aligned with the CSR order,
+``y [G, T]`` (float32 with NaN for missing binary labels, int64 class ids for multi-class) and
+``split.*``. :func:`open_entry` maps them back as a :class:`GraphSet`, which cuts PyG batches of
+graphs with a few vectorised gathers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from pipeline.errors import DatasetError
+from pipeline.graph import SPLITS
+from pipeline.ogb_layout import _as_bool, _quiet, _read_csv, _read_split, check_row_counts
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+    from torch_geometric.data import Data
+
+    from pipeline.cache import CacheEntry
+    from pipeline.options import PreprocessOptions
+
+FAMILY = "graph"
+#: meta.json keys a graph folder must provide (OGB's meta_dict names, ``ogb.graphproppred/master.csv``).
+REQUIRED_META = (
+    "num tasks",
+    "num classes",
+    "task type",
+    "eval metric",
+    "add_inverse_edge",
+    "has_node_attr",
+    "has_edge_attr",
+    "split",
+    "binary",
+)
+TASK_TYPES = ("binary classification", "multiclass classification")
+#: OGB's graph metrics gnnkit trains for (code2's F1 over token sequences is not one of them).
+EVAL_METRICS = ("rocauc", "ap", "acc")
+
+
+def normalise_meta(raw: dict[str, Any], where: str) -> dict[str, Any]:
+    """Check OGB's graph meta_dict keys and convert them to typed values.
+
+    Args:
+        raw: The meta dict as OGB writes it (``'True'``/``'False'`` strings, ints or strings).
+        where: File name (or master.csv column) for error messages.
+
+    Returns:
+        ``family`` ("graph"), ``num_tasks``, ``num_classes``, ``task_type``, ``eval_metric``,
+        ``add_inverse_edge``, ``has_node_attr``, ``has_edge_attr``, ``split``, ``binary``,
+        ``molecular`` (OGB's ``data type`` is ``mol``), ``additional_node_files`` (always empty:
+        :func:`pipeline.ogb_layout.check_row_counts` reads it) and the raw dict as ``ogb_meta``.
+
+    Raises:
+        DatasetError: A missing key or a value outside what OGB writes.
+    """
+    for key in REQUIRED_META:
+        if key not in raw:
+            raise DatasetError(where, f"missing meta key '{key}' (graph datasets need {list(REQUIRED_META)})")
+    try:
+        num_tasks, num_classes = int(raw["num tasks"]), int(raw["num classes"])
+    except (TypeError, ValueError):
+        raise DatasetError(where, "'num tasks' and 'num classes' must be integers") from None
+    if num_tasks < 1:
+        raise DatasetError(where, f"'num tasks' must be >= 1, got {num_tasks}")
+    if str(raw["task type"]) not in TASK_TYPES:
+        raise DatasetError(where, f"'task type' must be one of {list(TASK_TYPES)}, got {raw['task type']!r}")
+    if str(raw["eval metric"]) not in EVAL_METRICS:
+        raise DatasetError(where, f"'eval metric' must be one of {list(EVAL_METRICS)}, got {raw['eval metric']!r}")
+    if str(raw["task type"]) == "multiclass classification" and num_tasks != 1:
+        raise DatasetError(where, f"multiclass classification needs 'num tasks' 1, got {num_tasks}")
+    return {
+        "family": FAMILY,
+        "num_tasks": num_tasks,
+        "num_classes": num_classes,
+        "task_type": str(raw["task type"]),
+        "eval_metric": str(raw["eval metric"]),
+        "add_inverse_edge": _as_bool(raw["add_inverse_edge"], f"{where}: 'add_inverse_edge'"),
+        "has_node_attr": _as_bool(raw["has_node_attr"], f"{where}: 'has_node_attr'"),
+        "has_edge_attr": _as_bool(raw["has_edge_attr"], f"{where}: 'has_edge_attr'"),
+        "split": str(raw["split"]),
+        "binary": _as_bool(raw["binary"], f"{where}: 'binary'"),
+        "molecular": str(raw.get("data type", "")) == "mol",
+        "additional_node_files": [],
+        "ogb_meta": {k: (v if isinstance(v, (int, float, bool)) else str(v)) for k, v in raw.items()},
+    }
+
+
+def raw_files(folder: Path, meta: dict[str, Any]) -> list[Path]:
+    """The files of ``folder`` that make up the dataset (for fingerprinting)."""
+    files = sorted(p for p in (folder / "raw").rglob("*") if p.is_file())
+    files += sorted(p for p in (folder / "split" / meta["split"]).rglob("*") if p.is_file())
+    return files
+
+
+def _read_graphs(raw_dir: Path, meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """The per-graph dicts of OGB's raw readers, after the row-count checks."""
+    import pandas as pd
+    from ogb.io.read_graph_raw import read_binary_graph_raw, read_csv_graph_raw
+
+    if meta["binary"]:
+        data = raw_dir / "data.npz"
+        if not data.is_file():
+            raise DatasetError(data, "missing (meta.json says 'binary': True)")
+        if meta["add_inverse_edge"]:
+            raise DatasetError(data, "binary layout cannot use add_inverse_edge")
+        check_row_counts(raw_dir, meta)
+        try:
+            with _quiet():
+                return read_binary_graph_raw(str(raw_dir))
+        except (KeyError, ValueError, RuntimeError, OSError) as err:
+            raise DatasetError(data, f"unreadable ({err})") from None
+    for name in ("edge.csv.gz", "num-node-list.csv.gz", "num-edge-list.csv.gz"):
+        if not (raw_dir / name).is_file():
+            raise DatasetError(raw_dir / name, "missing")
+    check_row_counts(raw_dir, meta)
+    try:
+        with _quiet():
+            return read_csv_graph_raw(str(raw_dir), add_inverse_edge=meta["add_inverse_edge"])
+    except (pd.errors.ParserError, ValueError, OSError, EOFError) as err:
+        raise DatasetError(raw_dir, f"unreadable raw CSV files ({str(err).splitlines()[0]})") from None
+
+
+def _read_labels(raw_dir: Path, meta: dict[str, Any], num_graphs: int) -> tuple[np.ndarray, Path]:
+    """``[G, T]`` labels: float32 with NaN for missing binary labels, int64 class ids otherwise."""
+    if meta["binary"]:
+        path = raw_dir / "graph-label.npz"
+        if not path.is_file():
+            raise DatasetError(path, "missing")
+        with np.load(path, allow_pickle=False) as npz:
+            if "graph_label" not in npz:
+                raise DatasetError(path, "expected an array named 'graph_label'")
+            labels = np.asarray(npz["graph_label"])
+    else:
+        path = raw_dir / "graph-label.csv.gz"
+        labels = _read_csv(path)
+    labels = labels.reshape(labels.shape[0], -1) if labels.ndim else labels.reshape(1, 1)
+    if labels.shape[0] != num_graphs:
+        raise DatasetError(path, f"has {labels.shape[0]} label rows, expected one per graph ({num_graphs})")
+    if labels.shape[1] != meta["num_tasks"]:
+        raise DatasetError(path, f"has {labels.shape[1]} label columns, expected 'num tasks' = {meta['num_tasks']}")
+    if meta["task_type"] == "multiclass classification":
+        if labels.dtype.kind not in "iu" or (labels < 0).any() or (labels >= meta["num_classes"]).any():
+            raise DatasetError(path, f"expected integer class ids in [0, {meta['num_classes']})")
+        return labels.astype(np.int64), path
+    values = labels.astype(np.float32)
+    known = values[~np.isnan(values)]
+    if not np.isin(known, (0.0, 1.0)).all():
+        raise DatasetError(path, "expected binary labels 0 or 1 (empty = missing)")
+    return values, path
+
+
+def _check_split(split: dict[str, np.ndarray], files: dict[str, str], num_graphs: int) -> None:
+    """Split graph ids in ``[0, G)``, without repeats, and disjoint across splits."""
+    seen = np.zeros(num_graphs, dtype=np.int8)
+    for name in SPLITS:
+        ids = split[name]
+        if ids.size and (ids.min() < 0 or ids.max() >= num_graphs):
+            bad = int(ids[(ids < 0) | (ids >= num_graphs)][0])
+            raise DatasetError(files[name], f"graph id {bad} out of range; expected ids in [0, {num_graphs})")
+        if np.unique(ids).size != ids.size:
+            raise DatasetError(files[name], "lists a graph id more than once")
+        if seen[ids].any():
+            other = int(ids[seen[ids] > 0][0])
+            raise DatasetError(files[name], f"graph id {other} is also in an earlier split; expected disjoint splits")
+        seen[ids] = 1
+
+
+def _concatenate(graphs: list[dict[str, Any]], edge_file: Path, node_file: Path) -> dict[str, np.ndarray]:
+    """One CSR (rows = destinations) over all graphs, validated, with features in CSR order."""
+    counts = np.array([int(g["num_nodes"]) for g in graphs], dtype=np.int64)
+    if (counts <= 0).any():
+        raise DatasetError(node_file, f"graph {int(np.flatnonzero(counts <= 0)[0])} has no nodes; "
+                           "expected at least one node per graph")
+    edge_counts = np.array([g["edge_index"].shape[1] for g in graphs], dtype=np.int64)
+    graph_ptr = np.zeros(len(graphs) + 1, dtype=np.int64)
+    np.cumsum(counts, out=graph_ptr[1:])
+    edge_index = (np.concatenate([g["edge_index"] for g in graphs], axis=1).astype(np.int64)
+                  if graphs else np.zeros((2, 0), dtype=np.int64))
+    owner = np.repeat(np.arange(len(graphs)), edge_counts)
+    bad = (edge_index < 0).any(axis=0) | (edge_index >= counts[owner]).any(axis=0)
+    if bad.any():
+        e = int(np.flatnonzero(bad)[0])
+        g = int(owner[e])
+        raise DatasetError(edge_file, f"graph {g} has edge ({int(edge_index[0, e])}, {int(edge_index[1, e])}); "
+                           f"expected node ids in [0, {int(counts[g])})")
+    src, dst = edge_index + graph_ptr[owner]
+    num_nodes = int(graph_ptr[-1])
+    order = np.argsort(dst, kind="stable")  # edges of one graph stay together: node ranges are contiguous
+    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(dst, minlength=num_nodes), out=indptr[1:])
+    arrays = {"graph_ptr": graph_ptr, "edge_ptr": indptr[graph_ptr], "indptr": indptr, "indices": src[order]}
+    if graphs and graphs[0].get("node_feat") is not None:
+        arrays["x"] = np.concatenate([g["node_feat"] for g in graphs])
+    if graphs and graphs[0].get("edge_feat") is not None:
+        arrays["edge_attr"] = np.concatenate([g["edge_feat"] for g in graphs])[order]
+    for name in ("x", "edge_attr"):
+        if name in arrays and arrays[name].dtype.kind == "f":
+            arrays[name] = arrays[name].astype(np.float32)
+            if not np.isfinite(arrays[name]).all():
+                raise DatasetError(node_file if name == "x" else edge_file, f"{name}: expected finite features")
+        elif name in arrays:
+            arrays[name] = arrays[name].astype(np.int64)
+    return arrays
+
+
+def build(
+    folder: Path, meta: dict[str, Any], options: PreprocessOptions, say: Callable[[str], None]
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Read a graph-property folder with OGB's raw readers and return the arrays to cache.
+
+    Args:
+        folder: The dataset folder (``raw/``, ``split/``).
+        meta: Its normalised meta (:func:`normalise_meta`).
+        options: Preprocessing options; graph datasets keep their edges as stored (molecules carry
+            both directions already), so only the defaults are accepted.
+        say: Progress callback.
+
+    Returns:
+        ``(arrays, meta)``: the arrays of the module docstring and the meta to store (``meta`` plus
+        ``num_graphs``, ``num_nodes``, ``num_edges``, feature widths).
+
+    Raises:
+        DatasetError: Naming the file and what was expected.
+    """
+    from pipeline.options import PreprocessOptions
+
+    for name, value in options.key_fields().items():
+        if value != PreprocessOptions().key_fields().get(name):
+            raise DatasetError(f"preprocess.{name}", f"graph datasets take no preprocessing option; "
+                               f"expected the default {PreprocessOptions().key_fields().get(name)!r}, got {value!r}")
+    raw_dir = folder / "raw"
+    say(f"reading graphs from {raw_dir}")
+    graphs = _read_graphs(raw_dir, meta)
+    if not graphs:
+        raise DatasetError(raw_dir / "num-node-list.csv.gz", "holds no graph; expected at least one")
+    edge_file = raw_dir / ("data.npz" if meta["binary"] else "edge.csv.gz")
+    node_file = raw_dir / ("data.npz" if meta["binary"] else "num-node-list.csv.gz")
+    arrays = _concatenate(graphs, edge_file, node_file)
+    num_graphs = len(graphs)
+    del graphs
+    labels, _ = _read_labels(raw_dir, meta, num_graphs)
+    arrays["y"] = labels
+    split, files = _read_split(folder / "split" / meta["split"])
+    _check_split(split, files, num_graphs)
+    arrays.update({f"split.{k}": v for k, v in split.items()})
+    say(f"{num_graphs:,} graphs, {arrays['indptr'].size - 1:,} nodes, {arrays['indices'].size:,} edges")
+    stored = dict(meta)
+    stored.update(
+        num_graphs=num_graphs,
+        num_nodes=int(arrays["indptr"].size - 1),
+        num_edges=int(arrays["indices"].size),
+        num_node_features=int(arrays["x"].shape[1]) if "x" in arrays else 0,
+        num_edge_features=int(arrays["edge_attr"].shape[1]) if "edge_attr" in arrays else 0,
+    )
+    return arrays, stored
+
+
+@dataclass
+class GraphSet:
+    """Many small graphs in one CSR (rows = destinations), as cached; every tensor memory-mapped.
+
+    Attributes:
+        graph_ptr: ``int64 [G+1]`` first node of each graph.
+        indptr: ``int64 [N+1]`` CSR row pointer over all nodes.
+        indices: ``int64 [E]`` global source node of each edge, grouped by destination row.
+        x: ``[N, F]`` node features (int64 categorical for molecules, float32 otherwise) or ``None``.
+        edge_attr: ``[E, F_e]`` edge features in CSR order, or ``None``.
+        y: ``[G, T]`` labels (float32 with NaN = missing, or int64 class ids).
+        split: ``train``/``valid``/``test`` graph ids.
+        meta: The stored meta (:func:`build`).
+    """
+
+    graph_ptr: Tensor
+    indptr: Tensor
+    indices: Tensor
+    x: Tensor | None
+    edge_attr: Tensor | None
+    y: Tensor
+    split: dict[str, Tensor]
+    meta: dict[str, Any]
+
+    @property
+    def num_graphs(self) -> int:
+        return int(self.graph_ptr.numel() - 1)
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.indptr.numel() - 1)
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indices.numel())
+
+    def graph(self, i: int) -> Data:
+        """Graph ``i`` alone as a PyG ``Data`` (``edge_index`` in CSR order, local node ids)."""
+        import torch
+
+        return self.batch(torch.tensor([int(i)]))
+
+    def batch(self, ids: Tensor) -> Data:
+        """The graphs ``ids`` as one PyG batch: a block-diagonal graph in a few vectorised gathers.
+
+        Returns a ``Data`` with ``x``, ``edge_index`` (``[2, E_b]`` source/destination, rows of the
+        batch CSR in order), ``edge_attr``, ``y [B, T]``, ``batch [N_b]`` (graph of each node),
+        ``ptr [B+1]``, ``num_graphs``, and the batch CSR ``indptr``/``indices`` (for a gnnkit
+        :class:`~gnnkit.sparse.Adjacency`).
+        """
+        import torch
+        from torch_geometric.data import Data
+
+        ids = torch.as_tensor(ids, dtype=torch.int64).reshape(-1)
+        first, last = self.graph_ptr[ids], self.graph_ptr[ids + 1]
+        sizes = last - first
+        ptr = torch.zeros(ids.numel() + 1, dtype=torch.int64)
+        torch.cumsum(sizes, 0, out=ptr[1:])
+        num_nodes = int(ptr[-1])
+        graph_of_node = torch.repeat_interleave(torch.arange(ids.numel()), sizes, output_size=num_nodes)
+        shift = first - ptr[:-1]  # global id - batch id, per graph
+        nodes = torch.arange(num_nodes) + shift[graph_of_node]
+        degree = self.indptr[nodes + 1] - self.indptr[nodes]
+        indptr = torch.zeros(num_nodes + 1, dtype=torch.int64)
+        torch.cumsum(degree, 0, out=indptr[1:])
+        num_edges = int(indptr[-1])
+        row = torch.repeat_interleave(torch.arange(num_nodes), degree, output_size=num_edges)
+        edges = torch.arange(num_edges) + (self.indptr[nodes] - indptr[:-1])[row]
+        indices = self.indices[edges] - shift[graph_of_node[row]]
+        return Data(
+            x=None if self.x is None else self.x[nodes],
+            edge_index=torch.stack([indices, row]),
+            edge_attr=None if self.edge_attr is None else self.edge_attr[edges],
+            y=self.y[ids],
+            batch=graph_of_node,
+            ptr=ptr,
+            num_graphs=ids.numel(),
+            num_nodes=num_nodes,
+            indptr=indptr,
+            indices=indices,
+        )
+
+
+def open_entry(entry: CacheEntry) -> GraphSet:
+    """The cached graphs of ``entry`` (built by :func:`build`), every array memory-mapped."""
+    arrays = entry.manifest["arrays"]
+    if "graph_ptr" not in arrays:
+        raise DatasetError(entry.path, "not a graph-property cache entry (no 'graph_ptr' array)")
+    return GraphSet(
+        graph_ptr=entry.array("graph_ptr"),
+        indptr=entry.array("indptr"),
+        indices=entry.array("indices"),
+        x=entry.array("x") if "x" in arrays else None,
+        edge_attr=entry.array("edge_attr") if "edge_attr" in arrays else None,
+        y=entry.array("y"),
+        split={s: entry.array(f"split.{s}") for s in SPLITS},
+        meta=dict(entry.manifest["meta"]),
+    )
+
+
+def graph_set_from_arrays(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> GraphSet:
+    """A :class:`GraphSet` over in-memory :func:`build` arrays (tests, benchmarks without a cache)."""
+    import torch
+
+    def t(name: str) -> torch.Tensor | None:
+        return torch.from_numpy(np.ascontiguousarray(arrays[name])) if name in arrays else None
+
+    return GraphSet(graph_ptr=t("graph_ptr"), indptr=t("indptr"), indices=t("indices"), x=t("x"),
+                    edge_attr=t("edge_attr"), y=t("y"), split={s: t(f"split.{s}") for s in SPLITS}, meta=meta)
