@@ -32,7 +32,7 @@ import numpy as np
 
 from pipeline.errors import DatasetError
 from pipeline.graph import SPLITS
-from pipeline.ogb_layout import _as_bool, _quiet, _read_csv, _read_split, check_row_counts
+from pipeline.ogb_layout import as_bool, quiet_readers, read_csv, read_split, check_row_counts
 
 if TYPE_CHECKING:
     import torch
@@ -97,11 +97,11 @@ def normalise_meta(raw: dict[str, Any], where: str) -> dict[str, Any]:
         "num_classes": num_classes,
         "task_type": str(raw["task type"]),
         "eval_metric": str(raw["eval metric"]),
-        "add_inverse_edge": _as_bool(raw["add_inverse_edge"], f"{where}: 'add_inverse_edge'"),
-        "has_node_attr": _as_bool(raw["has_node_attr"], f"{where}: 'has_node_attr'"),
-        "has_edge_attr": _as_bool(raw["has_edge_attr"], f"{where}: 'has_edge_attr'"),
+        "add_inverse_edge": as_bool(raw["add_inverse_edge"], f"{where}: 'add_inverse_edge'"),
+        "has_node_attr": as_bool(raw["has_node_attr"], f"{where}: 'has_node_attr'"),
+        "has_edge_attr": as_bool(raw["has_edge_attr"], f"{where}: 'has_edge_attr'"),
         "split": str(raw["split"]),
-        "binary": _as_bool(raw["binary"], f"{where}: 'binary'"),
+        "binary": as_bool(raw["binary"], f"{where}: 'binary'"),
         "molecular": str(raw.get("data type", "")) == "mol",
         "additional_node_files": [],
         "ogb_meta": {k: (v if isinstance(v, (int, float, bool)) else str(v)) for k, v in raw.items()},
@@ -128,7 +128,7 @@ def _read_graphs(raw_dir: Path, meta: dict[str, Any]) -> list[dict[str, Any]]:
             raise DatasetError(data, "binary layout cannot use add_inverse_edge")
         check_row_counts(raw_dir, meta)
         try:
-            with _quiet():
+            with quiet_readers():
                 return read_binary_graph_raw(str(raw_dir))
         except (KeyError, ValueError, RuntimeError, OSError) as err:
             raise DatasetError(data, f"unreadable ({err})") from None
@@ -137,7 +137,7 @@ def _read_graphs(raw_dir: Path, meta: dict[str, Any]) -> list[dict[str, Any]]:
             raise DatasetError(raw_dir / name, "missing")
     check_row_counts(raw_dir, meta)
     try:
-        with _quiet():
+        with quiet_readers():
             return read_csv_graph_raw(str(raw_dir), add_inverse_edge=meta["add_inverse_edge"])
     except (pd.errors.ParserError, ValueError, OSError, EOFError) as err:
         raise DatasetError(raw_dir, f"unreadable raw CSV files ({str(err).splitlines()[0]})") from None
@@ -155,7 +155,7 @@ def _read_labels(raw_dir: Path, meta: dict[str, Any], num_graphs: int) -> tuple[
             labels = np.asarray(npz["graph_label"])
     else:
         path = raw_dir / "graph-label.csv.gz"
-        labels = _read_csv(path)
+        labels = read_csv(path)
     labels = labels.reshape(labels.shape[0], -1) if labels.ndim else labels.reshape(1, 1)
     if labels.shape[0] != num_graphs:
         raise DatasetError(path, f"has {labels.shape[0]} label rows, expected one per graph ({num_graphs})")
@@ -263,7 +263,7 @@ def build(
     del graphs
     labels, _ = _read_labels(raw_dir, meta, num_graphs)
     arrays["y"] = labels
-    split, files = _read_split(folder / "split" / meta["split"])
+    split, files = read_split(folder / "split" / meta["split"])
     _check_split(split, files, num_graphs)
     arrays.update({f"split.{k}": v for k, v in split.items()})
     say(f"{num_graphs:,} graphs, {arrays['indptr'].size - 1:,} nodes, {arrays['indices'].size:,} edges")

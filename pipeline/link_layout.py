@@ -36,7 +36,7 @@ import numpy as np
 
 from pipeline.errors import DatasetError
 from pipeline.graph import SPLITS, check_edges, check_features
-from pipeline.ogb_layout import _as_bool, _as_list, _quiet, check_row_counts, count_lines
+from pipeline.ogb_layout import as_bool, as_list, quiet_readers, check_row_counts, count_lines
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -85,13 +85,13 @@ def normalise_meta(raw: dict[str, Any], where: str) -> dict[str, Any]:
         "family": FAMILY,
         "task_type": TASK_TYPE,
         "eval_metric": _eval_metric(raw["eval metric"], where),
-        "add_inverse_edge": _as_bool(raw["add_inverse_edge"], f"{where}: 'add_inverse_edge'"),
-        "has_node_attr": _as_bool(raw.get("has_node_attr", True), f"{where}: 'has_node_attr'"),
+        "add_inverse_edge": as_bool(raw["add_inverse_edge"], f"{where}: 'add_inverse_edge'"),
+        "has_node_attr": as_bool(raw.get("has_node_attr", True), f"{where}: 'has_node_attr'"),
         "split": str(raw["split"]),
-        "binary": _as_bool(raw["binary"], f"{where}: 'binary'"),
-        "additional_node_files": _as_list(raw.get("additional node files")),
-        "additional_edge_files": _as_list(raw.get("additional edge files")),
-        "is_hetero": _as_bool(raw.get("is hetero", False), f"{where}: 'is hetero'"),
+        "binary": as_bool(raw["binary"], f"{where}: 'binary'"),
+        "additional_node_files": as_list(raw.get("additional node files")),
+        "additional_edge_files": as_list(raw.get("additional edge files")),
+        "is_hetero": as_bool(raw.get("is hetero", False), f"{where}: 'is hetero'"),
         "ogb_meta": {k: (v if isinstance(v, (int, float, bool)) else str(v)) for k, v in raw.items()},
     }
     if meta["is_hetero"]:
@@ -124,7 +124,7 @@ def _read_graph(raw_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
             raise DatasetError(data, "binary layout cannot use add_inverse_edge")
         check_row_counts(raw_dir, meta)
         try:
-            with _quiet():
+            with quiet_readers():
                 return read_binary_graph_raw(str(raw_dir))[0]
         except (KeyError, ValueError, RuntimeError, OSError) as err:
             raise DatasetError(data, f"unreadable ({err})") from None
@@ -140,7 +140,7 @@ def _read_graph(raw_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
         if (found := count_lines(path)) != edges:
             raise DatasetError(path, f"has {found} lines, but edge.csv.gz has {edges} (expected one per edge)")
     try:
-        with _quiet():
+        with quiet_readers():
             return read_csv_graph_raw(
                 str(raw_dir), add_inverse_edge=meta["add_inverse_edge"],
                 additional_node_files=meta["additional_node_files"],

@@ -77,7 +77,7 @@ class RawGraph:
     extra: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def _as_bool(value: Any, where: str) -> bool:
+def as_bool(value: Any, where: str) -> bool:
     if isinstance(value, bool):
         return value
     if str(value) in ("True", "true", "1"):
@@ -87,7 +87,7 @@ def _as_bool(value: Any, where: str) -> bool:
     raise DatasetError(where, f"expected True or False, got {value!r}")
 
 
-def _as_list(value: Any) -> list[str]:
+def as_list(value: Any) -> list[str]:
     if value is None or value == "None" or value == "":
         return []
     if isinstance(value, list):
@@ -123,12 +123,12 @@ def normalise_meta(raw: dict[str, Any], where: str) -> dict[str, Any]:
         "num_classes": num_classes,
         "task_type": str(raw["task type"]),
         "eval_metric": str(raw["eval metric"]),
-        "add_inverse_edge": _as_bool(raw["add_inverse_edge"], f"{where}: 'add_inverse_edge'"),
-        "has_node_attr": _as_bool(raw["has_node_attr"], f"{where}: 'has_node_attr'"),
+        "add_inverse_edge": as_bool(raw["add_inverse_edge"], f"{where}: 'add_inverse_edge'"),
+        "has_node_attr": as_bool(raw["has_node_attr"], f"{where}: 'has_node_attr'"),
         "split": str(raw["split"]),
-        "binary": _as_bool(raw["binary"], f"{where}: 'binary'"),
-        "additional_node_files": _as_list(raw.get("additional node files")),
-        "is_hetero": _as_bool(raw.get("is hetero", False), f"{where}: 'is hetero'"),
+        "binary": as_bool(raw["binary"], f"{where}: 'binary'"),
+        "additional_node_files": as_list(raw.get("additional node files")),
+        "is_hetero": as_bool(raw.get("is hetero", False), f"{where}: 'is hetero'"),
         "ogb_meta": {k: (v if isinstance(v, (int, float, bool)) else str(v)) for k, v in raw.items()},
     }
     if meta["is_hetero"]:
@@ -145,13 +145,14 @@ def raw_files(folder: Path, meta: dict[str, Any]) -> list[Path]:
 
 
 @contextlib.contextmanager
-def _quiet():
+def quiet_readers():
     """OGB's readers print and draw bars; keep the CLI's output for gnnkit's own progress."""
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         yield
 
 
-def _read_csv(path: Path) -> np.ndarray:
+def read_csv(path: Path) -> np.ndarray:
+    """A headerless gzipped CSV of OGB's raw layout as an array (:class:`DatasetError` naming the file)."""
     import pandas as pd  # here, not at the top: a cache hit needs no CSV reader
 
     if not path.is_file():
@@ -162,14 +163,16 @@ def _read_csv(path: Path) -> np.ndarray:
         raise DatasetError(path, f"unreadable CSV ({str(err).splitlines()[0]})") from None
 
 
-def _read_split(split_dir: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+def read_split(split_dir: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """A split scheme's ``train``/``valid``/``test`` index arrays (CSV files, or DatasetSaver's
+    ``split_dict.pt``), and the file each came from."""
     pt = split_dir / "split_dict.pt"
     if not (split_dir / "train.csv.gz").exists() and pt.is_file():
         return _read_split_pt(pt), {name: str(pt) for name in SPLITS}
     split, files = {}, {}
     for name in SPLITS:
         path = split_dir / f"{name}.csv.gz"
-        values = _read_csv(path)
+        values = read_csv(path)
         if values.ndim != 2 or values.shape[1] != 1 or values.dtype.kind not in "iu":
             raise DatasetError(path, "expected one integer node index per line")
         split[name], files[name] = values[:, 0].astype(np.int64), str(path)
@@ -241,7 +244,7 @@ def _npz_rows(path: Path) -> dict[str, int]:
 
 
 def _declared_total(path: Path, what: str) -> int:
-    values = _read_csv(path)
+    values = read_csv(path)
     if values.ndim != 2 or values.shape[1] != 1 or values.dtype.kind not in "iu" or (values < 0).any():
         raise DatasetError(path, f"expected one non-negative integer {what} count per line")
     return int(values.sum())
@@ -309,7 +312,7 @@ def _read_graph(raw_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
             raise DatasetError(raw_dir / "data.npz", "binary layout cannot use add_inverse_edge")
         check_row_counts(raw_dir, meta)
         try:
-            with _quiet():
+            with quiet_readers():
                 return read_binary_graph_raw(str(raw_dir))[0]
         except (KeyError, ValueError, RuntimeError, OSError) as err:
             raise DatasetError(raw_dir / "data.npz", f"unreadable ({err})") from None
@@ -319,7 +322,7 @@ def _read_graph(raw_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
     check_row_counts(raw_dir, meta)
     extra = [f for f in meta["additional_node_files"] if (raw_dir / f"{f}.csv.gz").exists()]
     try:
-        with _quiet():
+        with quiet_readers():
             return read_csv_graph_raw(
                 str(raw_dir), add_inverse_edge=meta["add_inverse_edge"], additional_node_files=extra
             )[0]
@@ -353,9 +356,9 @@ def read_ogb_folder(folder: Path, meta: dict[str, Any]) -> RawGraph:
             labels = npz["node_label"]
     else:
         label_path = raw_dir / "node-label.csv.gz"
-        labels = _read_csv(label_path)
+        labels = read_csv(label_path)
     files["labels"] = str(label_path)
-    split, split_files = _read_split(folder / "split" / meta["split"])
+    split, split_files = read_split(folder / "split" / meta["split"])
     files.update({f"split.{k}": v for k, v in split_files.items()})
     extra = {
         k: np.asarray(v) for k, v in graph.items()
@@ -388,7 +391,7 @@ def build(folder: Path, meta: dict[str, Any], options: Any, say: Any) -> tuple[d
     return canonicalize(read_ogb_folder(folder, meta), options, say)
 
 
-def _to_csv_gz(path: Path, array: np.ndarray, float_format: str | None = None) -> None:
+def to_csv_gz(path: Path, array: np.ndarray, float_format: str | None = None) -> None:
     import pandas as pd
 
     frame = pd.DataFrame(array.reshape(array.shape[0], -1) if array.size else array.reshape(0, 1))
@@ -446,17 +449,17 @@ def write_ogb_folder(
             np.savez(raw / "data.npz", **arrays)
             np.savez(raw / "node-label.npz", node_label=labels)
         else:
-            _to_csv_gz(raw / "edge.csv.gz", edge_index.T)
-            _to_csv_gz(raw / "num-node-list.csv.gz", np.array([num_nodes]))
-            _to_csv_gz(raw / "num-edge-list.csv.gz", np.array([edge_index.shape[1]]))
+            to_csv_gz(raw / "edge.csv.gz", edge_index.T)
+            to_csv_gz(raw / "num-node-list.csv.gz", np.array([num_nodes]))
+            to_csv_gz(raw / "num-edge-list.csv.gz", np.array([edge_index.shape[1]]))
             if node_feat is not None:
                 fmt = "%.6g" if node_feat.dtype.kind == "f" else None
-                _to_csv_gz(raw / "node-feat.csv.gz", node_feat, float_format=fmt)
-            _to_csv_gz(raw / "node-label.csv.gz", labels)
+                to_csv_gz(raw / "node-feat.csv.gz", node_feat, float_format=fmt)
+            to_csv_gz(raw / "node-label.csv.gz", labels)
         split_dir = tmp / "split" / str(meta["split"])
         split_dir.mkdir(parents=True)
         for name in SPLITS:
-            _to_csv_gz(split_dir / f"{name}.csv.gz", np.asarray(split[name], dtype=np.int64))
+            to_csv_gz(split_dir / f"{name}.csv.gz", np.asarray(split[name], dtype=np.int64))
         full_meta = dict(meta)
         full_meta.update(binary=str(binary), has_node_attr=str(node_feat is not None))
         (tmp / "meta.json").write_text(json.dumps(full_meta, indent=2) + "\n")

@@ -46,7 +46,7 @@ import numpy as np
 
 from pipeline import counter_random as cr
 from pipeline.graph import SPLITS
-from pipeline.ogb_layout import _to_csv_gz
+from pipeline.ogb_layout import to_csv_gz
 from pipeline.temp_paths import make_temp_dir
 
 #: Bump when the output for the same spec changes (part of the synthetic source's cache key).
@@ -343,16 +343,16 @@ def write(folder: Path, spec: SyntheticSpec, data: dict[str, Any],
     try:
         raw = tmp / "raw"
         raw.mkdir()
-        _to_csv_gz(raw / "edge.csv.gz", data["edges"])
-        _to_csv_gz(raw / "num-node-list.csv.gz", data["num_nodes"])
-        _to_csv_gz(raw / "num-edge-list.csv.gz", data["num_edges"])
-        _to_csv_gz(raw / "node-feat.csv.gz", data["node_feat"])
-        _to_csv_gz(raw / "edge-feat.csv.gz", data["edge_feat"])
-        _to_csv_gz(raw / "graph-label.csv.gz", data["labels"].reshape(-1, 1))
+        to_csv_gz(raw / "edge.csv.gz", data["edges"])
+        to_csv_gz(raw / "num-node-list.csv.gz", data["num_nodes"])
+        to_csv_gz(raw / "num-edge-list.csv.gz", data["num_edges"])
+        to_csv_gz(raw / "node-feat.csv.gz", data["node_feat"])
+        to_csv_gz(raw / "edge-feat.csv.gz", data["edge_feat"])
+        to_csv_gz(raw / "graph-label.csv.gz", data["labels"].reshape(-1, 1))
         split_dir = tmp / "split" / "scaffold"
         split_dir.mkdir(parents=True)
         for name in SPLITS:
-            _to_csv_gz(split_dir / f"{name}.csv.gz", data["split"][name])
+            to_csv_gz(split_dir / f"{name}.csv.gz", data["split"][name])
         (tmp / "meta.json").write_text(json.dumps(meta_dict(spec), indent=2) + "\n")
         try:
             os.rename(tmp, folder)

@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pipeline.ogb_layout import _to_csv_gz
+from pipeline.ogb_layout import to_csv_gz
 from pipeline.temp_paths import make_temp_dir
 
 #: Bump when the output for the same spec changes (it is part of the source's cache key).
@@ -346,12 +346,12 @@ def write(folder: Path, spec: SyntheticSpec, data: dict[str, Any],
         raw.mkdir()
         train = data["split"]["train"]
         say(f"writing {folder}")
-        _to_csv_gz(raw / "edge.csv.gz", train["edge"])
-        _to_csv_gz(raw / "edge_weight.csv.gz", train["weight"].reshape(-1, 1))
-        _to_csv_gz(raw / "edge_year.csv.gz", train["year"].reshape(-1, 1))
-        _to_csv_gz(raw / "num-node-list.csv.gz", np.array([spec.num_nodes]))
-        _to_csv_gz(raw / "num-edge-list.csv.gz", np.array([train["edge"].shape[0]]))
-        _to_csv_gz(raw / "node-feat.csv.gz", data["node_feat"], float_format="%.4g")
+        to_csv_gz(raw / "edge.csv.gz", train["edge"])
+        to_csv_gz(raw / "edge_weight.csv.gz", train["weight"].reshape(-1, 1))
+        to_csv_gz(raw / "edge_year.csv.gz", train["year"].reshape(-1, 1))
+        to_csv_gz(raw / "num-node-list.csv.gz", np.array([spec.num_nodes]))
+        to_csv_gz(raw / "num-edge-list.csv.gz", np.array([train["edge"].shape[0]]))
+        to_csv_gz(raw / "node-feat.csv.gz", data["node_feat"], float_format="%.4g")
         split_dir = tmp / "split" / SPLIT
         split_dir.mkdir(parents=True)
         for name, record in data["split"].items():

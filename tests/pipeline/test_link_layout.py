@@ -16,7 +16,7 @@ from pipeline import cache
 from pipeline.errors import DatasetError
 from pipeline.family import read_meta_json
 from pipeline.link_layout import build, normalise_meta, open_entry, raw_files
-from pipeline.ogb_layout import _to_csv_gz
+from pipeline.ogb_layout import to_csv_gz
 from pipeline.options import PreprocessOptions
 from pipeline.synthetic_link import build as build_twin
 from pipeline.synthetic_link import generate, presets
@@ -176,7 +176,7 @@ def test_positive_edges_shared_between_splits_are_refused(folder):
 
 
 def test_raw_files_that_disagree_with_the_edge_count_are_refused(folder):
-    _to_csv_gz(folder / "raw" / "edge_year.csv.gz", np.zeros((7, 1), dtype=np.int64))
+    to_csv_gz(folder / "raw" / "edge_year.csv.gz", np.zeros((7, 1), dtype=np.int64))
     with pytest.raises(DatasetError, match="edge_year.csv.gz: has 7 lines, but edge.csv.gz has 1500"):
         _build(folder)
     (folder / "raw" / "edge_weight.csv.gz").unlink()
@@ -185,7 +185,7 @@ def test_raw_files_that_disagree_with_the_edge_count_are_refused(folder):
 
 
 def test_node_features_of_the_wrong_length_are_refused(folder):
-    _to_csv_gz(folder / "raw" / "node-feat.csv.gz", np.zeros((SPEC.num_nodes + 2, 8)), float_format="%.4g")
+    to_csv_gz(folder / "raw" / "node-feat.csv.gz", np.zeros((SPEC.num_nodes + 2, 8)), float_format="%.4g")
     with pytest.raises(DatasetError, match="node-feat.csv.gz: has 402 lines, but num-node-list.csv.gz says 400"):
         _build(folder)
 
@@ -196,9 +196,9 @@ def test_additional_node_files_are_kept_as_extra_arrays(folder):
     meta["additional node files"] = "node_year"
     (folder / "meta.json").write_text(json.dumps(meta))
     years = np.arange(SPEC.num_nodes, dtype=np.int64).reshape(-1, 1) % 7 + 2000
-    _to_csv_gz(folder / "raw" / "node_year.csv.gz", years)
+    to_csv_gz(folder / "raw" / "node_year.csv.gz", years)
     arrays, _ = _build(folder)
     np.testing.assert_array_equal(arrays["extra.node_year"], years[:, 0])
-    _to_csv_gz(folder / "raw" / "node_year.csv.gz", years[:-1])
+    to_csv_gz(folder / "raw" / "node_year.csv.gz", years[:-1])
     with pytest.raises(DatasetError, match="node_year.csv.gz: has 399 lines, but num-node-list.csv.gz says 400"):
         _build(folder)

@@ -75,7 +75,7 @@ GENERATE_SCRIPT = textwrap.dedent(
         print("TEMP", path.parent.parent, flush=True)
         time.sleep(120)
 
-    layout._to_csv_gz = stall
+    layout.to_csv_gz = stall
     generate(Path(sys.argv[1]), SyntheticSpec(num_nodes=300, num_edges=1200, num_features=4, num_classes=3))
     """
 )
