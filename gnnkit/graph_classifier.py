@@ -12,7 +12,7 @@ from torch_geometric.data import Data
 from gnnkit.metrics import evaluate, make_graph_evaluator
 from gnnkit.models.graph_gnn import GraphGNN, GraphGNNOptions
 from gnnkit.module import gather_rows
-from gnnkit.optim import build_optimizer, build_scheduler
+from gnnkit.optim import module_optimizer, with_scheduler
 
 STAGES = ("train", "val", "test")
 
@@ -155,12 +155,7 @@ class GraphClassifier(pl.LightningModule):
     def configure_optimizers(self) -> torch.optim.Optimizer | dict[str, Any]:
         """Adam (OGB's example: lr 0.001, no weight decay), or the ``optimizer`` spec's class; then
         the ``lr_scheduler`` spec's scheduler, if any."""
-        if self.hparams.get("optimizer") is None:
-            optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
-        else:
-            optimizer = build_optimizer(self.hparams.optimizer, [{"params": list(self.parameters())}])
-        if callable(getattr(optimizer, "bind", None)):
-            optimizer.bind(self)  # optimizers that hook the model's layers (gnnkit.optim.KFAC)
-        if self.hparams.get("lr_scheduler") is not None:
-            return {"optimizer": optimizer, "lr_scheduler": build_scheduler(self.hparams.lr_scheduler, optimizer)}
-        return optimizer
+        hp = self.hparams
+        optimizer = module_optimizer(self, [{"params": list(self.parameters())}], hp.get("optimizer"), hp.lr,
+                                     hp.weight_decay)
+        return with_scheduler(optimizer, hp.get("lr_scheduler"))

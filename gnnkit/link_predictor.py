@@ -22,7 +22,7 @@ from torch_geometric.data import Data
 from gnnkit.link_metrics import evaluate_links, make_link_evaluator
 from gnnkit.models.node_gnn import NodeGNN, NodeGNNOptions, resolve_model
 from gnnkit.module import run_length
-from gnnkit.optim import build_optimizer, build_scheduler
+from gnnkit.optim import module_optimizer, with_scheduler
 from gnnkit.sparse.decision import set_run_length
 
 DECODERS = ("dot", "mlp")
@@ -231,10 +231,7 @@ class LinkPredictor(pl.LightningModule):
     def configure_optimizers(self) -> torch.optim.Optimizer | dict[str, Any]:
         """Adam (``lr``, ``weight_decay``) over the encoder, the decoder and the embedding, or the
         ``optimizer`` spec's class; then the ``lr_scheduler`` spec's scheduler, if any."""
-        if self.hparams.get("optimizer") is None:
-            optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
-        else:
-            optimizer = build_optimizer(self.hparams.optimizer, [{"params": list(self.parameters())}])
-        if self.hparams.get("lr_scheduler") is None:
-            return optimizer
-        return {"optimizer": optimizer, "lr_scheduler": build_scheduler(self.hparams.lr_scheduler, optimizer)}
+        hp = self.hparams
+        optimizer = module_optimizer(self, [{"params": list(self.parameters())}], hp.get("optimizer"), hp.lr,
+                                     hp.weight_decay)
+        return with_scheduler(optimizer, hp.get("lr_scheduler"))

@@ -12,7 +12,7 @@ from torch_geometric.data import Data
 from gnnkit.metrics import evaluate, make_evaluator
 from gnnkit.models.inrank import InRankOptions
 from gnnkit.models.node_gnn import NodeGNN, NodeGNNOptions, resolve_model
-from gnnkit.optim import build_optimizer, build_scheduler
+from gnnkit.optim import module_optimizer, with_scheduler
 from gnnkit.partitioned.batch_norm import partition_batch_norms
 from gnnkit.sparse.decision import RunLength, set_run_length
 from gnnkit.tt import TTEmbedding, auto_config
@@ -380,14 +380,11 @@ class NodeClassifier(pl.LightningModule):
         """Adam (``lr``, ``weight_decay``), or the ``optimizer`` spec's class; then the
         ``lr_scheduler`` spec's scheduler, or ``lr_schedule``. An optimizer with a ``bind(module)``
         method (K-FAC, which hooks the linear layers) is bound to this module."""
-        if self.hparams.get("optimizer") is None:
-            optimizer = torch.optim.Adam(self.parameter_groups(self.hparams.weight_decay), lr=self.hparams.lr)
-        else:
-            optimizer = build_optimizer(self.hparams.optimizer, self.parameter_groups())
-        if callable(getattr(optimizer, "bind", None)):
-            optimizer.bind(self)  # optimizers that hook the model's layers (gnnkit.optim.KFAC)
+        spec = self.hparams.get("optimizer")
+        groups = self.parameter_groups(self.hparams.weight_decay if spec is None else None)
+        optimizer = module_optimizer(self, groups, spec, self.hparams.lr)
         if self.hparams.get("lr_scheduler") is not None:
-            return {"optimizer": optimizer, "lr_scheduler": build_scheduler(self.hparams.lr_scheduler, optimizer)}
+            return with_scheduler(optimizer, self.hparams.lr_scheduler)
         if self.hparams.lr_schedule == "constant":
             return optimizer
         epochs = self.trainer.max_epochs

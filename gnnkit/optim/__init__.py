@@ -7,12 +7,12 @@ picks K-FAC (:mod:`gnnkit.optim.kfac`), which the module binds to its linear lay
 (``optimizer.bind(module)``).
 """
 
-from gnnkit.optim.build import build_optimizer, build_scheduler
+from gnnkit.optim.build import build_optimizer, build_scheduler, module_optimizer, with_scheduler
 from gnnkit.optim.galore import GaLoreAdamW
 from gnnkit.optim.kfac import KFAC
 from gnnkit.optim.lns import LNSFormat
 from gnnkit.optim.lns_madam import LNSMadam
 from gnnkit.optim.state import describe_optimizers, optimizer_state_bytes, optimizer_weight_bytes
 
-__all__ = ["KFAC", "GaLoreAdamW", "LNSFormat", "LNSMadam", "build_optimizer", "build_scheduler",
+__all__ = ["KFAC", "GaLoreAdamW", "LNSFormat", "LNSMadam", "build_optimizer", "build_scheduler", "module_optimizer", "with_scheduler",
            "describe_optimizers", "optimizer_state_bytes", "optimizer_weight_bytes"]

@@ -64,3 +64,24 @@ def build_scheduler(spec: Any, optimizer: torch.optim.Optimizer, interval: str =
     if not (isinstance(cls, type) and issubclass(cls, torch.optim.lr_scheduler.LRScheduler)):
         raise ValueError(f"lr_scheduler: {spec['class_path']} is not a torch lr scheduler")
     return {"scheduler": cls(optimizer, **init), "interval": interval}
+
+
+def module_optimizer(module: torch.nn.Module, groups: list[dict[str, Any]], spec: Any, lr: float,
+                     weight_decay: float = 0.0) -> torch.optim.Optimizer:
+    """What a gnnkit LightningModule trains with: Adam (``lr``, ``weight_decay`` as the group
+    defaults) over ``groups``, or the optimizer ``spec`` names; an optimizer with a ``bind(module)``
+    method (K-FAC, which hooks the linear layers) is bound to ``module``."""
+    if spec is None:
+        optimizer: torch.optim.Optimizer = torch.optim.Adam(groups, lr=lr, weight_decay=weight_decay)
+    else:
+        optimizer = build_optimizer(spec, groups)
+    if callable(getattr(optimizer, "bind", None)):
+        optimizer.bind(module)
+    return optimizer
+
+
+def with_scheduler(optimizer: torch.optim.Optimizer, spec: Any) -> torch.optim.Optimizer | dict[str, Any]:
+    """``configure_optimizers``' answer: the optimizer, with the scheduler ``spec`` names if any."""
+    if spec is None:
+        return optimizer
+    return {"optimizer": optimizer, "lr_scheduler": build_scheduler(spec, optimizer)}
