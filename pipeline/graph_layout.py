@@ -32,7 +32,7 @@ import numpy as np
 
 from pipeline.errors import DatasetError
 from pipeline.graph import SPLITS
-from pipeline.ogb_layout import as_bool, quiet_readers, read_csv, read_split, check_row_counts
+from pipeline.ogb_layout import as_bool, read_csv, read_raw_graphs, read_split
 
 if TYPE_CHECKING:
     import torch
@@ -113,34 +113,6 @@ def raw_files(folder: Path, meta: dict[str, Any]) -> list[Path]:
     files = sorted(p for p in (folder / "raw").rglob("*") if p.is_file())
     files += sorted(p for p in (folder / "split" / meta["split"]).rglob("*") if p.is_file())
     return files
-
-
-def _read_graphs(raw_dir: Path, meta: dict[str, Any]) -> list[dict[str, Any]]:
-    """The per-graph dicts of OGB's raw readers, after the row-count checks."""
-    import pandas as pd
-    from ogb.io.read_graph_raw import read_binary_graph_raw, read_csv_graph_raw
-
-    if meta["binary"]:
-        data = raw_dir / "data.npz"
-        if not data.is_file():
-            raise DatasetError(data, "missing (meta.json says 'binary': True)")
-        if meta["add_inverse_edge"]:
-            raise DatasetError(data, "binary layout cannot use add_inverse_edge")
-        check_row_counts(raw_dir, meta)
-        try:
-            with quiet_readers():
-                return read_binary_graph_raw(str(raw_dir))
-        except (KeyError, ValueError, RuntimeError, OSError) as err:
-            raise DatasetError(data, f"unreadable ({err})") from None
-    for name in ("edge.csv.gz", "num-node-list.csv.gz", "num-edge-list.csv.gz"):
-        if not (raw_dir / name).is_file():
-            raise DatasetError(raw_dir / name, "missing")
-    check_row_counts(raw_dir, meta)
-    try:
-        with quiet_readers():
-            return read_csv_graph_raw(str(raw_dir), add_inverse_edge=meta["add_inverse_edge"])
-    except (pd.errors.ParserError, ValueError, OSError, EOFError) as err:
-        raise DatasetError(raw_dir, f"unreadable raw CSV files ({str(err).splitlines()[0]})") from None
 
 
 def _read_labels(raw_dir: Path, meta: dict[str, Any], num_graphs: int) -> tuple[np.ndarray, Path]:
@@ -253,7 +225,7 @@ def build(
                                f"expected the default {PreprocessOptions().key_fields().get(name)!r}, got {value!r}")
     raw_dir = folder / "raw"
     say(f"reading graphs from {raw_dir}")
-    graphs = _read_graphs(raw_dir, meta)
+    graphs = read_raw_graphs(raw_dir, meta)
     if not graphs:
         raise DatasetError(raw_dir / "num-node-list.csv.gz", "holds no graph; expected at least one")
     edge_file = raw_dir / ("data.npz" if meta["binary"] else "edge.csv.gz")

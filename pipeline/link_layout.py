@@ -36,7 +36,7 @@ import numpy as np
 
 from pipeline.errors import DatasetError
 from pipeline.graph import SPLITS, check_edges, check_features
-from pipeline.ogb_layout import as_bool, as_list, quiet_readers, check_row_counts, count_lines
+from pipeline.ogb_layout import as_bool, as_list, count_lines, read_raw_graphs
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -113,41 +113,16 @@ def raw_files(folder: Path, meta: dict[str, Any]) -> list[Path]:
 
 def _read_graph(raw_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
     """The training graph through OGB's raw readers, after checking every file's row count."""
-    import pandas as pd
-    from ogb.io.read_graph_raw import read_binary_graph_raw, read_csv_graph_raw
-
-    if meta["binary"]:
-        data = raw_dir / "data.npz"
-        if not data.is_file():
-            raise DatasetError(data, "missing (meta says 'binary': True)")
-        if meta["add_inverse_edge"]:
-            raise DatasetError(data, "binary layout cannot use add_inverse_edge")
-        check_row_counts(raw_dir, meta)
-        try:
-            with quiet_readers():
-                return read_binary_graph_raw(str(raw_dir))[0]
-        except (KeyError, ValueError, RuntimeError, OSError) as err:
-            raise DatasetError(data, f"unreadable ({err})") from None
-    for name in ("edge.csv.gz", "num-node-list.csv.gz", "num-edge-list.csv.gz"):
-        if not (raw_dir / name).is_file():
-            raise DatasetError(raw_dir / name, "missing")
-    check_row_counts(raw_dir, meta)
-    edges = count_lines(raw_dir / "edge.csv.gz")
-    for name in meta["additional_edge_files"]:
-        path = raw_dir / f"{name}.csv.gz"
-        if not path.is_file():
-            raise DatasetError(path, "missing (listed in 'additional edge files')")
-        if (found := count_lines(path)) != edges:
-            raise DatasetError(path, f"has {found} lines, but edge.csv.gz has {edges} (expected one per edge)")
-    try:
-        with quiet_readers():
-            return read_csv_graph_raw(
-                str(raw_dir), add_inverse_edge=meta["add_inverse_edge"],
-                additional_node_files=meta["additional_node_files"],
-                additional_edge_files=meta["additional_edge_files"],
-            )[0]
-    except (pd.errors.ParserError, ValueError, OSError, EOFError) as err:
-        raise DatasetError(raw_dir, f"unreadable raw CSV files ({str(err).splitlines()[0]})") from None
+    if not meta["binary"] and (raw_dir / "edge.csv.gz").is_file():
+        edges = count_lines(raw_dir / "edge.csv.gz")
+        for name in meta["additional_edge_files"]:
+            path = raw_dir / f"{name}.csv.gz"
+            if not path.is_file():
+                raise DatasetError(path, "missing (listed in 'additional edge files')")
+            if (found := count_lines(path)) != edges:
+                raise DatasetError(path, f"has {found} lines, but edge.csv.gz has {edges} (expected one per edge)")
+    return read_raw_graphs(raw_dir, meta, additional_node_files=meta["additional_node_files"],
+                           additional_edge_files=meta["additional_edge_files"])[0]
 
 
 def load_pt(path: Path) -> Any:

@@ -23,8 +23,6 @@ import contextlib
 import gzip
 import io
 import json
-import os
-import shutil
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -35,7 +33,7 @@ import numpy as np
 
 from pipeline.errors import DatasetError
 from pipeline.graph import SPLITS
-from pipeline.temp_paths import make_temp_dir
+from pipeline.temp_paths import published_folder
 
 #: meta.json keys a folder must provide (OGB's meta_dict names).
 REQUIRED_META = (
@@ -301,33 +299,42 @@ def check_row_counts(raw_dir: Path, meta: dict[str, Any]) -> None:
             raise _mismatch(path, found, "lines", declared, source.name)
 
 
-def _read_graph(raw_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
+def read_raw_graphs(raw_dir: Path, meta: dict[str, Any], additional_node_files: list[str] | tuple = (),
+                    additional_edge_files: list[str] | tuple = ()) -> list[dict[str, Any]]:
+    """Every graph of a ``raw/`` folder through OGB's raw readers (CSV or binary layout, as
+    ``meta["binary"]`` says), after checking the row count of every per-node and per-edge file;
+    every problem is a :class:`DatasetError` naming the file."""
     import pandas as pd
     from ogb.io.read_graph_raw import read_binary_graph_raw, read_csv_graph_raw
 
     if meta["binary"]:
-        if not (raw_dir / "data.npz").is_file():
-            raise DatasetError(raw_dir / "data.npz", "missing (meta.json says 'binary': True)")
+        data = raw_dir / "data.npz"
+        if not data.is_file():
+            raise DatasetError(data, "missing (meta.json says 'binary': True)")
         if meta["add_inverse_edge"]:
-            raise DatasetError(raw_dir / "data.npz", "binary layout cannot use add_inverse_edge")
+            raise DatasetError(data, "binary layout cannot use add_inverse_edge")
         check_row_counts(raw_dir, meta)
         try:
             with quiet_readers():
-                return read_binary_graph_raw(str(raw_dir))[0]
+                return read_binary_graph_raw(str(raw_dir))
         except (KeyError, ValueError, RuntimeError, OSError) as err:
-            raise DatasetError(raw_dir / "data.npz", f"unreadable ({err})") from None
+            raise DatasetError(data, f"unreadable ({err})") from None
     for name in ("edge.csv.gz", "num-node-list.csv.gz", "num-edge-list.csv.gz"):
         if not (raw_dir / name).is_file():
             raise DatasetError(raw_dir / name, "missing")
     check_row_counts(raw_dir, meta)
-    extra = [f for f in meta["additional_node_files"] if (raw_dir / f"{f}.csv.gz").exists()]
     try:
         with quiet_readers():
-            return read_csv_graph_raw(
-                str(raw_dir), add_inverse_edge=meta["add_inverse_edge"], additional_node_files=extra
-            )[0]
+            return read_csv_graph_raw(str(raw_dir), add_inverse_edge=meta["add_inverse_edge"],
+                                      additional_node_files=list(additional_node_files),
+                                      additional_edge_files=list(additional_edge_files))
     except (pd.errors.ParserError, ValueError, OSError, EOFError) as err:
         raise DatasetError(raw_dir, f"unreadable raw CSV files ({str(err).splitlines()[0]})") from None
+
+
+def _read_graph(raw_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    extra = [f for f in meta["additional_node_files"] if (raw_dir / f"{f}.csv.gz").exists()]
+    return read_raw_graphs(raw_dir, meta, additional_node_files=extra)[0]
 
 
 def read_ogb_folder(folder: Path, meta: dict[str, Any]) -> RawGraph:
@@ -432,8 +439,7 @@ def write_ogb_folder(
         ``folder``.
     """
     folder = Path(folder)
-    tmp = make_temp_dir(folder)  # also removes stale temps of killed writers beside it
-    try:
+    with published_folder(folder) as tmp:  # also removes stale temps of killed writers beside it
         raw = tmp / "raw"
         raw.mkdir()
         edge_index = np.asarray(edge_index, dtype=np.int64)
@@ -463,8 +469,4 @@ def write_ogb_folder(
         full_meta = dict(meta)
         full_meta.update(binary=str(binary), has_node_attr=str(node_feat is not None))
         (tmp / "meta.json").write_text(json.dumps(full_meta, indent=2) + "\n")
-        os.rename(tmp, folder)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return folder

@@ -37,7 +37,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -47,7 +46,7 @@ import numpy as np
 from pipeline import counter_random as cr
 from pipeline.graph import SPLITS
 from pipeline.ogb_layout import to_csv_gz
-from pipeline.temp_paths import make_temp_dir
+from pipeline.temp_paths import published_folder
 
 #: Bump when the output for the same spec changes (part of the synthetic source's cache key).
 GENERATOR_VERSION: str = "graphs-1"
@@ -339,8 +338,7 @@ def write(folder: Path, spec: SyntheticSpec, data: dict[str, Any],
     """
     folder = Path(folder)
     say = progress or (lambda _msg: None)
-    tmp = make_temp_dir(folder)
-    try:
+    with published_folder(folder) as tmp:
         raw = tmp / "raw"
         raw.mkdir()
         to_csv_gz(raw / "edge.csv.gz", data["edges"])
@@ -354,15 +352,6 @@ def write(folder: Path, spec: SyntheticSpec, data: dict[str, Any],
         for name in SPLITS:
             to_csv_gz(split_dir / f"{name}.csv.gz", data["split"][name])
         (tmp / "meta.json").write_text(json.dumps(meta_dict(spec), indent=2) + "\n")
-        try:
-            os.rename(tmp, folder)
-        except OSError as err:
-            if os.path.lexists(folder):
-                raise FileExistsError(f"{folder}: already exists (created concurrently)") from err
-            raise
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     say(f"wrote {folder}")
     return folder
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -41,7 +40,7 @@ from typing import Any, Callable
 import numpy as np
 
 from pipeline.ogb_layout import to_csv_gz
-from pipeline.temp_paths import make_temp_dir
+from pipeline.temp_paths import published_folder
 
 #: Bump when the output for the same spec changes (it is part of the source's cache key).
 GENERATOR_VERSION: str = "link-1"
@@ -340,8 +339,7 @@ def write(folder: Path, spec: SyntheticSpec, data: dict[str, Any],
     """
     say = progress or (lambda _msg: None)
     folder = Path(folder)
-    tmp = make_temp_dir(folder)
-    try:
+    with published_folder(folder) as tmp:
         raw = tmp / "raw"
         raw.mkdir()
         train = data["split"]["train"]
@@ -357,15 +355,6 @@ def write(folder: Path, spec: SyntheticSpec, data: dict[str, Any],
         for name, record in data["split"].items():
             _save_pt(split_dir / f"{name}.pt", record)
         (tmp / "meta.json").write_text(json.dumps(meta_dict(spec), indent=2) + "\n")
-        try:
-            os.rename(tmp, folder)
-        except OSError as err:
-            if os.path.lexists(folder):
-                raise FileExistsError(f"{folder}: already exists (created concurrently)") from err
-            raise
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return folder
 
 

@@ -14,12 +14,14 @@ recognised too and go by age alone.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import socket
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,3 +147,25 @@ def make_temp_file(final: Path) -> tuple[int, Path]:
     remove_stale(final.parent)
     fd, name = tempfile.mkstemp(prefix=temp_prefix(final), dir=final.parent)
     return fd, Path(name)
+
+
+@contextlib.contextmanager
+def published_folder(final: Path) -> Iterator[Path]:
+    """A temp folder to fill, renamed to ``final`` when the block ends (removed if it fails), so
+    ``final`` appears complete or not at all.
+
+    Raises:
+        FileExistsError: ``final`` appeared meanwhile (created concurrently); nothing is replaced.
+    """
+    tmp = make_temp_dir(final)
+    try:
+        yield tmp
+        try:
+            os.rename(tmp, final)
+        except OSError as err:
+            if os.path.lexists(final):
+                raise FileExistsError(f"{final}: already exists (created concurrently)") from err
+            raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
