@@ -11,16 +11,14 @@ from torch import Tensor
 OGB_NAMES = ("ogbn-arxiv", "ogbn-products", "ogbn-proteins", "ogbn-papers100M", "ogbn-mag")
 
 
-class MetricEvaluator(Evaluator):
-    """OGB's node-property ``Evaluator`` for a graph that is not an OGB dataset.
-
-    OGB's ``Evaluator(name)`` accepts only OGB's own names; this runs the same metric code
-    (``acc`` or ``rocauc``) for the metric named in a folder's meta.json, without pretending to be
-    another dataset.
+class _NamedMetric:
+    """An OGB ``Evaluator`` for a graph that is not an OGB dataset: OGB's ``Evaluator(name)``
+    accepts only OGB's own names, so this sets the metric named in a folder's meta.json and runs
+    the same metric code, without pretending to be another dataset.
 
     Args:
         name: Dataset name (for messages).
-        eval_metric: ``"acc"`` or ``"rocauc"``.
+        eval_metric: The metric (``acc`` / ``rocauc`` for nodes; ``rocauc`` / ``ap`` / ``acc`` for graphs).
         num_tasks: Number of label columns.
     """
 
@@ -30,7 +28,11 @@ class MetricEvaluator(Evaluator):
         self.num_tasks = num_tasks
 
     def __repr__(self) -> str:
-        return f"MetricEvaluator({self.name!r}, eval_metric={self.eval_metric!r}, num_tasks={self.num_tasks})"
+        return f"{type(self).__name__}({self.name!r}, eval_metric={self.eval_metric!r}, num_tasks={self.num_tasks})"
+
+
+class MetricEvaluator(_NamedMetric, Evaluator):
+    """OGB's node-property ``Evaluator`` for a graph that is not an OGB dataset (see :class:`_NamedMetric`)."""
 
 
 def make_evaluator(name: str, eval_metric: str, num_tasks: int) -> Evaluator:
@@ -63,25 +65,9 @@ def evaluate(evaluator: Evaluator, y_true: Tensor, logits: Tensor) -> float:
     return float(np.asarray(value)) if not isinstance(value, torch.Tensor) else float(value)
 
 
-class GraphMetricEvaluator(GraphEvaluator):
-    """OGB's graph-property ``Evaluator`` for datasets that are not OGB's own (the twins).
-
-    Runs the same metric code (``rocauc``, ``ap`` or ``acc``) for the metric named in a folder's
-    meta.json.
-
-    Args:
-        name: Dataset name (for messages).
-        eval_metric: ``"rocauc"``, ``"ap"`` or ``"acc"``.
-        num_tasks: Number of label columns.
-    """
-
-    def __init__(self, name: str, eval_metric: str, num_tasks: int) -> None:  # noqa: D107
-        self.name = name
-        self.eval_metric = eval_metric
-        self.num_tasks = num_tasks
-
-    def __repr__(self) -> str:
-        return f"GraphMetricEvaluator({self.name!r}, eval_metric={self.eval_metric!r}, num_tasks={self.num_tasks})"
+class GraphMetricEvaluator(_NamedMetric, GraphEvaluator):
+    """OGB's graph-property ``Evaluator`` for datasets that are not OGB's own, such as the twins
+    (see :class:`_NamedMetric`)."""
 
 
 def make_graph_evaluator(name: str, eval_metric: str, num_tasks: int) -> GraphEvaluator:
