@@ -270,7 +270,7 @@ class NodeGNN(nn.Module):
             halo = halo.plan
         else:
             inputs = with_halo(x, halo)
-        graph = gcn_local_normalized(adj, halo) if self.model == "gcn" else adj
+        graph = gcn_local_normalized(adj, halo.exact) if self.model == "gcn" else adj  # whole-graph degrees
         if halo.halo_weight is not None:  # a boundary-sampled step: one reweighted matrix for all layers
             if self._sampled is None or self._sampled[0] is not halo:
                 self._sampled = (halo, weighted_halo(graph, halo.halo_weight))

@@ -37,6 +37,7 @@ class HaloPlan:
         halo_weight: ``None`` for the exact exchange; for a sampled one
             (:mod:`gnnkit.partitioned.boundary_sampling`) the weight of every halo row's edges
             (``1 / rate`` where received, 0 where not), and the rows not received are zeros.
+        parent: The plan a sampled one was cut from (see :attr:`exact`).
     """
 
     num_owned: int
@@ -49,6 +50,12 @@ class HaloPlan:
     send_ids: Tensor | None = None
     recv_ids: Tensor | None = None
     halo_weight: Tensor | None = None
+    parent: HaloPlan | None = None
+
+    @property
+    def exact(self) -> HaloPlan:
+        """The whole exchange this plan was sampled from (itself when it is whole)."""
+        return self.parent.exact if self.parent is not None else self
 
     @classmethod
     def build(cls, owned: Tensor, halo: Tensor, halo_owner: Tensor,
@@ -111,7 +118,7 @@ class HaloPlan:
                         torch.bincount(send_rank[keep_send], minlength=world).tolist(),
                         torch.bincount(recv_rank[keep_recv], minlength=world).tolist(),
                         self.recv_positions[keep_recv], self.group, self.send_ids[keep_send],
-                        self.recv_ids[keep_recv], halo_weight)
+                        self.recv_ids[keep_recv], halo_weight, parent=self)
 
 
 def sorted_positions(sorted_ids: Tensor, wanted: Tensor) -> tuple[Tensor, Tensor]:

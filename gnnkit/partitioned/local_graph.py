@@ -46,7 +46,7 @@ def whole_graph_degrees(adj: Adjacency, plan: HaloPlan) -> Tensor:
     def build() -> Tensor:
         rows, cols = adj.rows(), adj.indices
         degree = torch.bincount(rows[rows != cols], minlength=adj.num_rows).to(torch.float32) + 1.0
-        return torch.cat([degree, halo_exchange(degree.unsqueeze(1), plan).squeeze(1)])
+        return torch.cat([degree, halo_exchange(degree.unsqueeze(1), plan.exact).squeeze(1)])
 
     return adj.cached("whole_graph_degrees", build)
 

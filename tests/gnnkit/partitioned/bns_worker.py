@@ -24,9 +24,9 @@ def worker(rank: int, world: int, out: str, name: str) -> None:
     torch.manual_seed(0)
     layer = NodeGNN(name, F, 8, 8, num_layers=1, aggregation="gnnkit", format="csr")
     sampler = BoundarySampler(0.5, seed=3)
-    with torch.no_grad():
-        exact = layer(x[owned], None, adj=adj, halo=plan)
+    with torch.no_grad():  # sampled steps first: GCN's degrees must come from the whole exchange all the same
         samples = [layer(x[owned], None, adj=adj, halo=sampler.plan(plan, step)) for step in range(SAMPLES)]
+        exact = layer(x[owned], None, adj=adj, halo=plan)
         same = layer(x[owned], None, adj=adj, halo=BoundarySampler(1.0).plan(plan, 0))
     sent = [sampler.plan(plan, step).send_rows for step in range(20)]
     scale = float(exact.abs().mean())
