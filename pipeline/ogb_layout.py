@@ -23,7 +23,6 @@ import contextlib
 import gzip
 import io
 import json
-import zipfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ import numpy as np
 
 from pipeline.errors import DatasetError
 from pipeline.graph import SPLITS
+from pipeline.npz_stream import member_headers
 from pipeline.temp_paths import published_folder
 
 #: meta.json keys a folder must provide (OGB's meta_dict names).
@@ -225,20 +225,8 @@ def count_lines(path: Path) -> int:
 
 def _npz_rows(path: Path) -> dict[str, int]:
     """First-dimension length of every array in an ``.npz``, read from the headers only."""
-    rows = {}
-    try:
-        with zipfile.ZipFile(path) as archive:
-            for name in archive.namelist():
-                with archive.open(name) as member:
-                    version = np.lib.format.read_magic(member)
-                    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                                   else np.lib.format.read_array_header_2_0)
-                    shape = read_header(member)[0]
-                rows[name.removesuffix(".npy")] = (shape[1] if name == "edge_index.npy" and len(shape) == 2
-                                                   else shape[0] if shape else 1)
-    except (OSError, ValueError, zipfile.BadZipFile) as err:
-        raise DatasetError(path, f"unreadable npz archive ({err})") from None
-    return rows
+    return {name: (header.shape[1] if name == "edge_index" and len(header.shape) == 2 else header.rows)
+            for name, header in member_headers(path).items()}
 
 
 def _declared_total(path: Path, what: str) -> int:
