@@ -81,7 +81,12 @@ class StreamedArray:
     Args:
         path: The ``.arrow`` file to create.
         shape: The array's shape (the file holds it flattened in C order).
-        dtype: A fixed-width numeric dtype.
+        dtype: A fixed-width numeric dtype in native byte order.
+
+    Attributes:
+        offset: Byte offset of the data in the file.
+        hole_bytes: Data bytes left as a hole when the file was created (all of them, unless
+            pyarrow copied the zero buffer; the file is right either way).
 
     The values are written in C order by consecutive :meth:`write` calls; :meth:`read` reads
     written values back and :meth:`restart` rewrites them from the start (a second pass that
@@ -99,6 +104,7 @@ class StreamedArray:
         self._written = 0
         self._digest = hashlib.sha256()
         self._copied_sha: str | None = None
+        self.hole_bytes = 0  # data bytes pyarrow handed over untouched and the file skipped
         self.offset = self._create()
         self._fd = os.open(self.path, os.O_RDWR)
 
@@ -115,6 +121,7 @@ class StreamedArray:
                 sink = _HoleSink(handle, zeros.ctypes.data, self.nbytes)
                 with pa.PythonFile(sink, mode="w") as out, pa.ipc.new_file(out, batch.schema) as writer:
                     writer.write_batch(batch)
+            self.hole_bytes = sink.skipped
             del batch, zeros
         finally:
             zeros_map.close()

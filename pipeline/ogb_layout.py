@@ -456,6 +456,7 @@ def write_ogb_folder(
     meta: dict[str, Any],
     node_feat: np.ndarray | None = None,
     binary: bool = False,
+    extra: dict[str, np.ndarray] | None = None,
 ) -> Path:
     """Write a dataset in OGB's raw layout, atomically (owned temp folder, then rename).
 
@@ -469,6 +470,8 @@ def write_ogb_folder(
             ``has_node_attr`` are filled in from the arguments.
         node_feat: Optional ``[N, F]`` features.
         binary: Write ``data.npz``/``node-label.npz`` instead of CSV files.
+        extra: Additional node arrays (``node_year``: ``data.npz`` members, or ``raw/<name>.csv.gz``
+            files; ``meta["additional node files"]`` should name them).
 
     Returns:
         ``folder``.
@@ -487,7 +490,7 @@ def write_ogb_folder(
             }
             if node_feat is not None:
                 arrays["node_feat"] = node_feat
-            np.savez(raw / "data.npz", **arrays)
+            np.savez(raw / "data.npz", **arrays, **(extra or {}))
             np.savez(raw / "node-label.npz", node_label=labels)
         else:
             to_csv_gz(raw / "edge.csv.gz", edge_index.T)
@@ -497,11 +500,20 @@ def write_ogb_folder(
                 fmt = "%.6g" if node_feat.dtype.kind == "f" else None
                 to_csv_gz(raw / "node-feat.csv.gz", node_feat, float_format=fmt)
             to_csv_gz(raw / "node-label.csv.gz", labels)
-        split_dir = tmp / "split" / str(meta["split"])
-        split_dir.mkdir(parents=True)
-        for name in SPLITS:
-            to_csv_gz(split_dir / f"{name}.csv.gz", np.asarray(split[name], dtype=np.int64))
-        full_meta = dict(meta)
-        full_meta.update(binary=str(binary), has_node_attr=str(node_feat is not None))
-        (tmp / "meta.json").write_text(json.dumps(full_meta, indent=2) + "\n")
+            for name, values in (extra or {}).items():
+                to_csv_gz(raw / f"{name}.csv.gz", values)
+        write_split_and_meta(tmp, split, meta, binary, node_feat is not None)
     return folder
+
+
+def write_split_and_meta(folder: Path, split: dict[str, np.ndarray], meta: dict[str, Any], binary: bool,
+                         has_node_attr: bool) -> None:
+    """Write ``split/<meta['split']>/{train,valid,test}.csv.gz`` and ``meta.json`` (with ``binary``
+    and ``has_node_attr`` filled in) into a dataset folder being written."""
+    split_dir = folder / "split" / str(meta["split"])
+    split_dir.mkdir(parents=True)
+    for name in SPLITS:
+        to_csv_gz(split_dir / f"{name}.csv.gz", np.asarray(split[name], dtype=np.int64))
+    full_meta = dict(meta)
+    full_meta.update(binary=str(binary), has_node_attr=str(has_node_attr))
+    (folder / "meta.json").write_text(json.dumps(full_meta, indent=2) + "\n")
