@@ -37,7 +37,6 @@ import numpy as np
 
 from pipeline.errors import DatasetError
 from pipeline.options import FEATURE_NORMALIZATIONS
-from pipeline.shard_reader import dali_available
 from pipeline.temp_paths import make_temp_file
 
 BACKENDS = ("auto", "numpy", "dali")
@@ -191,6 +190,8 @@ def _standardize_dali(src: Path, out: np.ndarray, mean: np.ndarray, scale: np.nd
 
 def resolve_backend(backend: str, device: str = "cpu") -> str:
     """The backend ``"auto"`` stands for: DALI on a GPU (when installed), numpy on CPU."""
+    from pipeline.shard_reader import dali_available  # torch: only where a backend is chosen
+
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {list(BACKENDS)}, got {backend!r}")
     if backend == "auto":
