@@ -32,6 +32,8 @@ from typing import BinaryIO, Protocol
 
 import numpy as np
 
+from pipeline.canonicalize import drop_repeats
+
 #: Buckets per sort load: finer buckets pack skewed key ranges into fuller loads.
 OVERSPLIT = 4
 #: Most bucket files open at once.
@@ -243,12 +245,8 @@ class ExternalCsr:
             start += bucket.count
             bucket.path.unlink()
         keys.sort()
-        if self.undirected and keys.size:
-            keep = np.empty(keys.size, dtype=bool)
-            keep[0] = True
-            np.not_equal(keys[1:], keys[:-1], out=keep[1:])
-            keys = keys[keep]
-            del keep
+        if self.undirected:
+            keys = drop_repeats(keys)
         self._emit(keys, load[-1].hi, rows, fd)
         self.stats.loads += 1
         if self.stats.loads % 8 == 0 or load[-1].hi == self.n * self.n:

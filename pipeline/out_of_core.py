@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.cache import EntryBuilder
+from pipeline.canonicalize import edge_keys
 from pipeline.errors import DatasetError
 from pipeline.external_csr import ExternalCsr
 from pipeline.feature_prep import CHUNK_ROWS, ColumnStats, row_normalize_block, standardize_block
@@ -107,7 +108,6 @@ class _EdgeCounts:
 def _distribute_edges(raw: RawNodeChunks, options: PreprocessOptions, csr: ExternalCsr, plan: Plan,
                       say: Callable[[str], None]) -> _EdgeCounts:
     """Read every edge once: check ids, count raw edges and self loops, distribute the CSR keys."""
-    n = np.int64(raw.num_nodes)
     both = options.undirected or raw.add_inverse_edge  # OGB's inverse edges: the reverse of each
     copies = 2 if raw.add_inverse_edge else 1
     seen = _EdgeCounts()
@@ -125,12 +125,7 @@ def _distribute_edges(raw: RawNodeChunks, options: PreprocessOptions, csr: Exter
         if options.self_loops == "remove":
             src, dst = src[~loops], dst[~loops]
         del loops
-        keys = np.empty(src.size * (2 if both else 1), dtype=np.int64)
-        np.multiply(dst, n, out=keys[:src.size])
-        keys[:src.size] += src
-        if both:
-            np.multiply(src, n, out=keys[src.size:])
-            keys[src.size:] += dst
+        keys = edge_keys(src, dst, raw.num_nodes, both)
         del src, dst
         csr.add(keys)
         if i % every == 0:
