@@ -427,7 +427,7 @@ def build(folder: Path, meta: dict[str, Any], options: Any, say: Any) -> tuple[d
         options: :class:`pipeline.options.PreprocessOptions`.
         say: Progress callback.
     """
-    from pipeline.canonicalize import canonicalize  # torch: only for a build
+    from pipeline.canonicalize import canonicalize  # only for a build: a cache hit needs no canonicaliser
 
     say(f"reading raw files from {folder}")
     return canonicalize(read_ogb_folder(folder, meta), options, say)
