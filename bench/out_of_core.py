@@ -165,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def prepare(name: str) -> dict[str, Any]:
         env = {**os.environ, "GNNKIT_CACHE": str(work)}  # the memo lands in work/digests.json
-        out = run_child([sys.executable, str(Path(__file__).resolve()), "--locate", name], env, work / f"{name}.locate.log")
+        command = [sys.executable, str(Path(__file__).resolve()), "--locate", name]
+        out = run_child(command, env, work / f"{name}.locate.log")
         return json.loads(out["output"])
 
     info = prepare(args.dataset)
@@ -183,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, budget in runs:
         root = work / f"{'ooc' if budget else 'memory'}-{name}"
         rows.append(preprocess(name, budget, root, memo))
-        print(f"  {name} {rows[-1]['path']}: {rows[-1]['wall_s']:.1f} s, peak {rows[-1]['peak_mb']:.0f} MiB", flush=True)
+        row = rows[-1]
+        print(f"  {name} {row['path']}: {row['wall_s']:.1f} s, peak {row['peak_mb']:.0f} MiB", flush=True)
     pair = [Path(r["entry"]) for r in rows if r["dataset"] == runs[-1][0]]
     same = identical(*pair)
     summary = summarise(rows, args.dataset, args.budget_mb, same)

@@ -102,6 +102,7 @@ class _Distribution:
             self.buckets[b].count += int(counts[b])
 
     def close(self) -> list[_Bucket]:
+        """Close the bucket files (again is fine); returns the buckets in key order."""
         for fd in self._fds:
             os.close(fd)
         self._fds = []
@@ -159,6 +160,8 @@ class CsrStats:
 class ExternalCsr:
     """Builds ``build_csr``'s ``(indptr, indices)`` from edge keys that need not fit in memory.
 
+    Use it as a context manager, so that the bucket files are closed if the build fails.
+
     Args:
         num_nodes: N (keys are ``dst * N + src`` in ``[0, N^2)``).
         folder: Work folder for the bucket files (the caller removes it).
@@ -177,6 +180,12 @@ class ExternalCsr:
         self._top = _Distribution(self.folder, 0, max(1, self.n * self.n), buckets, "b0")
         self.stats.buckets = len(self._top.buckets)
         self._digest = hashlib.sha256()
+
+    def __enter__(self) -> ExternalCsr:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._top.close()  # the bucket files stay open until written out, or an error ends the build
 
     def add(self, keys: np.ndarray) -> None:
         """Distribute a chunk of int64 keys ``dst * N + src`` (any order)."""
@@ -266,11 +275,14 @@ class ExternalCsr:
         self.stats.redistributed += 1
         finer = _Distribution(self.folder, bucket.lo, bucket.hi,
                               OVERSPLIT * math.ceil(bucket.count / self.sort_keys), f"b{depth + 1}-{bucket.lo}")
-        with open(bucket.path, "rb", buffering=0) as handle:
-            for start in range(0, bucket.count, self.sort_keys):
-                keys = np.empty(min(self.sort_keys, bucket.count - start), dtype=np.int64)
-                _read_keys(handle, keys)
-                finer.add(keys)
-        del keys
+        try:
+            with open(bucket.path, "rb", buffering=0) as handle:
+                for start in range(0, bucket.count, self.sort_keys):
+                    keys = np.empty(min(self.sort_keys, bucket.count - start), dtype=np.int64)
+                    _read_keys(handle, keys)
+                    finer.add(keys)
+                    del keys
+        finally:
+            finer.close()
         bucket.path.unlink()
         self._sort(finer.close(), rows, fd, say, depth + 1)

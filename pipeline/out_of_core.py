@@ -307,9 +307,9 @@ def build(entry: EntryBuilder, folder: Path, meta: dict[str, Any], options: Prep
     raw = RawNodeChunks(folder, meta)
     n = raw.num_nodes
     split = raw.split(plan.row_chunk)
-    with scratch_folder(entry.final.parent / f"{entry.key}.sort") as work:
-        both = options.undirected or raw.add_inverse_edge
-        csr = ExternalCsr(n, work, plan.sort_keys, raw.num_edges * (2 if both else 1), options.undirected)
+    both = options.undirected or raw.add_inverse_edge
+    with scratch_folder(entry.final.parent / f"{entry.key}.sort") as work, \
+            ExternalCsr(n, work, plan.sort_keys, raw.num_edges * (2 if both else 1), options.undirected) as csr:
         say(f"edges: {raw.num_edges:,} from {Path(raw.files['edges']).name} into {csr.stats.buckets} buckets")
         edges = _distribute_edges(raw, options, csr, plan, say)
         f = _write_features(raw, entry, options.normalize_features, say) if raw.feature_shape else None

@@ -164,12 +164,15 @@ class RawNodeChunks:
             chunks = (v.astype(np.int64) for v in csv_chunks(self.edge_file, chunk, self.raw_dir, ogb=True))
             for values in _rows(chunks, self.num_edges):
                 if values.shape[1] != 2:
-                    raise DatasetError(where, f"expected edges of shape [2, E], got {[values.shape[1], self.num_edges]}")
+                    shape = [values.shape[1], self.num_edges]
+                    raise DatasetError(where, f"expected edges of shape [2, E], got {shape}")
                 yield values[:, 0], values[:, 1]
             return
         header = self._headers["edge_index"]
         if len(header.shape) != 2 or header.shape[0] != 2:
-            shape = [header.shape[0], min(header.shape[1], self.num_edges)] if len(header.shape) == 2 else list(header.shape)
+            shape = list(header.shape)
+            if len(shape) == 2:
+                shape[1] = min(shape[1], self.num_edges)
             raise DatasetError(where, f"expected edges of shape [2, E], got {shape}")
         count, total = min(self.num_edges, header.shape[1]), header.shape[1]
         with NpzReader(self.data) as npz:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import re
 import zipfile
 from pathlib import Path
@@ -176,11 +177,13 @@ def test_each_error_is_the_in_memory_error(make_ogb_folder, tmp_path, case):
     _rewrite_gz((folder / "raw" / name).resolve(), edit)
     with pytest.raises(DatasetError, match=re.escape(message)) as in_memory:
         preprocess(str(folder), cache_root=tmp_path / "memory")
+    open_files = len(os.listdir("/proc/self/fd"))
     with pytest.raises(DatasetError) as out_of_core:
         preprocess(str(folder), PreprocessOptions(memory_budget_mb=BUDGET), cache_root=tmp_path / "out-of-core")
     assert str(out_of_core.value) == str(in_memory.value)
     root = tmp_path / "out-of-core"
     assert cache.entries(root) == [] and _leftovers(root) == []
+    assert len(os.listdir("/proc/self/fd")) == open_files  # no bucket file left open
 
 
 @pytest.mark.parametrize("edges,message", [
