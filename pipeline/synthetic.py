@@ -456,7 +456,7 @@ def _owner_counts(spec: SyntheticSpec, theta: np.ndarray, chunk: int) -> np.ndar
 
 
 @dataclass
-class _Model:
+class NodeModel:
     """A twin's nodes (structure, degrees, time, labels, split): its edges and features are drawn
     from it chunk by chunk, so they need never be whole in memory."""
 
@@ -469,16 +469,16 @@ class _Model:
     extra: dict[str, np.ndarray]  # additional node arrays (node_year)
 
 
-def _edges(spec: SyntheticSpec, model: _Model, progress: Callable[[str], None], chunk: int) -> np.ndarray:
-    """Every edge of :func:`_edge_chunks` in one ``[2, E]`` array."""
+def _edges(spec: SyntheticSpec, model: NodeModel, progress: Callable[[str], None], chunk: int) -> np.ndarray:
+    """Every edge of :func:`edge_chunks` in one ``[2, E]`` array."""
     edge_index = np.empty((2, spec.num_edges), dtype=np.int64)
-    for lo, src, dst in _edge_chunks(spec, model, progress, chunk):
+    for lo, src, dst in edge_chunks(spec, model, progress, chunk):
         edge_index[0, lo:lo + src.size] = src
         edge_index[1, lo:lo + src.size] = dst
     return edge_index
 
 
-def _edge_chunks(spec: SyntheticSpec, model: _Model, progress: Callable[[str], None],
+def edge_chunks(spec: SyntheticSpec, model: NodeModel, progress: Callable[[str], None],
                  chunk: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
     """Edges in owner order, ``(first edge, src, dst)`` per chunk: one owner's edges are
     contiguous, partners drawn per level.
@@ -567,10 +567,11 @@ def _labels(spec: SyntheticSpec, st: _Structure) -> np.ndarray:
     return np.where(swap, second[st.community], st.latent)
 
 
-def _feature_blocks(spec: SyntheticSpec, st: _Structure, progress: Callable[[str], None],
+def feature_blocks(spec: SyntheticSpec, model: NodeModel, progress: Callable[[str], None],
                     chunk: int) -> Iterator[tuple[int, np.ndarray]]:
     """``feature_signal * centroid[latent] + N(0, 1)`` (float32), ``(first row, block)`` per chunk;
     value ``(i, j)`` is draw ``i F + j``."""
+    st = model.st
     f, c = spec.num_features, spec.num_classes
     num_groups = int(st.group_of_class.max()) + 1
     group_vec = cr.normal(_key(spec.seed, "centroids", 0), 0, num_groups * f).reshape(num_groups, f)
@@ -588,10 +589,10 @@ def _feature_blocks(spec: SyntheticSpec, st: _Structure, progress: Callable[[str
     progress(f"features: {spec.num_nodes:,} x {f}")
 
 
-def _features(spec: SyntheticSpec, st: _Structure, progress: Callable[[str], None], chunk: int) -> np.ndarray:
-    """Every row of :func:`_feature_blocks` in one ``[N, F]`` array."""
+def _features(spec: SyntheticSpec, model: NodeModel, progress: Callable[[str], None], chunk: int) -> np.ndarray:
+    """Every row of :func:`feature_blocks` in one ``[N, F]`` array."""
     x = np.empty((spec.num_nodes, spec.num_features), dtype=np.float32)
-    for lo, block in _feature_blocks(spec, st, progress, chunk):
+    for lo, block in feature_blocks(spec, model, progress, chunk):
         x[lo:lo + block.shape[0]] = block
     return x
 
@@ -644,7 +645,7 @@ def _check_chunk(chunk_size: int) -> int:
     return chunk_size
 
 
-def _model(spec: SyntheticSpec, say: Callable[[str], None]) -> _Model:
+def node_model(spec: SyntheticSpec, say: Callable[[str], None]) -> NodeModel:
     """Draw everything but the edges and the features."""
     n = spec.num_nodes
     st = _structure(spec)
@@ -674,7 +675,7 @@ def _model(spec: SyntheticSpec, say: Callable[[str], None]) -> _Model:
     if spec.node_year:
         assert time_rank is not None
         extra["node_year"] = (1950 + np.floor(71 * time_rank)).astype(np.int64).reshape(-1, 1)
-    return _Model(st, theta, partner_weight, time_rank, labels, split, extra)
+    return NodeModel(st, theta, partner_weight, time_rank, labels, split, extra)
 
 
 def build(
@@ -699,9 +700,9 @@ def build(
     """
     chunk = _check_chunk(chunk_size)
     say = progress or (lambda msg: None)
-    model = _model(spec, say)
+    model = node_model(spec, say)
     edge_index = _edges(spec, model, say, chunk)
-    node_feat = _features(spec, model.st, say, chunk) if spec.num_features > 0 else None
+    node_feat = _features(spec, model, say, chunk) if spec.num_features > 0 else None
     st = model.st
     return {
         "edge_index": edge_index,

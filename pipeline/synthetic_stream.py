@@ -3,7 +3,7 @@
 :func:`pipeline.synthetic.build` returns the whole graph, then ``numpy.savez`` writes it; the big
 twins need their edge list and feature matrix in memory at once for that (the papers-shaped one,
 ``synthetic-papers-small``, 1.3 GB of edges and 2.8 GB of features). :func:`write_binary` draws the
-node-level model once (:func:`pipeline.synthetic._model`), then streams the edges and the feature
+node-level model once (:func:`pipeline.synthetic.node_model`), then streams the edges and the feature
 rows chunk by chunk into ``data.npz`` members through :class:`pipeline.npz_stream.NpzWriter`, which
 lays them out as ``numpy.savez`` does. ``edge_index`` is ``[2, E]`` in C order, all sources before
 all targets: the sources go to the archive as they are drawn and the targets to a spill file in the
@@ -43,7 +43,7 @@ def write_binary(folder: Path, spec: synthetic.SyntheticSpec, progress: Callable
     if spec.layout != "binary":
         raise ValueError(f"layout: write_binary writes the binary layout, not {spec.layout!r}")
     say = progress or (lambda _msg: None)
-    model = synthetic._model(spec, say)
+    model = synthetic.node_model(spec, say)
     n, e, f = spec.num_nodes, spec.num_edges, spec.num_features
     say(f"writing binary layout to {folder}, streaming: {e:,} edges, {n:,} x {f} features")
     with published_folder(Path(folder)) as tmp:
@@ -53,7 +53,7 @@ def write_binary(folder: Path, spec: synthetic.SyntheticSpec, progress: Callable
             spill = tmp / "edge_index.targets"
             with npz.member("edge_index", (2, e), np.int64) as sink:
                 with open(spill, "wb") as targets:
-                    for _lo, src, dst in synthetic._edge_chunks(spec, model, say, chunk_size):
+                    for _lo, src, dst in synthetic.edge_chunks(spec, model, say, chunk_size):
                         sink.write(src)
                         targets.write(memoryview(np.ascontiguousarray(dst, dtype=np.int64)).cast("B"))
                 with open(spill, "rb") as targets:
@@ -64,7 +64,7 @@ def write_binary(folder: Path, spec: synthetic.SyntheticSpec, progress: Callable
             npz.write("num_edges_list", np.array([e], dtype=np.int64))
             if f > 0:
                 with npz.member("node_feat", (n, f), np.float32) as sink:
-                    for _lo, block in synthetic._feature_blocks(spec, model.st, say, chunk_size):
+                    for _lo, block in synthetic.feature_blocks(spec, model, say, chunk_size):
                         sink.write(block)
             for name, values in model.extra.items():
                 npz.write(name, values)
