@@ -34,7 +34,7 @@ step doctor python -m gnnkit.cli doctor
 step build python -c "from gnnkit import native; assert native.get() is not None, native.status(); print(native.kernels())"
 # The GPU tier: every test that runs on CUDA (the rest is CI's, on CPU).
 step tests-gpu python -m pytest -q -x -p no:cacheprovider tests/gnnkit/native tests/gnnkit/sparse/test_adjacency.py \
-    tests/gnnkit/sparse/test_spmm.py tests/gnnkit/tt
+    tests/gnnkit/sparse/test_spmm.py tests/gnnkit/tt tests/gnnkit/data/test_device_sampling.py tests/gnnkit/test_gpu_tier.py
 step bench-native python bench/native.py --device cuda --json "$OUT/native_gpu.json"
 step gcn-gnnkit python -m gnnkit.cli run recipes/gcn_synthetic_arxiv.yaml --model.aggregation gnnkit \
     --trainer.accelerator gpu --trainer.max_epochs 5
