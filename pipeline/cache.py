@@ -147,16 +147,19 @@ class EntryBuilder:
             self._describe(name, array.shape, array.dtype, array.sha256())
 
     def publish(self, meta: dict[str, Any], stats: dict[str, Any] | None = None,
-                order: list[str] | None = None) -> CacheEntry:
+                order: list[str] | None = None, replace: bool = False) -> CacheEntry:
         """Write the manifest, fsync, and rename the folder into place.
 
         Args:
             meta: Task meta recorded in the manifest.
             stats: Build statistics (time, memory).
             order: The arrays' order in the manifest (default: the order they were added).
+            replace: Replace an entry already published under the key (a forced rebuild); the old
+                one is first renamed to a temp name, so the key never shows a half-written entry.
 
         Returns:
-            The published entry (an existing one if another process published the same key first).
+            The published entry (an existing one if another process published the same key first
+            and ``replace`` is false).
         """
         names = order if order is not None else list(self.described)
         if sorted(names) != sorted(self.described):
@@ -172,6 +175,8 @@ class EntryBuilder:
         }
         (self.folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         _fsync_tree(self.folder)
+        if replace and self.final.exists():
+            _retire(self.final)
         try:
             os.rename(self.folder, self.final)
         except OSError:
@@ -179,6 +184,13 @@ class EntryBuilder:
                 raise
             shutil.rmtree(self.folder, ignore_errors=True)  # someone else published the same key
         return load_entry(self.final)
+
+
+def _retire(entry: Path) -> None:
+    """Move a published entry out of the way under a temp name, then remove it."""
+    old = make_temp_dir(entry)
+    os.rename(entry, old / "entry")
+    shutil.rmtree(old, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -207,6 +219,7 @@ def publish(
     meta: dict[str, Any],
     stats: dict[str, Any] | None = None,
     progress: Callable[[str], None] | None = None,
+    replace: bool = False,
 ) -> CacheEntry:
     """Write ``arrays`` as a new entry and rename it into place.
 
@@ -218,16 +231,18 @@ def publish(
         meta: Task meta recorded in the manifest (``num_classes``, ``eval_metric``, ...).
         stats: Build statistics to record (time, memory).
         progress: Called with a line per array written.
+        replace: Replace an entry already published under the key (see :meth:`EntryBuilder.publish`).
 
     Returns:
-        The published entry (an existing one if another process published the same key first).
+        The published entry (an existing one if another process published the same key first
+        and ``replace`` is false).
     """
     with building(cache_root, key, inputs) as entry:
         for i, (name, array) in enumerate(arrays.items(), 1):
             if progress:
                 progress(f"writing array {i}/{len(arrays)}: {name} {list(array.shape)} {array.dtype}")
             entry.add(name, array)
-        return entry.publish(meta, stats)
+        return entry.publish(meta, stats, replace=replace)
 
 
 def load_entry(path: Path) -> CacheEntry:

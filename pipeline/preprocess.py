@@ -70,13 +70,13 @@ def preprocess(
     if options.memory_budget_mb is None:
         arrays, meta = layout.build(source.folder, source.meta, options, say)
         stats = {"build_s": round(say.elapsed, 2), "peak_rss_mb": round(peak_rss_mb(), 1)}
-        entry = cache.publish(cache_root, key, inputs, arrays, {**meta, **names}, stats, say)
+        entry = cache.publish(cache_root, key, inputs, arrays, {**meta, **names}, stats, say, replace=force)
     else:
         from pipeline import out_of_core  # the chunked readers and the external sort: only for such a build
 
         with cache.building(cache_root, key, inputs) as builder:
             meta, order, details = out_of_core.build(builder, source.folder, source.meta, options, say)
             stats = {"build_s": round(say.elapsed, 2), "peak_rss_mb": round(peak_rss_mb(), 1), "out_of_core": details}
-            entry = builder.publish({**meta, **names}, stats, order)
+            entry = builder.publish({**meta, **names}, stats, order, replace=force)
     say(f"published {entry.path} in {say.elapsed:.1f}s")
     return entry

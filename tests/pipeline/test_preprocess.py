@@ -86,6 +86,10 @@ def test_force_rebuilds(make_ogb_folder, tmp_path):
     rebuilt = preprocess(str(folder), cache_root=root, force=True)
     assert rebuilt.path == first.path and cache.verify(rebuilt) == []
     assert created  # manifest kept its fields
+    out_of_core = preprocess(str(folder), PreprocessOptions(memory_budget_mb=256), cache_root=root, force=True)
+    assert out_of_core.path == first.path and cache.verify(out_of_core) == []
+    assert out_of_core.manifest["stats"]["out_of_core"]["budget_mb"] == 256  # the old entry was replaced
+    assert [p.name for p in first.path.parent.iterdir()] == [first.path.name]  # nothing left beside it
 
 
 KILL_SCRIPT = textwrap.dedent(
