@@ -116,25 +116,27 @@ class RemoteFeatures:
         mine = owners == self.rank
         cached_at, cached = sorted_positions(self.cache_ids, ids)
         cached &= ~mine
-        fetch = ~(mine | cached)
-        requests = OwnerRequests.exchange(ids[fetch], owners[fetch], self.group)
+        mine_at, hit_at, fetch_at = (torch.nonzero(m).view(-1) for m in (mine, cached, ~(mine | cached)))
+        requests = OwnerRequests.exchange(ids[fetch_at], owners[fetch_at], self.group)
         fetched_x, fetched_y = self._answer(requests)
-        rows = sorted_positions(self.owned, ids[mine])[0]
-        x = None if self.x is None else self._fill(self.x, rows, self.cache_x, cached_at[cached], fetched_x,
-                                                  mine, cached, fetch)
-        y = self._fill(self.y, rows, self.cache_y, cached_at[cached], fetched_y, mine, cached, fetch)
-        remote, hits = int((~mine).sum()), int(cached.sum())
+        # (where the rows go, which rows of their table): owned rows, cached rows, fetched rows
+        owned_rows = sorted_positions(self.owned, ids[mine_at])[0]
+        parts = [(mine_at, owned_rows), (hit_at, cached_at[hit_at]), (fetch_at, None)]
+        x = None if self.x is None else _fill((self.x, self.cache_x, fetched_x), parts, ids.numel())
+        y = _fill((self.y, self.cache_y, fetched_y), parts, ids.numel())
+        remote, hits = int(ids.numel() - mine_at.numel()), int(hit_at.numel())
         self.stats.remote_rows += remote
         self.stats.cache_hits += hits
         self.stats.fetched_rows += remote - hits
         self.stats.fetched_bytes += (remote - hits) * self.row_bytes
         return x, y
 
-    @staticmethod
-    def _fill(owned: Tensor, rows: Tensor, cache: Any, cache_rows: Tensor, fetched: Any,
-              mine: Tensor, cached: Tensor, fetch: Tensor) -> Tensor:
-        out = owned.new_empty((mine.numel(), *owned.shape[1:]))
-        out[mine] = owned[rows]
-        out[cached] = cache[cache_rows]
-        out[fetch] = fetched
-        return out
+
+def _fill(tables: tuple[Any, ...], parts: list[tuple[Tensor, Tensor | None]], size: int) -> Tensor:
+    """``size`` rows gathered from ``tables`` (owned, cached, fetched): part ``i`` puts rows
+    ``parts[i][1]`` of ``tables[i]`` (all of it for ``None``) at positions ``parts[i][0]``."""
+    out = tables[0].new_empty((size, *tables[0].shape[1:]))
+    for table, (at, rows) in zip(tables, parts):
+        if at.numel():
+            out.index_copy_(0, at, table if rows is None else torch.index_select(table, 0, rows))
+    return out
