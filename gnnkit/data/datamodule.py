@@ -212,13 +212,15 @@ class GraphDataModule(pl.LightningDataModule):
 
     def report_info(self) -> dict[str, Any]:
         """The reuse schedule and what it did (replayed vs fresh batches), and this rank's partition,
-        for report.json."""
+        for report.json (a collective in sampled partition-parallel runs: every rank calls it, as
+        :func:`~gnnkit.report.write_report` does)."""
         info: dict[str, Any] = {}
         if self.reuse is not None:
             info["reuse"] = {"schedule": vars(self.reuse).copy(), "cache_dir": str(self._reuse_folder),
                              **self.reuse_stats.state_dict()}
-        if self._remote is not None:
-            info["partition"] = sampled_partition_facts(self._partition, self._remote.stats,
+        if self._remote is not None:  # summing the ranks' counts is a collective (every rank reports)
+            stats = self._remote.stats
+            info["partition"] = sampled_partition_facts(self._partition, stats, stats.summed(),
                                                         self._samplers.get("train"))
         elif self._partition is not None:
             row_bytes = self.graph.num_features * 4

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import dataclass
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np

@@ -66,11 +66,18 @@ def held_bytes(part: Partition, sampled: bool) -> int:
     return sum(a.numel() * a.element_size() for a in arrays if a is not None)
 
 
-def sampled_partition_facts(part: Partition, stats: FetchStats, sampler: Any = None) -> dict[str, Any]:
+def sampled_partition_facts(part: Partition, stats: FetchStats, every_rank: FetchStats,
+                            sampler: Any = None) -> dict[str, Any]:
     """What report.json says about this rank's partition in sampled training (rank 0's, in a
-    distributed run): the partition, the bytes it holds, and what its remote feature fetches did."""
+    distributed run): the partition, the bytes it holds, what its remote feature fetches did, and
+    under ``all_ranks`` the fetch counts summed over the ranks (``every_rank``)."""
     return {**_facts(part), "sampled": True, "graph_feature_bytes": held_bytes(part, sampled=True),
-            "sampler_scratch_bytes": getattr(sampler, "scratch_bytes", None), **stats.state_dict(),
+            "sampler_scratch_bytes": getattr(sampler, "scratch_bytes", None), **_fetch_facts(stats),
+            "all_ranks": _fetch_facts(every_rank)}
+
+
+def _fetch_facts(stats: FetchStats) -> dict[str, Any]:
+    return {**stats.state_dict(),
             "cache_hit_rate": round(stats.cache_hits / stats.remote_rows, 4) if stats.remote_rows else None}
 
 

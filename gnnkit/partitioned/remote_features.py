@@ -51,6 +51,15 @@ class FetchStats:
     def state_dict(self) -> dict[str, int]:
         return asdict(self)
 
+    def summed(self, group: dist.ProcessGroup | None = None) -> FetchStats:
+        """These counts summed over the ranks (a collective; themselves outside distributed runs)."""
+        world, _ = world_and_rank(group)
+        if world == 1:
+            return FetchStats(**self.state_dict())
+        counts = torch.tensor(list(self.state_dict().values()), dtype=torch.int64)
+        dist.all_reduce(counts, group=group)
+        return FetchStats(*counts.tolist())
+
 
 def hot_halo(part: Partition, count: int) -> Tensor:
     """The ``count`` halo nodes with the most edges into the partition's rows (ties: lower id first),

@@ -80,7 +80,8 @@ class PartitionNodeLoader:
         if sampler.owned.numel() == 0:
             raise ValueError(f"partition {sampler.rank}: no owned nodes to sample from")
         if counts[sampler.rank] != seeds.numel():
-            raise ValueError(f"counts: rank {sampler.rank} holds {seeds.numel()} seeds, counts say {counts[sampler.rank]}")
+            raise ValueError(f"counts: rank {sampler.rank} holds {seeds.numel()} seeds, "
+                             f"counts say {counts[sampler.rank]}")
         self.node_sampler, self.features = sampler, features
         self.seeds = seeds.to(torch.int64)
         self.counts = counts

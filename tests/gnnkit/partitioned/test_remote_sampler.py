@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch_geometric.sampler import NodeSamplerInput
 
 from gnnkit.partitioned.remote_sampler import PartitionNeighborSampler, rank_seed
 from pipeline.partitioned import Partition
@@ -45,7 +46,7 @@ def _one_part(num_nodes: int = 4) -> Partition:
 
 def test_one_partition_samples_like_one_process():
     sampler = PartitionNeighborSampler(_one_part(), [-1, 1], seed=0)
-    out = sampler.sample(torch.tensor([1])).output(type("Index", (), {"input_id": None, "time": None})())
+    out = sampler.sample(torch.tensor([1])).output(NodeSamplerInput(input_id=None, node=torch.tensor([1])))
     assert out.node[:3].tolist() == [1, 0, 2] and out.num_sampled_edges[0] == 2
     assert out.edge[:2].tolist() == [1, 2]  # positions in the whole graph's indices
     assert repr(sampler) == "PartitionNeighborSampler(num_neighbors=[-1, 1], seed=0, part=0 of 1)"

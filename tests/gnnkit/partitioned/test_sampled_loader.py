@@ -85,6 +85,9 @@ def test_a_recipe_trains_on_two_partitions_and_reports_them(straight):
     assert part["cache_rows"] == int(0.1 * part["owned_nodes"]) and part["cache_bytes"] > 0  # remote_cache 0.1
     assert part["remote_rows"] == part["cache_hits"] + part["fetched_rows"] and part["cache_hits"] > 0
     assert part["fetched_bytes"] > 0 and part["graph_feature_bytes"] > 0
+    every = part["all_ranks"]  # both ranks: what one fetched, the other served
+    assert every["fetched_rows"] == every["served_rows"] > part["fetched_rows"]
+    assert every["cache_rows"] > part["cache_rows"]
     assert report["test"] > 0.3  # 8 classes, 3 epochs of sign descent: it learns
     log = straight.with_suffix(".log").read_text()
     assert "partition 0 of 2, after fit: " in log and "fetched (" in log
