@@ -1,7 +1,8 @@
 """The preprocessed-graph cache: Arrow IPC arrays + ``manifest.json``, published by rename.
 
 An entry lives at ``<cache_root>/<dataset>/<key>/`` with ``arrays/<name>.arrow`` (one uncompressed
-Arrow IPC file per array, a single flat primitive column in one record batch) and ``manifest.json``
+Arrow IPC file per array, a single flat primitive column in one record batch, :mod:`pipeline.arrow_file`;
+written whole or streamed, through one :class:`EntryBuilder`) and ``manifest.json``
 (declared inputs, shapes, dtypes, SHA-256 checksums, build stats). Entries are built in a hidden
 owned temp folder (``.<key>.tmp-<pid>@<host>.*``, see :mod:`pipeline.temp_paths`) and renamed into
 place, so a killed preprocess never leaves an entry that looks valid; its temp is removed as stale
@@ -12,12 +13,14 @@ Tensors of an opened entry are backed by a read-only mapping: copy before writin
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -26,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline import temp_paths
+from pipeline.arrow_file import StreamedArray, write_array
 from pipeline.errors import DatasetError
 from pipeline.graph import CanonicalGraph
 from pipeline.temp_paths import make_temp_dir
@@ -95,21 +99,104 @@ class CacheEntry:
         )
 
 
-def _write_array(path: Path, array: np.ndarray) -> str:
-    """Write one flat Arrow IPC file; returns the SHA-256 of the array's bytes."""
-    flat = np.ascontiguousarray(array).reshape(-1)
-    column = pa.array(flat) if flat.size else pa.array([], type=pa.from_numpy_dtype(flat.dtype))
-    batch = pa.record_batch([column], names=["values"])
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
-        writer.write_batch(batch)
-    return hashlib.sha256(memoryview(flat).cast("B")).hexdigest()
-
-
 def _fsync_tree(path: Path) -> None:
     for file in path.rglob("*"):
         if file.is_file():
             with open(file, "rb") as handle:
                 os.fsync(handle.fileno())
+
+
+class EntryBuilder:
+    """An entry being written in its temp folder: arrays added whole or streamed, then published.
+
+    Made by :func:`building`; :func:`publish` (arrays whole in memory) and the out-of-core build
+    (:mod:`pipeline.out_of_core`, arrays streamed) both write through it, so an entry has one
+    layout and one publishing protocol whichever way its arrays were made.
+
+    Attributes:
+        folder: The temp folder (``arrays/`` inside).
+    """
+
+    def __init__(self, folder: Path, final: Path, key: str, inputs: dict[str, Any]) -> None:
+        self.folder = folder
+        self.final = final
+        self.key = key
+        self.inputs = inputs
+        self.described: dict[str, dict[str, Any]] = {}
+
+    def _describe(self, name: str, shape: tuple[int, ...], dtype: np.dtype, sha256: str) -> None:
+        self.described[name] = {
+            "file": f"arrays/{name}.arrow",
+            "shape": list(shape),
+            "dtype": str(dtype),
+            "sha256": sha256,
+            "bytes": int(np.prod(shape, dtype=np.int64)) * dtype.itemsize,
+        }
+
+    def add(self, name: str, array: np.ndarray) -> None:
+        """Write an array that is whole in memory."""
+        sha256 = write_array(self.folder / f"arrays/{name}.arrow", array)
+        self._describe(name, array.shape, array.dtype, sha256)
+
+    @contextlib.contextmanager
+    def stream(self, name: str, shape: tuple[int, ...], dtype: np.dtype | type) -> Iterator[StreamedArray]:
+        """An array written in chunks (:class:`~pipeline.arrow_file.StreamedArray`); recorded when
+        the block ends, which fails unless every value was written."""
+        with StreamedArray(self.folder / f"arrays/{name}.arrow", shape, dtype) as array:
+            yield array
+            self._describe(name, array.shape, array.dtype, array.sha256())
+
+    def publish(self, meta: dict[str, Any], stats: dict[str, Any] | None = None,
+                order: list[str] | None = None) -> CacheEntry:
+        """Write the manifest, fsync, and rename the folder into place.
+
+        Args:
+            meta: Task meta recorded in the manifest.
+            stats: Build statistics (time, memory).
+            order: The arrays' order in the manifest (default: the order they were added).
+
+        Returns:
+            The published entry (an existing one if another process published the same key first).
+        """
+        names = order if order is not None else list(self.described)
+        if sorted(names) != sorted(self.described):
+            raise ValueError(f"manifest order {names} does not name the arrays written, {list(self.described)}")
+        manifest = {
+            "schema_version": SCHEMA_VERSION,
+            "key": self.key,
+            "inputs": self.inputs,
+            "arrays": {name: self.described[name] for name in names},
+            "meta": meta,
+            "stats": stats or {},
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        (self.folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        _fsync_tree(self.folder)
+        try:
+            os.rename(self.folder, self.final)
+        except OSError:
+            if not (self.final / MANIFEST).is_file():
+                raise
+            shutil.rmtree(self.folder, ignore_errors=True)  # someone else published the same key
+        return load_entry(self.final)
+
+
+@contextlib.contextmanager
+def building(cache_root: Path, key: str, inputs: dict[str, Any]) -> Iterator[EntryBuilder]:
+    """A new entry's temp folder, removed unless :meth:`EntryBuilder.publish` renamed it into place.
+
+    Args:
+        cache_root: The cache folder.
+        key: The fingerprint of ``inputs``.
+        inputs: The declared inputs (recorded in the manifest; ``inputs["dataset"]`` names the folder).
+    """
+    final = cache_root / inputs["dataset"] / key
+    tmp = make_temp_dir(final)
+    try:
+        (tmp / "arrays").mkdir()
+        yield EntryBuilder(tmp, final, key, inputs)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # gone already when published
 
 
 def publish(
@@ -135,43 +222,12 @@ def publish(
     Returns:
         The published entry (an existing one if another process published the same key first).
     """
-    final = cache_root / inputs["dataset"] / key
-    tmp = make_temp_dir(final)
-    try:
-        (tmp / "arrays").mkdir()
-        described = {}
+    with building(cache_root, key, inputs) as entry:
         for i, (name, array) in enumerate(arrays.items(), 1):
             if progress:
                 progress(f"writing array {i}/{len(arrays)}: {name} {list(array.shape)} {array.dtype}")
-            file = f"arrays/{name}.arrow"
-            described[name] = {
-                "file": file,
-                "shape": list(array.shape),
-                "dtype": str(array.dtype),
-                "sha256": _write_array(tmp / file, array),
-                "bytes": int(array.nbytes),
-            }
-        manifest = {
-            "schema_version": SCHEMA_VERSION,
-            "key": key,
-            "inputs": inputs,
-            "arrays": described,
-            "meta": meta,
-            "stats": stats or {},
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        }
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-        _fsync_tree(tmp)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not (final / MANIFEST).is_file():
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)  # someone else published the same key
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return load_entry(final)
+            entry.add(name, array)
+        return entry.publish(meta, stats)
 
 
 def load_entry(path: Path) -> CacheEntry:

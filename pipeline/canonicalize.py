@@ -21,6 +21,29 @@ from pipeline.options import PreprocessOptions
 from pipeline.reorder import node_order
 
 
+def edge_keys(src: np.ndarray, dst: np.ndarray, num_nodes: int, both: bool) -> np.ndarray:
+    """The CSR sort keys of edges: int64 ``dst * N + src``, followed by ``src * N + dst`` with ``both``
+    (the reverse edges), so sorted keys are the CSR's entries in order."""
+    n, m = np.int64(num_nodes), src.size
+    key = np.empty(m * (2 if both else 1), dtype=np.int64)
+    np.multiply(dst, n, out=key[:m])
+    key[:m] += src
+    if both:
+        np.multiply(src, n, out=key[m:])
+        key[m:] += dst
+    return key
+
+
+def drop_repeats(keys: np.ndarray) -> np.ndarray:
+    """Sorted ``keys`` without repeated values (the first of each run kept)."""
+    if keys.size == 0:
+        return keys
+    keep = np.empty(keys.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(keys[1:], keys[:-1], out=keep[1:])
+    return keys[keep]
+
+
 def build_csr(
     edge_index: np.ndarray, num_nodes: int, options: PreprocessOptions
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -43,20 +66,10 @@ def build_csr(
     if options.self_loops == "remove":
         keep = src != dst
         src, dst = src[keep], dst[keep]
-    if options.undirected:
-        key = np.empty(2 * src.size, dtype=np.int64)
-        np.multiply(dst, n, out=key[: src.size])
-        key[: src.size] += src
-        np.multiply(src, n, out=key[src.size :])
-        key[src.size :] += dst
-    else:
-        key = dst.astype(np.int64) * n + src
+    key = edge_keys(src, dst, num_nodes, both=options.undirected)
     key.sort()
-    if options.undirected and key.size:
-        keep = np.empty(key.size, dtype=bool)
-        keep[0] = True
-        np.not_equal(key[1:], key[:-1], out=keep[1:])
-        key = key[keep]
+    if options.undirected:
+        key = drop_repeats(key)
     rows = key // n
     counts = np.bincount(rows, minlength=num_nodes)
     del rows

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import DatasetError
+from pipeline.npz_stream import read_header
 
 _BLOCK = 1 << 22
 
@@ -28,20 +29,12 @@ def _update_stream(digest: "hashlib._Hash", handle) -> None:
         digest.update(block)
 
 
-def _read_header(member, path: Path, name: str) -> tuple[tuple[int, ...], bool, np.dtype]:
-    version = np.lib.format.read_magic(member)
-    if version == (1, 0):
-        return np.lib.format.read_array_header_1_0(member)
-    if version == (2, 0):
-        return np.lib.format.read_array_header_2_0(member)
-    raise DatasetError(path, f"array '{name}': .npy format version {version}; expected 1.0 or 2.0")
-
-
 def _update_npz(digest: "hashlib._Hash", path: Path) -> None:
     with zipfile.ZipFile(path) as archive:
         for name in sorted(archive.namelist()):
             with archive.open(name) as member:
-                shape, fortran, dtype = _read_header(member, path, name)
+                header = read_header(member, path, name)
+                shape, fortran, dtype = header.shape, header.fortran, header.dtype
                 if dtype.hasobject:
                     raise DatasetError(path, f"array '{name}' holds Python objects; expected numbers")
                 little = dtype.newbyteorder("<")

@@ -37,7 +37,6 @@ import numpy as np
 
 from pipeline.errors import DatasetError
 from pipeline.options import FEATURE_NORMALIZATIONS
-from pipeline.shard_reader import dali_available
 from pipeline.temp_paths import make_temp_file
 
 BACKENDS = ("auto", "numpy", "dali")
@@ -53,6 +52,17 @@ def global_min(x: np.ndarray, chunk_rows: int = CHUNK_ROWS) -> np.float32:
                           for start in range(0, x.shape[0], chunk_rows)))
 
 
+def row_normalize_block(block: np.ndarray, minimum: np.float32) -> np.ndarray:
+    """``(block - minimum) / max(rowsum(block - minimum), 1)`` in float32 (row sums in float64).
+
+    One block of :func:`row_normalize_array`; the out-of-core build calls it on the same
+    :data:`CHUNK_ROWS`-row blocks, so both give the same bits.
+    """
+    shifted = np.asarray(block, dtype=np.float32) - minimum
+    sums = np.maximum(shifted.sum(1, dtype=np.float64), 1.0).astype(np.float32)
+    return shifted / sums[:, None]
+
+
 def row_normalize_array(x: np.ndarray, out: np.ndarray, minimum: np.float32,
                         chunk_rows: int = CHUNK_ROWS) -> None:
     """``out[:] = (x - minimum) / max(rowsum(x - minimum), 1)`` in float32, by row chunks.
@@ -61,9 +71,7 @@ def row_normalize_array(x: np.ndarray, out: np.ndarray, minimum: np.float32,
     ``out`` may be ``x`` itself.
     """
     for start in range(0, x.shape[0], chunk_rows):
-        shifted = np.asarray(x[start:start + chunk_rows], dtype=np.float32) - minimum
-        sums = np.maximum(shifted.sum(1, dtype=np.float64), 1.0).astype(np.float32)
-        out[start:start + chunk_rows] = shifted / sums[:, None]
+        out[start:start + chunk_rows] = row_normalize_block(x[start:start + chunk_rows], minimum)
 
 
 def normalize_features(x: np.ndarray, how: str, progress: Callable[[str], None] | None = None) -> np.ndarray:
@@ -96,27 +104,58 @@ def normalize_features(x: np.ndarray, how: str, progress: Callable[[str], None] 
     return x
 
 
+class ColumnStats:
+    """Per-column sums and sums of squares in float64, fed one row block at a time.
+
+    The sums depend on the blocks (float addition is not associative): :func:`column_stats` feeds
+    ``chunk_rows``-row blocks of the matrix, and the out-of-core build feeds the same
+    :data:`CHUNK_ROWS`-row blocks as it reads them, so both get the same bits.
+
+    Args:
+        num_columns: F.
+    """
+
+    def __init__(self, num_columns: int) -> None:
+        self.total = np.zeros(num_columns, dtype=np.float64)
+        self.squares = np.zeros(num_columns, dtype=np.float64)
+        self.rows = 0
+
+    def add(self, block: np.ndarray) -> None:
+        """Accumulate the next block of rows ``[R, F]``."""
+        chunk = np.asarray(block, dtype=np.float64)
+        self.total += chunk.sum(0)
+        self.squares += np.square(chunk).sum(0)
+        self.rows += chunk.shape[0]
+
+    def mean_scale(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per-column mean and 1/std (float32; population std, a constant column gets scale 1)."""
+        n = max(1, self.rows)
+        mean = self.total / n
+        std = np.sqrt(np.maximum(self.squares / n - mean**2, 0.0))
+        scale = np.where(std > 1e-12, 1.0 / np.where(std > 1e-12, std, 1.0), 1.0)
+        return mean.astype(np.float32), scale.astype(np.float32)
+
+
 def column_stats(x: np.ndarray, chunk_rows: int = CHUNK_ROWS) -> tuple[np.ndarray, np.ndarray]:
     """Per-column mean and 1/std (float32) of ``x`` ``[N, F]``, accumulated in float64 by chunks."""
-    total = np.zeros(x.shape[1], dtype=np.float64)
-    squares = np.zeros(x.shape[1], dtype=np.float64)
+    stats = ColumnStats(x.shape[1])
     for start in range(0, x.shape[0], chunk_rows):
-        chunk = np.asarray(x[start:start + chunk_rows], dtype=np.float64)
-        total += chunk.sum(0)
-        squares += np.square(chunk).sum(0)
-    n = max(1, x.shape[0])
-    mean = total / n
-    std = np.sqrt(np.maximum(squares / n - mean**2, 0.0))
-    scale = np.where(std > 1e-12, 1.0 / np.where(std > 1e-12, std, 1.0), 1.0)
-    return mean.astype(np.float32), scale.astype(np.float32)
+        stats.add(x[start:start + chunk_rows])
+    return stats.mean_scale()
+
+
+def standardize_block(block: np.ndarray, mean: np.ndarray, scale: np.ndarray,
+                      dtype: np.dtype | type = np.float32) -> np.ndarray:
+    """``(block - mean) * scale`` (in float32) cast to ``dtype``: one block of :func:`standardize_array`."""
+    chunk = np.asarray(block, dtype=np.float32)
+    return ((chunk - mean) * scale).astype(dtype, copy=False)
 
 
 def standardize_array(x: np.ndarray, out: np.ndarray, mean: np.ndarray, scale: np.ndarray,
                       chunk_rows: int = CHUNK_ROWS) -> None:
     """``out[:] = (x - mean) * scale`` cast to ``out.dtype``, by row chunks (numpy backend)."""
     for start in range(0, x.shape[0], chunk_rows):
-        chunk = np.asarray(x[start:start + chunk_rows], dtype=np.float32)
-        out[start:start + chunk_rows] = ((chunk - mean) * scale).astype(out.dtype, copy=False)
+        out[start:start + chunk_rows] = standardize_block(x[start:start + chunk_rows], mean, scale, out.dtype)
 
 
 def _standardize_dali(src: Path, out: np.ndarray, mean: np.ndarray, scale: np.ndarray, chunk_rows: int,
@@ -151,6 +190,8 @@ def _standardize_dali(src: Path, out: np.ndarray, mean: np.ndarray, scale: np.nd
 
 def resolve_backend(backend: str, device: str = "cpu") -> str:
     """The backend ``"auto"`` stands for: DALI on a GPU (when installed), numpy on CPU."""
+    from pipeline.shard_reader import dali_available  # torch: only where a backend is chosen
+
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {list(BACKENDS)}, got {backend!r}")
     if backend == "auto":

@@ -23,8 +23,8 @@ import contextlib
 import gzip
 import io
 import json
-import zipfile
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ import numpy as np
 
 from pipeline.errors import DatasetError
 from pipeline.graph import SPLITS
+from pipeline.npz_stream import member_headers
 from pipeline.temp_paths import published_folder
 
 #: meta.json keys a folder must provide (OGB's meta_dict names).
@@ -149,28 +150,60 @@ def quiet_readers():
         yield
 
 
+@contextlib.contextmanager
+def _csv_errors(path: Path, where: Path | None = None, problem: str = "unreadable CSV",
+                also: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+    """Turn pandas' and gzip's read errors into one :class:`DatasetError` line naming ``where``."""
+    import pandas as pd  # here, not at the top: a cache hit needs no CSV reader
+
+    try:
+        yield
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, OSError, EOFError, *also) as err:
+        raise DatasetError(where or path, f"{problem} ({str(err).splitlines()[0]})") from None
+
+
 def read_csv(path: Path) -> np.ndarray:
     """A headerless gzipped CSV of OGB's raw layout as an array (:class:`DatasetError` naming the file)."""
-    import pandas as pd  # here, not at the top: a cache hit needs no CSV reader
+    import pandas as pd
 
     if not path.is_file():
         raise DatasetError(path, "missing")
-    try:
+    with _csv_errors(path):
         return pd.read_csv(path, compression="gzip", header=None).values
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, OSError, EOFError) as err:
-        raise DatasetError(path, f"unreadable CSV ({str(err).splitlines()[0]})") from None
 
 
-def read_split(split_dir: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+def csv_chunks(path: Path, rows: int, where: Path | None = None, ogb: bool = False) -> Iterator[np.ndarray]:
+    """:func:`read_csv` in pieces: the values of ``rows`` lines at a time (the same parsing, chunk by chunk).
+
+    Args:
+        path: The file.
+        rows: Lines per chunk.
+        where: What a read error names (default ``path``).
+        ogb: The file is one OGB's own reader parses (edges, features, additional node files): its
+            errors read as that reader's do (``unreadable raw CSV files``, conversion errors included).
+    """
+    import pandas as pd
+
+    if not path.is_file():
+        raise DatasetError(path, "missing")
+    problem, also = ("unreadable raw CSV files", (ValueError,)) if ogb else ("unreadable CSV", ())
+    with _csv_errors(path, where, problem, also), \
+            pd.read_csv(path, compression="gzip", header=None, chunksize=rows) as reader:
+        for frame in reader:
+            yield frame.values
+
+
+def read_split(split_dir: Path, chunk_rows: int | None = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """A split scheme's ``train``/``valid``/``test`` index arrays (CSV files, or DatasetSaver's
-    ``split_dict.pt``), and the file each came from."""
+    ``split_dict.pt``), and the file each came from; with ``chunk_rows``, each CSV file is parsed
+    that many lines at a time (:func:`csv_chunks`)."""
     pt = split_dir / "split_dict.pt"
     if not (split_dir / "train.csv.gz").exists() and pt.is_file():
         return _read_split_pt(pt), {name: str(pt) for name in SPLITS}
     split, files = {}, {}
     for name in SPLITS:
         path = split_dir / f"{name}.csv.gz"
-        values = read_csv(path)
+        values = read_csv(path) if chunk_rows is None else np.concatenate(list(csv_chunks(path, chunk_rows)))
         if values.ndim != 2 or values.shape[1] != 1 or values.dtype.kind not in "iu":
             raise DatasetError(path, "expected one integer node index per line")
         split[name], files[name] = values[:, 0].astype(np.int64), str(path)
@@ -225,20 +258,8 @@ def count_lines(path: Path) -> int:
 
 def _npz_rows(path: Path) -> dict[str, int]:
     """First-dimension length of every array in an ``.npz``, read from the headers only."""
-    rows = {}
-    try:
-        with zipfile.ZipFile(path) as archive:
-            for name in archive.namelist():
-                with archive.open(name) as member:
-                    version = np.lib.format.read_magic(member)
-                    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                                   else np.lib.format.read_array_header_2_0)
-                    shape = read_header(member)[0]
-                rows[name.removesuffix(".npy")] = (shape[1] if name == "edge_index.npy" and len(shape) == 2
-                                                   else shape[0] if shape else 1)
-    except (OSError, ValueError, zipfile.BadZipFile) as err:
-        raise DatasetError(path, f"unreadable npz archive ({err})") from None
-    return rows
+    return {name: (header.shape[1] if name == "edge_index" and len(header.shape) == 2 else header.rows)
+            for name, header in member_headers(path).items()}
 
 
 def _declared_total(path: Path, what: str) -> int:
@@ -299,6 +320,34 @@ def check_row_counts(raw_dir: Path, meta: dict[str, Any]) -> None:
             raise _mismatch(path, found, "lines", declared, source.name)
 
 
+def check_raw_folder(raw_dir: Path, meta: dict[str, Any]) -> None:
+    """The graph files a ``raw/`` folder needs are there (``data.npz``, or the edge list and the
+    count lists) and every per-node and per-edge file has as many rows as declared
+    (:func:`check_row_counts`); the in-memory and the out-of-core reader both start with it."""
+    if meta["binary"]:
+        data = raw_dir / "data.npz"
+        if not data.is_file():
+            raise DatasetError(data, "missing (meta.json says 'binary': True)")
+        if meta["add_inverse_edge"]:
+            raise DatasetError(data, "binary layout cannot use add_inverse_edge")
+    else:
+        for name in ("edge.csv.gz", "num-node-list.csv.gz", "num-edge-list.csv.gz"):
+            if not (raw_dir / name).is_file():
+                raise DatasetError(raw_dir / name, "missing")
+    check_row_counts(raw_dir, meta)
+
+
+def label_file(raw_dir: Path, meta: dict[str, Any]) -> Path:
+    """The node-label file of a node folder: ``node-label.npz`` (holding ``node_label``) or
+    ``node-label.csv.gz``, as ``meta["binary"]`` says; a missing one is a :class:`DatasetError`."""
+    path = raw_dir / ("node-label.npz" if meta["binary"] else "node-label.csv.gz")
+    if not path.is_file():
+        raise DatasetError(path, "missing")
+    if meta["binary"] and "node_label" not in member_headers(path):
+        raise DatasetError(path, "expected an array named 'node_label'")
+    return path
+
+
 def read_raw_graphs(raw_dir: Path, meta: dict[str, Any], additional_node_files: list[str] | tuple = (),
                     additional_edge_files: list[str] | tuple = ()) -> list[dict[str, Any]]:
     """Every graph of a ``raw/`` folder through OGB's raw readers (CSV or binary layout, as
@@ -307,22 +356,13 @@ def read_raw_graphs(raw_dir: Path, meta: dict[str, Any], additional_node_files: 
     import pandas as pd
     from ogb.io.read_graph_raw import read_binary_graph_raw, read_csv_graph_raw
 
+    check_raw_folder(raw_dir, meta)
     if meta["binary"]:
-        data = raw_dir / "data.npz"
-        if not data.is_file():
-            raise DatasetError(data, "missing (meta.json says 'binary': True)")
-        if meta["add_inverse_edge"]:
-            raise DatasetError(data, "binary layout cannot use add_inverse_edge")
-        check_row_counts(raw_dir, meta)
         try:
             with quiet_readers():
                 return read_binary_graph_raw(str(raw_dir))
         except (KeyError, ValueError, RuntimeError, OSError) as err:
-            raise DatasetError(data, f"unreadable ({err})") from None
-    for name in ("edge.csv.gz", "num-node-list.csv.gz", "num-edge-list.csv.gz"):
-        if not (raw_dir / name).is_file():
-            raise DatasetError(raw_dir / name, "missing")
-    check_row_counts(raw_dir, meta)
+            raise DatasetError(raw_dir / "data.npz", f"unreadable ({err})") from None
     try:
         with quiet_readers():
             return read_csv_graph_raw(str(raw_dir), add_inverse_edge=meta["add_inverse_edge"],
@@ -353,16 +393,11 @@ def read_ogb_folder(folder: Path, meta: dict[str, Any]) -> RawGraph:
         "edges": str(raw_dir / ("data.npz" if meta["binary"] else "edge.csv.gz")),
         "features": str(raw_dir / ("data.npz" if meta["binary"] else "node-feat.csv.gz")),
     }
+    label_path = label_file(raw_dir, meta)
     if meta["binary"]:
-        label_path = raw_dir / "node-label.npz"
-        if not label_path.is_file():
-            raise DatasetError(label_path, "missing")
         with np.load(label_path, allow_pickle=False) as npz:
-            if "node_label" not in npz:
-                raise DatasetError(label_path, "expected an array named 'node_label'")
             labels = npz["node_label"]
     else:
-        label_path = raw_dir / "node-label.csv.gz"
         labels = read_csv(label_path)
     files["labels"] = str(label_path)
     split, split_files = read_split(folder / "split" / meta["split"])
@@ -392,7 +427,7 @@ def build(folder: Path, meta: dict[str, Any], options: Any, say: Any) -> tuple[d
         options: :class:`pipeline.options.PreprocessOptions`.
         say: Progress callback.
     """
-    from pipeline.canonicalize import canonicalize  # torch: only for a build
+    from pipeline.canonicalize import canonicalize  # only for a build: a cache hit needs no canonicaliser
 
     say(f"reading raw files from {folder}")
     return canonicalize(read_ogb_folder(folder, meta), options, say)
@@ -421,6 +456,7 @@ def write_ogb_folder(
     meta: dict[str, Any],
     node_feat: np.ndarray | None = None,
     binary: bool = False,
+    extra: dict[str, np.ndarray] | None = None,
 ) -> Path:
     """Write a dataset in OGB's raw layout, atomically (owned temp folder, then rename).
 
@@ -434,6 +470,8 @@ def write_ogb_folder(
             ``has_node_attr`` are filled in from the arguments.
         node_feat: Optional ``[N, F]`` features.
         binary: Write ``data.npz``/``node-label.npz`` instead of CSV files.
+        extra: Additional node arrays (``node_year``: ``data.npz`` members, or ``raw/<name>.csv.gz``
+            files; ``meta["additional node files"]`` should name them).
 
     Returns:
         ``folder``.
@@ -452,7 +490,7 @@ def write_ogb_folder(
             }
             if node_feat is not None:
                 arrays["node_feat"] = node_feat
-            np.savez(raw / "data.npz", **arrays)
+            np.savez(raw / "data.npz", **arrays, **(extra or {}))
             np.savez(raw / "node-label.npz", node_label=labels)
         else:
             to_csv_gz(raw / "edge.csv.gz", edge_index.T)
@@ -462,11 +500,20 @@ def write_ogb_folder(
                 fmt = "%.6g" if node_feat.dtype.kind == "f" else None
                 to_csv_gz(raw / "node-feat.csv.gz", node_feat, float_format=fmt)
             to_csv_gz(raw / "node-label.csv.gz", labels)
-        split_dir = tmp / "split" / str(meta["split"])
-        split_dir.mkdir(parents=True)
-        for name in SPLITS:
-            to_csv_gz(split_dir / f"{name}.csv.gz", np.asarray(split[name], dtype=np.int64))
-        full_meta = dict(meta)
-        full_meta.update(binary=str(binary), has_node_attr=str(node_feat is not None))
-        (tmp / "meta.json").write_text(json.dumps(full_meta, indent=2) + "\n")
+            for name, values in (extra or {}).items():
+                to_csv_gz(raw / f"{name}.csv.gz", values)
+        write_split_and_meta(tmp, split, meta, binary, node_feat is not None)
     return folder
+
+
+def write_split_and_meta(folder: Path, split: dict[str, np.ndarray], meta: dict[str, Any], binary: bool,
+                         has_node_attr: bool) -> None:
+    """Write ``split/<meta['split']>/{train,valid,test}.csv.gz`` and ``meta.json`` (with ``binary``
+    and ``has_node_attr`` filled in) into a dataset folder being written."""
+    split_dir = folder / "split" / str(meta["split"])
+    split_dir.mkdir(parents=True)
+    for name in SPLITS:
+        to_csv_gz(split_dir / f"{name}.csv.gz", np.asarray(split[name], dtype=np.int64))
+    full_meta = dict(meta)
+    full_meta.update(binary=str(binary), has_node_attr=str(has_node_attr))
+    (folder / "meta.json").write_text(json.dumps(full_meta, indent=2) + "\n")

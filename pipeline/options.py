@@ -1,4 +1,5 @@
-"""Preprocessing options: everything that changes the canonical graph, hence part of the cache key."""
+"""Preprocessing options: everything that changes the canonical graph is part of the cache key;
+``memory_budget_mb`` (how the graph is built, not what it is) is not."""
 
 from __future__ import annotations
 
@@ -32,12 +33,18 @@ class PreprocessOptions:
             ``"column"`` standardises every column to zero mean and unit variance, ``"none"`` keeps
             the features as stored. ``True``/``False`` (registry files written before the choice
             existed) mean ``"column"``/``"none"``. Default ``"none"``.
+        memory_budget_mb: Build the entry out of core (:mod:`pipeline.out_of_core`: raw files read in
+            chunks, the CSR by an external sort) so that the process's peak memory stays under this
+            many MiB; node-property datasets only, ``reorder`` must be ``"none"``. The entry is the
+            same, byte for byte, as the in-memory build's, so this is not part of the cache key.
+            ``None`` (the default) builds in memory.
     """
 
     undirected: bool = False
     self_loops: str = "keep"
     reorder: str = "none"
     normalize_features: str = "none"
+    memory_budget_mb: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.undirected, bool):
@@ -55,6 +62,10 @@ class PreprocessOptions:
             raise DatasetError(
                 "preprocess.reorder", f"expected one of {list(REORDER_METHODS)}, got {self.reorder!r}"
             )
+        budget = self.memory_budget_mb
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+            raise DatasetError("preprocess.memory_budget_mb",
+                               f"expected a whole number of MiB >= 1 (or null for in-memory), got {budget!r}")
 
     @classmethod
     def from_dict(cls, values: dict[str, Any] | None, where: str) -> PreprocessOptions:
@@ -72,8 +83,10 @@ class PreprocessOptions:
     def key_fields(self) -> dict[str, Any]:
         """The options as they enter the cache key. Options added after the first release are left
         out while at their default, so entries built before they existed keep their keys; and
-        ``"column"`` enters as ``True``, the value it had before ``"row"`` existed."""
+        ``"column"`` enters as ``True``, the value it had before ``"row"`` existed. ``memory_budget_mb``
+        never enters: both builds publish the same entry."""
         values = asdict(self)
+        del values["memory_budget_mb"]
         if self.normalize_features == "none":
             del values["normalize_features"]
         elif self.normalize_features == "column":

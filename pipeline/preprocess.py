@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline import cache, paths, temp_paths
+from pipeline.errors import DatasetError
 from pipeline.family import layout_module
 from pipeline.fingerprint import DigestMemo, cache_key, raw_digests
 from pipeline.options import PreprocessOptions
@@ -30,8 +31,9 @@ def preprocess(
         force: Rebuild even when the entry exists (like PyG's ``force_reload``).
 
     Returns:
-        The cache entry; ``entry.manifest["stats"]`` holds the build time (up to
-        writing) and peak memory.
+        The cache entry; ``entry.manifest["stats"]`` holds the build time (up to writing; with
+        ``options.memory_budget_mb``, the out-of-core build writes as it goes and ``out_of_core``
+        holds its chunk sizes and sort counts) and peak memory.
 
     Raises:
         DatasetError: Unknown dataset or raw data that breaks the canonical-graph contract; no
@@ -47,6 +49,9 @@ def preprocess(
     for stale in temp_paths.remove_stale(cache_root / spec.name):
         say(f"removed {stale.name} (left by an interrupted preprocess)")
     source = locate(spec, data_root, say)
+    if options.memory_budget_mb is not None and source.meta["family"] != "node":
+        raise DatasetError("preprocess.memory_budget_mb", f"out-of-core preprocessing reads node-property "
+                           f"datasets; {spec.name} is a {source.meta['family']}-property dataset (leave it unset)")
     layout = layout_module(source.meta["family"])
     memo = DigestMemo(cache_root / "digests.json")
     inputs = {
@@ -61,10 +66,17 @@ def preprocess(
     if not force and (hit := cache.lookup(cache_root, spec.name, key)) is not None:
         say(f"cache hit {hit.path}")
         return hit
-    arrays, meta = layout.build(source.folder, source.meta, options, say)
-    meta["name"] = spec.name
-    meta["family"] = source.meta["family"]
-    stats = {"build_s": round(say.elapsed, 2), "peak_rss_mb": round(peak_rss_mb(), 1)}
-    entry = cache.publish(cache_root, key, inputs, arrays, meta, stats, say)
+    names = {"name": spec.name, "family": source.meta["family"]}
+    if options.memory_budget_mb is None:
+        arrays, meta = layout.build(source.folder, source.meta, options, say)
+        stats = {"build_s": round(say.elapsed, 2), "peak_rss_mb": round(peak_rss_mb(), 1)}
+        entry = cache.publish(cache_root, key, inputs, arrays, {**meta, **names}, stats, say)
+    else:
+        from pipeline import out_of_core  # the chunked readers and the external sort: only for such a build
+
+        with cache.building(cache_root, key, inputs) as builder:
+            meta, order, details = out_of_core.build(builder, source.folder, source.meta, options, say)
+            stats = {"build_s": round(say.elapsed, 2), "peak_rss_mb": round(peak_rss_mb(), 1), "out_of_core": details}
+            entry = builder.publish({**meta, **names}, stats, order)
     say(f"published {entry.path} in {say.elapsed:.1f}s")
     return entry

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import resource
 import sys
 import time
@@ -17,6 +18,16 @@ T = TypeVar("T")
 def peak_rss_mb() -> float:
     """Peak resident memory of this process so far, in MiB."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def rss_mb() -> float:
+    """Resident memory of this process now, in MiB (the peak where ``/proc`` is not available)."""
+    try:
+        with open("/proc/self/statm", "rb") as handle:
+            pages = int(handle.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return peak_rss_mb()
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 class Stages:

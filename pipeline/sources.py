@@ -86,7 +86,8 @@ def _synthetic(spec: DatasetSpec, data_root: Path, say: Callable[[str], None]) -
     generator = generator_module(synthetic_family(spec))
     gen = synthetic_spec(spec)
     version = f"synthetic-{generator.GENERATOR_VERSION}"
-    folder = data_root / "synthetic" / f"{spec.name}-{cache_key({'v': version, **asdict(gen)})[:12]}"
+    fields = gen.key_fields() if hasattr(gen, "key_fields") else asdict(gen)  # node specs leave new defaults out
+    folder = data_root / "synthetic" / f"{spec.name}-{cache_key({'v': version, **fields})[:12]}"
     remove_stale(folder.parent)  # temps of generations killed earlier, even when this one is done
     if not (folder / "meta.json").is_file():
         say(f"generating {spec.name} in OGB's raw layout at {folder}")

@@ -52,7 +52,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -89,6 +89,7 @@ _STREAM = {
     "features": 8,
     "rank": 9,
     "owners": 10,
+    "labelled": 11,
 }
 
 
@@ -124,6 +125,14 @@ class SyntheticSpec:
         time_drift: How much class priors drift over time (``time`` split only).
         recency_decay: How much fewer edges recent nodes attract, in [0, 1) (``time`` split only).
         rank_noise: Log-normal noise of the popularity rank (``sales_ranking`` split only).
+        labelled_fraction: Part of the nodes that carry a label, in (0, 1]; the others are
+            unlabelled (NaN in ``node-label``, float32 labels then) and in no split, as in
+            ogbn-papers100M, where only the arXiv papers (1.4%) are labelled. The labelled nodes
+            are a uniform random sample; the split divides them as ``split`` says.
+        split_fractions: ``(train, valid)`` parts of the labelled nodes (test is the rest); empty
+            (the default) = the scheme's (:data:`SPLIT_FRACTIONS`).
+        node_year: Write ``node_year`` (int64 ``[N, 1]``, 1950-2020 from the latent year) as an
+            additional node array, like ogbn-arxiv's and ogbn-papers100M's (``time`` split only).
     """
 
     num_nodes: int
@@ -149,6 +158,9 @@ class SyntheticSpec:
     time_drift: float = 0.5
     recency_decay: float = 0.5
     rank_noise: float = 0.5
+    labelled_fraction: float = 1.0
+    split_fractions: tuple[float, ...] = ()
+    node_year: bool = False
 
     def __post_init__(self) -> None:
         def integer(name: str, low: int) -> int:
@@ -210,14 +222,45 @@ class SyntheticSpec:
         number("time_drift", 0.0, 10.0)
         number("recency_decay", 0.0, 1.0, open_high=True)
         number("rank_noise", 0.0, 10.0)
+        number("labelled_fraction", 0.0, 1.0, open_low=True)
+        if isinstance(self.split_fractions, list):  # as a registry file writes it
+            object.__setattr__(self, "split_fractions", tuple(self.split_fractions))
+        fractions = self.split_fractions
+        if not isinstance(fractions, tuple) or len(fractions) not in (0, 2) or any(
+                isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1 for v in fractions) \
+                or sum(fractions) >= 1:
+            raise ValueError(f"split_fractions: expected [] or [train, valid] in (0, 1) summing below 1, "
+                             f"got {self.split_fractions!r}")
+        if not isinstance(self.node_year, bool):
+            raise ValueError(f"node_year: expected true or false, got {self.node_year!r}")
+        if self.node_year and self.split != "time":
+            raise ValueError(f"node_year: the year comes from the latent time of a 'time' split, not {self.split!r}")
+
+    def key_fields(self) -> dict[str, Any]:
+        """The fields that name a generated folder: fields added after version 2's first twins are
+        left out while at their default, so those twins keep their folders."""
+        values = dataclasses.asdict(self)
+        for name in ("labelled_fraction", "split_fractions", "node_year"):
+            if values[name] == SyntheticSpec.__dataclass_fields__[name].default:
+                del values[name]
+        return values
+
+
+#: ogbn-papers100M's labelled nodes (1,546,782 of 111,059,956) and their time split
+#: (train 1,207,179 / valid 125,265 / test 214,338), as parts.
+PAPERS_LABELLED = 0.013927
+PAPERS_SPLIT = (0.78044, 0.08098)
 
 
 def presets() -> dict[str, SyntheticSpec]:
     """The named configurations of ``datasets.yaml`` (fresh objects each call).
 
     Returns:
-        ``synthetic-tiny``, ``synthetic-arxiv``, ``synthetic-arxiv-nofeat``, ``synthetic-products``
-        and ``synthetic-products-nofeat``.
+        ``synthetic-tiny``, ``synthetic-arxiv``, ``synthetic-arxiv-nofeat``, ``synthetic-products``,
+        ``synthetic-products-nofeat``, ``synthetic-papers-small`` (ogbn-papers100M at 1/20th: 5.55M
+        nodes, 80.8M edges, 128 features, 172 classes, 1.4% of the nodes labelled in a time split,
+        ``node_year``, binary layout) and ``synthetic-papers-tiny`` (the same shape at 20,000 nodes,
+        for tests).
     """
     tiny = SyntheticSpec(
         num_nodes=3000, num_edges=15000, num_features=32, num_classes=8,
@@ -234,12 +277,23 @@ def presets() -> dict[str, SyntheticSpec]:
         degree_exponent=2.3, max_degree=17_481, class_size_spread=1.6,
         p_community=0.6, p_class=0.25, p_group=0.1, label_noise=0.2, feature_signal=0.29,
     )
+    papers_small = SyntheticSpec(  # ogbn-papers100M / 20: nodes, edges and labelled nodes
+        num_nodes=5_552_998, num_edges=80_784_294, num_features=128, num_classes=172,
+        split="time", layout="binary", labelled_fraction=PAPERS_LABELLED, split_fractions=PAPERS_SPLIT,
+        node_year=True,
+    )
+    papers_tiny = dataclasses.replace(
+        papers_small, num_nodes=20_000, num_edges=291_000, num_features=32, num_classes=16,
+        labelled_fraction=0.25, community_size=32,
+    )
     return {
         "synthetic-tiny": tiny,
         "synthetic-arxiv": arxiv,
         "synthetic-arxiv-nofeat": dataclasses.replace(arxiv, num_features=0),
         "synthetic-products": products,
         "synthetic-products-nofeat": dataclasses.replace(products, num_features=0),
+        "synthetic-papers-small": papers_small,
+        "synthetic-papers-tiny": papers_tiny,
     }
 
 
@@ -401,22 +455,39 @@ def _owner_counts(spec: SyntheticSpec, theta: np.ndarray, chunk: int) -> np.ndar
     return counts
 
 
-def _edges(
-    spec: SyntheticSpec,
-    st: _Structure,
-    theta: np.ndarray,
-    partner_weight: np.ndarray,
-    time_rank: np.ndarray | None,
-    progress: Callable[[str], None],
-    chunk: int,
-) -> np.ndarray:
-    """Edges in owner order (chunked): one owner's edges are contiguous, partners drawn per level.
+@dataclass
+class NodeModel:
+    """A twin's nodes (structure, degrees, time, labels, split): its edges and features are drawn
+    from it chunk by chunk, so they need never be whole in memory."""
+
+    st: _Structure
+    theta: np.ndarray
+    partner_weight: np.ndarray
+    time_rank: np.ndarray | None
+    labels: np.ndarray  # as published: int64, or float32 with NaN for unlabelled nodes
+    split: dict[str, np.ndarray]
+    extra: dict[str, np.ndarray]  # additional node arrays (node_year)
+
+
+def _edges(spec: SyntheticSpec, model: NodeModel, progress: Callable[[str], None], chunk: int) -> np.ndarray:
+    """Every edge of :func:`edge_chunks` in one ``[2, E]`` array."""
+    edge_index = np.empty((2, spec.num_edges), dtype=np.int64)
+    for lo, src, dst in edge_chunks(spec, model, progress, chunk):
+        edge_index[0, lo:lo + src.size] = src
+        edge_index[1, lo:lo + src.size] = dst
+    return edge_index
+
+
+def edge_chunks(spec: SyntheticSpec, model: NodeModel, progress: Callable[[str], None],
+                 chunk: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """Edges in owner order, ``(first edge, src, dst)`` per chunk: one owner's edges are
+    contiguous, partners drawn per level.
 
     Edge ``j`` uses element ``j`` of the level and partner streams, so ``chunk`` only sets memory.
     """
+    st, theta, partner_weight, time_rank = model.st, model.theta, model.partner_weight, model.time_rank
     assert st.sub_block is not None and st.sub_bounds is not None
     n, e = spec.num_nodes, spec.num_edges
-    edge_index = np.empty((2, e), dtype=np.int64)
     counts = _owner_counts(spec, theta, chunk)
     ends = np.cumsum(counts)
     # Partners: cumulative weight along ``order``, so every block is a contiguous range of it.
@@ -466,15 +537,12 @@ def _edges(
         del pos, b_lo, b_hi, loop
         if time_rank is not None:  # citation: the newer paper cites the older one
             newer = time_rank[owner] >= time_rank[partner]
-            edge_index[0, lo:hi] = np.where(newer, owner, partner)
-            edge_index[1, lo:hi] = np.where(newer, partner, owner)
+            yield lo, np.where(newer, owner, partner), np.where(newer, partner, owner)
             del newer
         else:
-            edge_index[0, lo:hi] = owner
-            edge_index[1, lo:hi] = partner
+            yield lo, owner, partner
         del owner, partner
         progress(f"edges chunk {i + 1}/{chunks} ({hi:,}/{e:,})")
-    return edge_index
 
 
 def _labels(spec: SyntheticSpec, st: _Structure) -> np.ndarray:
@@ -499,10 +567,11 @@ def _labels(spec: SyntheticSpec, st: _Structure) -> np.ndarray:
     return np.where(swap, second[st.community], st.latent)
 
 
-def _features(
-    spec: SyntheticSpec, st: _Structure, progress: Callable[[str], None], chunk: int
-) -> np.ndarray:
-    """``feature_signal * centroid[latent] + N(0, 1)`` (float32); value ``(i, j)`` is draw ``i F + j``."""
+def feature_blocks(spec: SyntheticSpec, model: NodeModel, progress: Callable[[str], None],
+                    chunk: int) -> Iterator[tuple[int, np.ndarray]]:
+    """``feature_signal * centroid[latent] + N(0, 1)`` (float32), ``(first row, block)`` per chunk;
+    value ``(i, j)`` is draw ``i F + j``."""
+    st = model.st
     f, c = spec.num_features, spec.num_classes
     num_groups = int(st.group_of_class.max()) + 1
     group_vec = cr.normal(_key(spec.seed, "centroids", 0), 0, num_groups * f).reshape(num_groups, f)
@@ -510,25 +579,41 @@ def _features(
     share = spec.feature_group_share
     centroid = (math.sqrt(share) * group_vec[st.group_of_class] + math.sqrt(1.0 - share) * class_vec)
     centroid = (spec.feature_signal * centroid).astype(np.float32)
-    x = np.empty((spec.num_nodes, f), dtype=np.float32)
     key = _key(spec.seed, "features")
     rows = max(1, chunk // f)
     for lo in range(0, spec.num_nodes, rows):
         hi = min(spec.num_nodes, lo + rows)
         block = cr.normal(key, lo * f, (hi - lo) * f).astype(np.float32).reshape(hi - lo, f)
         block += centroid[st.latent[lo:hi]]
-        x[lo:hi] = block
+        yield lo, block
     progress(f"features: {spec.num_nodes:,} x {f}")
+
+
+def _features(spec: SyntheticSpec, model: NodeModel, progress: Callable[[str], None], chunk: int) -> np.ndarray:
+    """Every row of :func:`feature_blocks` in one ``[N, F]`` array."""
+    x = np.empty((spec.num_nodes, spec.num_features), dtype=np.float32)
+    for lo, block in feature_blocks(spec, model, progress, chunk):
+        x[lo:lo + block.shape[0]] = block
     return x
 
 
-def _split(spec: SyntheticSpec, rank_key: np.ndarray) -> dict[str, np.ndarray]:
-    """Split nodes by ascending ``rank_key``: first train, then valid, then test (sorted ids)."""
-    n = spec.num_nodes
-    f_train, f_valid = SPLIT_FRACTIONS[spec.split]
+def _labelled(spec: SyntheticSpec) -> np.ndarray | None:
+    """The labelled nodes (sorted ids): a uniform sample of ``labelled_fraction``, ``None`` for all."""
+    if spec.labelled_fraction >= 1.0:
+        return None
+    count = min(spec.num_nodes, max(3, int(round(spec.labelled_fraction * spec.num_nodes))))
+    return np.sort(np.argsort(cr.bits(_key(spec.seed, "labelled"), 0, spec.num_nodes), kind="stable")[:count])
+
+
+def _split(spec: SyntheticSpec, rank_key: np.ndarray, nodes: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Split ``nodes`` (default: all) by ascending ``rank_key``: first train, then valid, then
+    test (sorted ids)."""
+    nodes = np.arange(spec.num_nodes) if nodes is None else nodes
+    n = nodes.size
+    f_train, f_valid = spec.split_fractions or SPLIT_FRACTIONS[spec.split]
     n_train = min(n - 2, max(1, int(round(f_train * n))))
     n_valid = min(n - 1 - n_train, max(1, int(round(f_valid * n))))
-    ranked = np.argsort(rank_key, kind="stable")
+    ranked = nodes[np.argsort(rank_key[nodes], kind="stable")]
     return {
         "train": np.sort(ranked[:n_train]),
         "valid": np.sort(ranked[n_train:n_train + n_valid]),
@@ -547,7 +632,7 @@ def meta_dict(spec: SyntheticSpec) -> dict[str, Any]:
         "has_node_attr": str(spec.num_features > 0),
         "split": spec.split,
         "binary": str(spec.layout == "binary"),
-        "additional node files": "None",
+        "additional node files": "node_year" if spec.node_year else "None",
         "additional edge files": "None",
         "is hetero": "False",
         "version": 1,
@@ -560,26 +645,8 @@ def _check_chunk(chunk_size: int) -> int:
     return chunk_size
 
 
-def build(
-    spec: SyntheticSpec,
-    progress: Callable[[str], None] | None = None,
-    *,
-    chunk_size: int = DEFAULT_CHUNK,
-) -> dict[str, Any]:
-    """Generate the graph in memory (what :func:`generate` writes).
-
-    Args:
-        spec: What to generate.
-        progress: Called with a short message at each stage boundary.
-        chunk_size: Random values drawn per chunk; sets peak memory only, never the result.
-
-    Returns:
-        ``edge_index [2, E]`` int64 (as stored), ``labels [N]`` int64, ``node_feat [N, F]``
-        float32 or None, ``split`` (train/valid/test sorted index arrays) and ``latent`` extras
-        (``latent_class``, ``community``, ``theta``) for analysis.
-    """
-    chunk = _check_chunk(chunk_size)
-    say = progress or (lambda msg: None)
+def node_model(spec: SyntheticSpec, say: Callable[[str], None]) -> NodeModel:
+    """Draw everything but the edges and the features."""
     n = spec.num_nodes
     st = _structure(spec)
     say(f"communities: {spec.num_classes} classes, {st.class_of_comm.size:,} communities")
@@ -598,17 +665,52 @@ def build(
             rank_key = cr.uniform(_key(spec.seed, "rank"), 0, n)
     labels = _labels(spec, st)
     st.refine(labels)
-    edge_index = _edges(spec, st, theta, partner_weight, time_rank, say, chunk)
-    del partner_weight
-    split = _split(spec, rank_key)
-    del rank_key, time_rank
-    node_feat = _features(spec, st, say, chunk) if spec.num_features > 0 else None
+    labelled = _labelled(spec)
+    split = _split(spec, rank_key, labelled)
+    if labelled is not None:
+        published = np.full(n, np.nan, dtype=np.float32)
+        published[labelled] = labels[labelled]
+        labels = published
+    extra = {}
+    if spec.node_year:
+        assert time_rank is not None
+        extra["node_year"] = (1950 + np.floor(71 * time_rank)).astype(np.int64).reshape(-1, 1)
+    return NodeModel(st, theta, partner_weight, time_rank, labels, split, extra)
+
+
+def build(
+    spec: SyntheticSpec,
+    progress: Callable[[str], None] | None = None,
+    *,
+    chunk_size: int = DEFAULT_CHUNK,
+) -> dict[str, Any]:
+    """Generate the graph in memory (what :func:`generate` writes).
+
+    Args:
+        spec: What to generate.
+        progress: Called with a short message at each stage boundary.
+        chunk_size: Random values drawn per chunk; sets peak memory only, never the result.
+
+    Returns:
+        ``edge_index [2, E]`` int64 (as stored), ``labels [N]`` (int64, or float32 with NaN for
+        unlabelled nodes when ``labelled_fraction < 1``), ``node_feat [N, F]`` float32 or None,
+        ``split`` (train/valid/test sorted index arrays), ``extra`` (additional node arrays:
+        ``node_year [N, 1]`` when asked for) and ``latent`` extras (``latent_class``,
+        ``community``, ``theta``) for analysis.
+    """
+    chunk = _check_chunk(chunk_size)
+    say = progress or (lambda msg: None)
+    model = node_model(spec, say)
+    edge_index = _edges(spec, model, say, chunk)
+    node_feat = _features(spec, model, say, chunk) if spec.num_features > 0 else None
+    st = model.st
     return {
         "edge_index": edge_index,
-        "labels": labels,
+        "labels": model.labels,
         "node_feat": node_feat,
-        "split": split,
-        "latent": {"latent_class": st.latent, "community": st.community, "theta": theta},
+        "split": model.split,
+        "extra": model.extra,
+        "latent": {"latent_class": st.latent, "community": st.community, "theta": model.theta},
     }
 
 
@@ -620,6 +722,9 @@ def generate(
     chunk_size: int = DEFAULT_CHUNK,
 ) -> Path:
     """Write the graph of ``spec`` to ``folder`` in OGB's raw layout, with a meta.json.
+
+    The binary layout is written streaming (:mod:`pipeline.synthetic_stream`: neither the edge list
+    nor the features are ever whole in memory); the CSV layout through :func:`build` and :func:`write`.
 
     Args:
         folder: Destination; must not exist (the folder appears complete or not at all).
@@ -637,6 +742,10 @@ def generate(
     if os.path.lexists(folder):
         raise FileExistsError(f"{folder}: already exists; synthetic data is written to a new folder")
     say = progress or (lambda msg: None)
+    if spec.layout == "binary":  # the edges and features streamed into data.npz, never whole
+        from pipeline.synthetic_stream import write_binary
+
+        return write_binary(folder, spec, say, _check_chunk(chunk_size))
     graph = build(spec, say, chunk_size=chunk_size)
     write(folder, spec, graph, say)
     return folder
@@ -666,6 +775,7 @@ def write(
             meta=meta_dict(spec),
             node_feat=graph["node_feat"] if spec.num_features > 0 else None,
             binary=spec.layout == "binary",
+            extra=graph.get("extra"),
         )
     except OSError as err:
         if os.path.lexists(folder) and not isinstance(err, FileExistsError):

@@ -169,3 +169,14 @@ def published_folder(final: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+@contextlib.contextmanager
+def scratch_folder(final: Path) -> Iterator[Path]:
+    """A work folder beside ``final`` (named as this process's temp, so a killed writer's is removed
+    as stale), removed when the block ends, whether it succeeded or failed."""
+    tmp = make_temp_dir(final)
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

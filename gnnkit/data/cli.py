@@ -37,7 +37,7 @@ def _datasets(args: argparse.Namespace) -> int:
 
 def _preprocess(args: argparse.Namespace) -> int:
     spec = resolve(args.dataset)
-    options = spec.preprocess.replace(undirected=args.undirected)
+    options = spec.preprocess.replace(undirected=args.undirected, memory_budget_mb=args.memory_budget_mb)
     start = time.perf_counter()
     entry = preprocess(spec, options, force=args.force)
     seconds = time.perf_counter() - start
@@ -126,6 +126,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("dataset", help="registry name or OGB-format folder path")
     p.add_argument("--undirected", action=argparse.BooleanOptionalAction, default=None,
                    help="override the registry's choice of symmetrising edges")
+    p.add_argument("--memory-budget-mb", type=int, default=None, metavar="N",
+                   help="build out of core, peak memory under N MiB (node datasets; the same entry as in memory)")
     p.add_argument("--force", action="store_true", help="rebuild even if cached")
     p.set_defaults(func=_preprocess)
     p = subparsers.add_parser("partition", help="split a node dataset into P METIS partition entries in the cache")

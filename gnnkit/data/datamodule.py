@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import DataLoader
 from torch_geometric.data import Data
 
+from gnnkit.data.device_sampling import SamplingPlacement, plan_placement, resolve_sampler_device
 from gnnkit.data.preprocessing import PreprocessOverrides, describe_line, graph_facts, resolve_options
 from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats, default_folder
 from gnnkit.partitioned.boundary_sampling import BoundarySampler
@@ -81,7 +82,11 @@ class GraphDataModule(pl.LightningDataModule):
         num_neighbors: Fan-out per layer for neighbour sampling (``-1`` = all neighbours).
         eval_num_neighbors: Fan-out for validation/test batches (default: ``num_neighbors``).
         eval_batch_size: Seed nodes per evaluation batch (default: ``batch_size``).
-        num_workers: DataLoader worker processes for sampling.
+        num_workers: DataLoader worker processes for sampling (on the CPU; sampling on a GPU runs in
+            the training process).
+        sampler_device: Where neighbour sampling and feature gathering run: ``"auto"`` (the training
+            device: the GPU when training there), ``"cpu"`` or ``"cuda"``; on a GPU the CSR, features
+            and labels are copied there once (:mod:`gnnkit.data.device_sampling`).
         seed: Sampler seed.
         reuse: PerFect-style reuse of sampled training batches (record, replay, fine-tune fresh);
             see :class:`~gnnkit.data.reuse.ReuseConfig`. Needs ``batch_size > 0``.
@@ -92,7 +97,8 @@ class GraphDataModule(pl.LightningDataModule):
             each rank trains on its own seeds, sampling across partitions by asking owner ranks for
             neighbour lists and features (:mod:`gnnkit.partitioned.remote_sampler`); every rank takes
             the same steps, the global batch is ``partitions x batch_size`` seeds, and evaluation
-            covers every node of the split once. Needs ``num_workers 0``.
+            covers every node of the split once. Needs ``num_workers 0``; samples on the CPU
+            (``sampler_device`` does not apply).
         boundary_sampling: With ``partitions``: the rate at which each training step exchanges
             boundary nodes (BNS-GCN, :mod:`gnnkit.partitioned.boundary_sampling`; ``None`` or 1:
             every halo row, exactly). Evaluation always exchanges every row.
@@ -119,6 +125,7 @@ class GraphDataModule(pl.LightningDataModule):
         eval_num_neighbors: list[int] | None = None,
         eval_batch_size: int | None = None,
         num_workers: int = 0,
+        sampler_device: str = "auto",
         seed: int = 0,
         reuse: ReuseConfig | None = None,
         partitions: int | None = None,
@@ -148,6 +155,9 @@ class GraphDataModule(pl.LightningDataModule):
         self.graph: CanonicalGraph = self.entry.open()
         log.info(describe_line(self.graph.meta["name"], graph_facts(self.entry)))
         self.num_neighbors = list(num_neighbors or [15, 10, 5])
+        resolve_sampler_device(sampler_device, torch.device("cpu"))  # a bad choice, or 'cuda' without one, fails now
+        self._placement: SamplingPlacement | None = None  # where sampling runs, decided with the first loader
+        self._device_graph: dict[str, Any] | None = None  # the graph's copies on the sampling device
         self._full: Data | None = None
         if reuse is not None and reuse.epochs > 0 and batch_size == 0:
             raise ValueError("data.reuse: replaying batches needs neighbour sampling (data.batch_size > 0)")
@@ -218,6 +228,8 @@ class GraphDataModule(pl.LightningDataModule):
         if self.reuse is not None:
             info["reuse"] = {"schedule": vars(self.reuse).copy(), "cache_dir": str(self._reuse_folder),
                              **self.reuse_stats.state_dict()}
+        if self._placement is not None:
+            info["sampler"] = self._placement.report()
         if self._remote is not None:  # summing the ranks' counts is a collective (every rank reports)
             stats = self._remote.stats
             info["partition"] = sampled_partition_facts(self._partition, stats, stats.summed(),
@@ -309,6 +321,30 @@ class GraphDataModule(pl.LightningDataModule):
         data.halo = self.boundary_sampler.plan(data.halo, step)
         return data
 
+    def _sampling_placement(self) -> SamplingPlacement:
+        """Where the sampled loaders sample (decided once, when the first is built, and logged)."""
+        if self._placement is None:
+            g = self.graph
+            training = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
+            wanted = resolve_sampler_device(self.hparams.sampler_device, training)
+            self._placement = plan_placement([g.indptr, g.indices, g.x, g.y], wanted,
+                                             asked=self.hparams.sampler_device)
+            log.info(self._placement.reason)
+        return self._placement
+
+    def _sampling_graph(self) -> dict[str, Any]:
+        """The CSR, features and labels where the sampler reads them: the cached arrays on the host,
+        or their copies on the sampling device (made once per run)."""
+        g = self.graph
+        host = {"indptr": g.indptr, "indices": g.indices, "x": g.x, "y": g.y}
+        placement = self._sampling_placement()
+        if placement.graph_memory == "host":
+            return host
+        if self._device_graph is None:
+            device = torch.device(placement.device)
+            self._device_graph = {k: None if t is None else t.to(device, copy=True) for k, t in host.items()}
+        return self._device_graph
+
     def _sampled_loader(self, stage: str) -> Any:
         from gnnkit.data.sampler import neighbor_loader
 
@@ -317,18 +353,20 @@ class GraphDataModule(pl.LightningDataModule):
         hp = self.hparams
         batch_size = hp.batch_size if train or hp.eval_batch_size is None else hp.eval_batch_size
         fanout = self.num_neighbors if train or hp.eval_num_neighbors is None else list(hp.eval_num_neighbors)
-        if self._remote is not None:
+        if self._remote is not None:  # partitioned: sampled on the CPU, across the ranks
             return self._track(stage, self._partition_loader(stage, fanout, batch_size))
+        graph = self._sampling_graph()
+        workers = hp.num_workers if self._placement.graph_memory == "host" else 0  # device sampling: in-process
         loader = neighbor_loader(
-            Data(x=g.x, y=g.y, num_nodes=g.num_nodes),
-            g.indptr, g.indices,
+            Data(x=graph["x"], y=graph["y"], num_nodes=g.num_nodes),
+            graph["indptr"], graph["indices"],
             num_neighbors=fanout,
             input_nodes=g.split[SPLIT_OF_STAGE[stage]],
             batch_size=batch_size,
             shuffle=train,
             seed=hp.seed,
-            num_workers=hp.num_workers,
-            persistent_workers=hp.num_workers > 0,
+            num_workers=workers,
+            persistent_workers=workers > 0,
         )
         return self._track(stage, loader)
 

@@ -8,7 +8,7 @@ trained, for the run log and ``report.json``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from pipeline import CacheEntry, DatasetError, PreprocessOptions
@@ -25,9 +25,17 @@ class PreprocessOverrides:
         normalize_features: ``"row"`` (each node's feature row divided by its sum, as PyG's
             ``NormalizeFeatures``), ``"column"`` (zero mean, unit variance per column) or
             ``"none"``; ``None`` keeps the registry's choice. See :mod:`pipeline.feature_prep`.
+        memory_budget_mb: Preprocess out of core with peak memory under this many MiB
+            (:mod:`pipeline.out_of_core`; node datasets); the entry is the same, so this is not part
+            of the cache key. ``None`` keeps the registry's choice (in memory unless it sets one).
     """
 
     normalize_features: str | None = None
+    memory_budget_mb: int | None = None
+
+
+#: The options a recipe sets under ``data.preprocess`` (the others are ``data.<name>``).
+PREPROCESS_FIELDS = tuple(f.name for f in fields(PreprocessOverrides))
 
 
 def resolve_options(
@@ -44,16 +52,16 @@ def resolve_options(
 
     Raises:
         DatasetError: A bad value, naming the recipe field (``data.self_loops``,
-            ``data.preprocess.normalize_features``).
+            ``data.preprocess.normalize_features``, ``data.preprocess.memory_budget_mb``).
     """
     changes = dict(graph)
     if overrides is not None:
-        changes["normalize_features"] = overrides.normalize_features
+        changes.update(asdict(overrides))
     try:
         return registry.replace(**changes)
     except DatasetError as err:
         name = err.where.rsplit(".", 1)[-1]
-        field = f"data.preprocess.{name}" if name == "normalize_features" else f"data.{name}"
+        field = f"data.preprocess.{name}" if name in PREPROCESS_FIELDS else f"data.{name}"
         raise DatasetError(field, err.problem) from None
 
 

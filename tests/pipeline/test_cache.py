@@ -106,3 +106,25 @@ def test_manifest_for_another_key_is_refused(tmp_path):
     entry.path.rename(tmp_path / "g" / "k2")
     with pytest.raises(DatasetError, match="manifest.json"):
         cache.load_entry(tmp_path / "g" / "k2")
+
+
+def test_builder_streams_arrays_and_orders_the_manifest(tmp_path):
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    with cache.building(tmp_path, "k2", {"dataset": "g"}) as entry:
+        entry.add("y", np.arange(4))
+        with entry.stream("x", x.shape, np.float32) as out:
+            out.write(x[:1])
+            out.write(x[1:])
+        published = entry.publish({"num_classes": 2}, {"build_s": 1}, order=["x", "y"])
+    assert list(published.manifest["arrays"]) == ["x", "y"]
+    assert np.array_equal(published.numpy("x"), x) and cache.verify(published) == []
+    whole = _publish(tmp_path, key="k3", x=x)
+    assert published.manifest["arrays"]["x"] == whole.manifest["arrays"]["x"]
+
+
+def test_builder_leaves_nothing_when_a_stream_is_incomplete(tmp_path):
+    with pytest.raises(ValueError, match="1 of 4 values written"):
+        with cache.building(tmp_path, "k4", {"dataset": "g"}) as entry:
+            with entry.stream("y", (4,), np.int64) as out:
+                out.write(np.arange(1))
+    assert cache.entries(tmp_path) == [] and list((tmp_path / "g").iterdir()) == []

@@ -9,11 +9,14 @@ from torch_geometric.transforms import NormalizeFeatures
 
 from pipeline.errors import DatasetError
 from pipeline.feature_prep import (
+    ColumnStats,
     column_stats,
     global_min,
     normalize_features,
     resolve_backend,
     row_normalize_array,
+    row_normalize_block,
+    standardize_block,
     standardize_file,
 )
 from pipeline.options import PreprocessOptions
@@ -133,3 +136,19 @@ def test_preprocess_option_transforms_the_cached_features(make_ogb_folder, tmp_p
     x = entry.open().x.numpy()
     assert entry.manifest["inputs"]["options"]["normalize_features"] == (True if how == "column" else how)
     np.testing.assert_allclose(x, _reference(plain) if how == "column" else _pyg_rows(plain), atol=1e-5)
+
+
+def test_column_stats_fed_block_by_block_are_column_stats():
+    """The out-of-core build feeds ColumnStats the same blocks: the same bits."""
+    x = np.random.default_rng(4).standard_normal((1000, 6)).astype(np.float32) * 50 + 3
+    stats = ColumnStats(6)
+    for start in range(0, 1000, 64):
+        stats.add(x[start:start + 64])
+    mean, scale = stats.mean_scale()
+    want_mean, want_scale = column_stats(x, chunk_rows=64)
+    assert mean.tobytes() == want_mean.tobytes() and scale.tobytes() == want_scale.tobytes()
+    block = x[128:192]
+    assert np.array_equal(standardize_block(block, mean, scale), ((block - mean) * scale).astype(np.float32))
+    out = np.empty_like(x)
+    row_normalize_array(x, out, global_min(x), chunk_rows=64)
+    assert np.array_equal(row_normalize_block(block, global_min(x)), out[128:192])

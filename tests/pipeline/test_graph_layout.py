@@ -224,3 +224,11 @@ def test_binary_layout_reads_the_same_graphs(small_folder: Path, tmp_path: Path)
     dst = np.repeat(np.arange(csv["indptr"].size - 1), np.diff(csv["indptr"]))
     pairs = lambda a: sorted(zip(a["indices"].tolist(), dst.tolist(), map(tuple, a["edge_attr"].tolist())))  # noqa: E731
     assert pairs(binary) == pairs(csv)
+
+
+def test_out_of_core_preprocessing_is_refused_by_name(small_folder: Path, tmp_path: Path):
+    from pipeline import preprocess
+
+    with pytest.raises(DatasetError, match="preprocess.memory_budget_mb: out-of-core preprocessing reads "
+                                           "node-property datasets; small is a graph-property dataset"):
+        preprocess(str(small_folder), PreprocessOptions(memory_budget_mb=512), cache_root=tmp_path)

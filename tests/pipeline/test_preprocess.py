@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -124,3 +125,28 @@ def test_sigkill_during_preprocess_leaves_no_valid_entry(make_ogb_folder, tmp_pa
     assert cache.verify(entry) == []
     assert cache.stale_temps(root) == [] and not any(p.exists() for p in stale)  # the next run removed it
     assert entry.open().num_nodes == n
+
+
+def test_memory_budget_is_no_part_of_the_key_and_is_validated(make_ogb_folder, tmp_path):
+    folder = make_ogb_folder()
+    root = tmp_path / "cache"
+    key = preprocess(str(folder), cache_root=root).key
+    budgeted = PreprocessOptions(memory_budget_mb=512)
+    assert budgeted.key_fields() == PreprocessOptions().key_fields()
+    assert preprocess(str(folder), budgeted, cache_root=root).key == key  # a cache hit
+    assert PreprocessOptions.from_dict({"memory_budget_mb": 64}, "reg").memory_budget_mb == 64
+    for bad in (0, -5, 1.5, True, "2048"):
+        with pytest.raises(DatasetError, match=r"^reg.memory_budget_mb: expected a whole number of MiB >= 1"):
+            PreprocessOptions.from_dict({"memory_budget_mb": bad}, "reg")
+
+
+def test_cli_memory_budget_flag(make_ogb_folder, capsys):
+    from gnnkit.cli import main
+
+    folder = make_ogb_folder()
+    assert main(["preprocess", str(folder), "--memory-budget-mb", "256", "--force"]) == 0
+    path = Path(capsys.readouterr().out.splitlines()[-1])
+    manifest = cache.load_entry(path).manifest
+    assert manifest["stats"]["out_of_core"]["budget_mb"] == 256
+    assert main(["preprocess", str(folder), "--memory-budget-mb", "0"]) == 2
+    assert "preprocess.memory_budget_mb: expected a whole number" in capsys.readouterr().err

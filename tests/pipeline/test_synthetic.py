@@ -278,7 +278,9 @@ def test_failed_write_leaves_no_partial_folder(tmp_path, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(synthetic.np, "savez", boom)
+    from pipeline import npz_stream
+
+    monkeypatch.setattr(npz_stream.MemberSink, "write", boom)  # binary twins stream their edges and features
     with pytest.raises(RuntimeError, match="disk full"):
         generate(tmp_path / "bin", dataclasses.replace(SMALL, layout="binary"))
     assert list(tmp_path.iterdir()) == []

@@ -30,6 +30,7 @@ SMALL_BINARY = SyntheticSpec(
 PINNED = {
     "synthetic-tiny": "a135f7b7b4ee2ec2936e6ccee9dd6f6b18b3195d350ef5fc722674ef9b43ca7b",
     "small-binary": "6e89a815defc95962b8ecd8d13868db72a4e8d32cf7d68697df92c82a55c35e1",
+    "synthetic-papers-tiny": "8e49b2c6fb448ee861ad4a7611ae10d3bde1434a51273b8a6fb44294f33db6d8",
 }
 
 
@@ -49,8 +50,19 @@ def test_small_twins_have_their_pinned_digest(tmp_path, name):
 def test_registry_fingerprints_the_twins():
     registry = load_registry()
     assert registry["synthetic-tiny"].fingerprint == PINNED["synthetic-tiny"]
-    for name in ("synthetic-arxiv", "synthetic-arxiv-nofeat", "synthetic-products", "synthetic-products-nofeat"):
+    assert registry["synthetic-papers-tiny"].fingerprint == PINNED["synthetic-papers-tiny"]
+    for name in ("synthetic-arxiv", "synthetic-arxiv-nofeat", "synthetic-products", "synthetic-products-nofeat",
+                 "synthetic-papers-small"):
         assert registry[name].fingerprint is not None, name
+
+
+def test_twins_made_before_the_papers_fields_keep_their_folders():
+    """Their raw folder is named by a hash of the spec; fields added later stay out of it at their
+    defaults (these suffixes are what the code before them computed)."""
+    from pipeline.fingerprint import cache_key
+
+    for name, suffix in (("synthetic-tiny", "07788ea0af50"), ("synthetic-products", "5aed63cd5cce")):
+        assert cache_key({"v": f"synthetic-{GENERATOR_VERSION}", **presets()[name].key_fields()})[:12] == suffix
 
 
 @pytest.mark.parametrize("chunk_size", [97, 4096, 1 << 30])

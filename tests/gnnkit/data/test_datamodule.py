@@ -70,6 +70,14 @@ def test_preprocess_options_parse_as_recipe_fields():
     assert torch.allclose(data.graph.x.sum(1)[data.graph.x.sum(1) > 0.5], torch.tensor(1.0))
 
 
+def test_a_recipe_budget_builds_out_of_core_into_the_same_entry(make_ogb_folder):
+    folder = str(make_ogb_folder())
+    budgeted = GraphDataModule(folder, preprocess=PreprocessOverrides(memory_budget_mb=256))
+    assert budgeted.entry.manifest["stats"]["out_of_core"]["budget_mb"] == 256
+    assert GraphDataModule(folder).entry.path == budgeted.entry.path  # the same key: a cache hit
+    assert budgeted.hparams.preprocess["memory_budget_mb"] == 256
+
+
 def test_describe_says_which_graph_was_trained(tiny):
     facts = tiny.describe()
     assert facts["graph"] == "symmetrised" and facts["self_loops"] == "keep" and facts["normalize_features"] == "none"
@@ -90,6 +98,8 @@ def test_a_folder_is_directed_unless_the_recipe_symmetrises_it(make_ogb_folder):
     ({"preprocess": PreprocessOverrides(normalize_features="rows")},
      "data.preprocess.normalize_features: expected one of ['none', 'row', 'column'], got 'rows'"),
     ({"self_loops": "drop"}, "data.self_loops: expected one of ['keep', 'remove'], got 'drop'"),
+    ({"preprocess": PreprocessOverrides(memory_budget_mb=0)},
+     "data.preprocess.memory_budget_mb: expected a whole number of MiB >= 1 (or null for in-memory), got 0"),
 ])
 def test_bad_preprocessing_values_name_the_recipe_field(args, message):
     with pytest.raises(DatasetError) as err:
