@@ -1,7 +1,10 @@
-"""Partition-parallel against replicated full-graph training on 1, 2 and 4 gloo ranks.
+"""Partition-parallel against replicated training on 1, 2 and 4 gloo ranks: full-graph, or sampled.
 
     python bench/scale.py [--json PATH] [--dataset synthetic-arxiv] [--ranks 1 2 4] [--epochs 30]
                           [--network loopback|1gbit] [--model gcn] [--hidden 256] [--layers 3]
+    python bench/scale.py --sampled [--json PATH] [--dataset synthetic-products] [--ranks 1 2 4]
+                          [--epochs 2] [--network loopback|1gbit] [--batch-size 1024] [--fanout 15 10 5]
+                          [--remote-cache 0.1] [--test-nodes 50000]
 
 Both modes train the same full-graph GNN (gnnkit aggregation, Adam, the arxiv recipe's shape) for
 ``--epochs`` epochs and test it exactly:
@@ -22,6 +25,28 @@ sampling at those rates. ``summary`` holds ``memory_per_rank_over_replicated_p4`
 + feature bytes, the halo features a step receives included, over replicated at the largest P; also
 without the halo, and with each sampling rate), ``epoch_partitioned_over_replicated_p4`` and
 ``acc_gap`` (single-process metric minus partitioned metric at the largest P, in points).
+
+``--sampled`` compares neighbour-sampled GraphSAGE (the products recipe's shape: 3 x 256, fan-out
+``--fanout``, ``--batch-size`` seeds per rank and step, Adam 0.003, no BatchNorm) in three modes:
+
+* ``single``: one process on the whole graph (gnnkit's CSR sampler), at ``--batch-size`` and at the
+  global batch of the largest P (``batch-size x P``, the same steps per epoch as the P-rank runs);
+* ``replicated``: DDP at the largest P, every rank holding the whole graph and features and taking
+  its share of the shuffled seeds (as ``DistributedSampler``);
+* ``partitioned``: every rank opens only its METIS partition and samples its own seeds across
+  partitions (:mod:`gnnkit.partitioned.remote_sampler`), fetching remote features from their
+  owners with a cache of ``--remote-cache`` x its owned nodes (:mod:`gnnkit.partitioned.remote_features`).
+
+Each run trains ``--epochs`` epochs and tests on ``--test-nodes`` nodes of the test split drawn once
+(the same for every run; each evaluated once, sampled with the training fan-out). A row holds the
+largest graph + feature bytes a rank holds (the partition's arrays with the owner map; the cache
+apart), peak RSS per rank, the median epoch time, remote feature bytes fetched per epoch (all
+ranks), the cache's hit rate and the test accuracy. ``--json`` keeps the other mode's results of
+an existing file: the sampled rows sit under ``sampled`` (rows of another ``--network`` kept), and
+``summary`` gains ``sampled_memory_per_rank_over_replicated_p4`` (cache included),
+``sampled_acc_gap`` (single process at the same global batch minus partitioned at the largest P, in
+points; ``sampled_acc_gap_vs_batch<B>`` against the recipe's batch) and
+``sampled_epoch_partitioned_over_replicated_p4`` (on the emulated 1 Gbit/s link when it ran).
 """
 
 from __future__ import annotations
@@ -29,6 +54,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -42,10 +68,19 @@ sys.path.insert(0, str(ROOT / "bench"))
 from pipeline import atomic_write_text  # noqa: E402
 
 MODES = ("replicated", "partitioned")
+SAMPLED_MODES = ("single", "replicated", "partitioned")
 
 
 def _graph_bytes(arrays: dict) -> int:
     return sum(int(a["bytes"]) for name, a in arrays.items() if not name.startswith("split."))
+
+
+def _leave(dist) -> None:
+    """Leave the process group. The barrier first lets gloo's worker thread release the last
+    collective's tensors, whose release needs the GIL that ``destroy_process_group`` holds while
+    joining that thread (otherwise a rank can hang at exit)."""
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def _whole(entry, torch):
@@ -58,14 +93,10 @@ def _whole(entry, torch):
 
 
 def _partition(entry, ranks: int, torch):
-    from gnnkit.partitioned.rank_data import open_rank_partition, partition_data
+    from gnnkit.partitioned.rank_data import held_bytes, open_rank_partition, partition_data
 
     part = open_rank_partition(entry, ranks)
-    data = partition_data(part)
-    arrays = {name: {"bytes": t.numel() * t.element_size()} for name, t in
-              [("owned", part.owned), ("indptr", part.indptr), ("indices", part.indices), ("x", part.x),
-               ("y", part.y), ("halo", part.halo), ("halo_owner", part.halo_owner)]}
-    return data, part, _graph_bytes(arrays)
+    return partition_data(part), part, held_bytes(part, sampled=False)
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -143,7 +174,7 @@ def worker(args: argparse.Namespace) -> None:
             "halo_mb_per_epoch": round(sent / 2**20, 3),
             "valid": round(scores["valid"], 4), "test": round(scores["test"], 4),
         }))
-    dist.destroy_process_group()
+    _leave(dist)
 
 
 def launch(args: argparse.Namespace, mode: str, ranks: int, rate: float | None, out: Path) -> dict:
@@ -160,6 +191,220 @@ def launch(args: argparse.Namespace, mode: str, ranks: int, rate: float | None, 
     with emulated if emulated else contextlib.nullcontext():
         run_ranks(cmd, ranks, emulated, args.timeout, f"bench/scale.py: {mode} on {ranks} ranks")
     return json.loads(out.read_text())
+
+
+# ---------------------------------------------------------------- sampled training (--sampled)
+def _test_nodes(entry, count: int, torch):
+    """``count`` nodes of the test split, drawn once (seed 0), ascending: the same for every run."""
+    test = entry.array("split.test")
+    pick = torch.randperm(test.numel(), generator=torch.Generator().manual_seed(0))[:count]
+    return torch.sort(test[pick]).values
+
+
+def _whole_loaders(args, entry, torch):
+    """Single process and replicated DDP: the whole graph on every rank, this rank's seeds."""
+    from torch_geometric.data import Data
+
+    from gnnkit.data.sampler import neighbor_loader
+
+    g = entry.open()
+    data = Data(x=g.x, y=g.y, num_nodes=g.num_nodes)
+    train = g.split["train"]
+    test = _test_nodes(entry, args.test_nodes, torch)[args.rank::args.ranks]  # each node once
+
+    def train_epoch(epoch: int):
+        order = torch.randperm(train.numel(), generator=torch.Generator().manual_seed(1000 + epoch))
+        per_rank = -(-train.numel() // args.ranks)  # DistributedSampler: pad by repeating, then deal
+        order = torch.cat([order, order[:per_rank * args.ranks - order.numel()]])[args.rank::args.ranks]
+        return neighbor_loader(data, g.indptr, g.indices, args.fanout, input_nodes=train[order],
+                               batch_size=args.batch_size, shuffle=False, seed=args.rank + 1000 * epoch)
+
+    evaluation = neighbor_loader(data, g.indptr, g.indices, args.fanout, input_nodes=test,
+                                 batch_size=args.eval_batch_size, shuffle=False, seed=7)
+    return train_epoch, evaluation, _graph_bytes(entry.manifest["arrays"]), None
+
+
+def _partition_loaders(args, entry, torch):
+    """Partitioned: this rank's partition only, its own seeds, sampled across partitions."""
+    from gnnkit.partitioned.halo import sorted_positions
+    from gnnkit.partitioned.rank_data import held_bytes, open_rank_partition
+    from gnnkit.partitioned.remote_features import RemoteFeatures
+    from gnnkit.partitioned.remote_sampler import PartitionNeighborSampler
+    from gnnkit.partitioned.sampled_loader import PartitionNodeLoader, all_counts
+
+    part = open_rank_partition(entry, args.ranks)
+    features = RemoteFeatures(part, args.remote_cache)
+    train = part.split["train"]
+    loader = PartitionNodeLoader(PartitionNeighborSampler(part, args.fanout, seed=0), features, train,
+                                 all_counts(train.numel()), args.batch_size, shuffle=True)
+    positions, mine = sorted_positions(part.owned, _test_nodes(entry, args.test_nodes, torch))
+    test = positions[mine]
+    evaluation = PartitionNodeLoader(PartitionNeighborSampler(part, args.fanout, seed=7), features, test,
+                                     all_counts(test.numel()), args.eval_batch_size, shuffle=False)
+    return (lambda epoch: loader), evaluation, held_bytes(part, sampled=True), features
+
+
+def _all_gather(values: list[float], torch) -> list[list[float]]:
+    import torch.distributed as dist
+
+    mine = torch.tensor(values, dtype=torch.float64)
+    if not dist.is_initialized():
+        return [values]
+    every = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, mine)
+    return [t.tolist() for t in every]
+
+
+def sampled_worker(args: argparse.Namespace) -> None:
+    """One rank of one sampled mode: train, test, and (rank 0) write the measurements."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from gnnkit.metrics import evaluate, make_evaluator
+    from gnnkit.models.node_gnn import NodeGNN
+    from gnnkit.module import gather_rows
+    from pipeline import peak_rss_mb, preprocess
+
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.ranks))
+    if args.ranks > 1:
+        dist.init_process_group("gloo", init_method=f"tcp://{args.master}:{args.port}", rank=args.rank,
+                                world_size=args.ranks)
+    entry = preprocess(args.dataset)
+    meta = entry.manifest["meta"]
+    loaders = _partition_loaders if args.mode == "partitioned" else _whole_loaders
+    train_epoch, evaluation, held, features = loaders(args, entry, torch)
+    torch.manual_seed(0)
+    model = NodeGNN("sage", meta["num_features"], args.hidden, meta["num_classes"], num_layers=args.layers,
+                    dropout=0.5, batch_norm=False)
+    net = DistributedDataParallel(model) if args.ranks > 1 else model
+    opt = torch.optim.Adam(model.parameters(), lr=0.003)
+    times, steps, nodes = [], 0, []
+    fill = features.stats.state_dict() if features is not None else None
+    for epoch in range(args.epochs):
+        start = time.perf_counter()
+        net.train()
+        for step, batch in enumerate(train_epoch(epoch)):
+            if args.max_steps and step >= args.max_steps:
+                break
+            out = net(batch.x, batch.edge_index, num_sampled_nodes=batch.num_sampled_nodes,
+                      num_sampled_edges=batch.num_sampled_edges)[:batch.batch_size]
+            loss = torch.nn.functional.cross_entropy(out, batch.y[:batch.batch_size])
+            opt.zero_grad()
+            (loss * getattr(batch, "loss_scale", 1.0)).backward()
+            opt.step()
+            steps += 1
+            nodes.append(batch.n_id.numel())
+        if args.ranks > 1:
+            dist.barrier()
+        times.append(time.perf_counter() - start)
+    fetched = features.stats.state_dict() if features is not None else None
+    model.eval()
+    ys, logits = [], []
+    with torch.no_grad():
+        for batch in evaluation:
+            out = model(batch.x, batch.edge_index, num_sampled_nodes=batch.num_sampled_nodes,
+                        num_sampled_edges=batch.num_sampled_edges)[:batch.batch_size]
+            if not getattr(batch, "padding", False):
+                ys.append(batch.y[:batch.batch_size])
+                logits.append(out)
+    evaluator = make_evaluator(meta["name"], meta["eval_metric"], meta["num_tasks"])
+    ys = ys or [torch.zeros(0, dtype=torch.int64)]  # a rank owning none of the test nodes
+    logits = logits or [torch.zeros(0, meta["num_classes"])]
+    test = evaluate(evaluator, gather_rows(torch.cat(ys)), gather_rows(torch.cat(logits)))
+    remote = [0.0] * 4 if fetched is None else [
+        fetched["fetched_bytes"] - fill["fetched_bytes"], fetched["remote_rows"] - fill["remote_rows"],
+        fetched["cache_hits"] - fill["cache_hits"], fetched["cache_bytes"]]
+    ranks = _all_gather([peak_rss_mb(), held, *remote, statistics.mean(nodes or [0])], torch)
+    if args.rank == 0:
+        needed = sum(r[3] for r in ranks)
+        atomic_write_text(Path(args.out), json.dumps({
+            "mode": args.mode, "ranks": args.ranks, "network": args.network, "batch_size": args.batch_size,
+            "global_batch": args.batch_size * args.ranks, "epochs": args.epochs, "steps": steps,
+            "graph_feature_mb": round(max(r[1] for r in ranks) / 2**20, 2),
+            "cache_mb": round(max(r[5] for r in ranks) / 2**20, 2),
+            "peak_rss_mb": [round(r[0], 1) for r in ranks],
+            "epoch_s": round(statistics.median(times), 3),
+            "remote_fetch_mb_per_epoch": round(sum(r[2] for r in ranks) / 2**20 / args.epochs, 1),
+            "cache_hit_rate": round(sum(r[4] for r in ranks) / needed, 4) if needed else None,
+            "nodes_per_batch": round(statistics.mean(r[6] for r in ranks)),
+            "test": round(test, 4),
+        }))
+    if args.ranks > 1:
+        _leave(dist)
+
+
+def sampled_launch(args: argparse.Namespace, mode: str, ranks: int, batch_size: int, out: Path) -> dict:
+    from comm import NETWORKS, EmulatedNetwork, free_port, run_ranks
+
+    gbit = NETWORKS[args.network]
+    emulated = EmulatedNetwork(ranks, gbit, delay_ms=0.0) if gbit and ranks > 1 else None
+    master = "10.77.0.1" if emulated else "127.0.0.1"
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--sampled", "--mode", mode,
+           "--ranks", str(ranks), "--dataset", args.dataset, "--epochs", str(args.epochs),
+           "--hidden", str(args.hidden), "--layers", str(args.layers), "--batch-size", str(batch_size),
+           "--eval-batch-size", str(args.eval_batch_size), "--fanout", *map(str, args.fanout),
+           "--remote-cache", str(args.remote_cache), "--test-nodes", str(args.test_nodes),
+           "--max-steps", str(args.max_steps), "--network", args.network,
+           "--master", master, "--port", str(29710 if emulated else free_port()), "--out", str(out)]
+    with emulated if emulated else contextlib.nullcontext():
+        run_ranks(cmd, ranks, emulated, args.timeout, f"bench/scale.py: sampled {mode} on {ranks} ranks")
+    return json.loads(out.read_text())
+
+
+def sampled_runs(ranks: list[int], batch_size: int, network: str,
+                 modes: list[str] | None = None) -> list[tuple[str, int, int]]:
+    """(mode, ranks, batch size per rank) of a ``--sampled`` invocation: the single process at the
+    recipe's batch and at the largest P's global batch (loopback only), replicated DDP at the largest
+    P, partitioned at every P > 1; only ``modes`` if given."""
+    top = max(ranks)
+    runs = [("single", 1, b) for b in dict.fromkeys([batch_size, batch_size * top]) if network == "loopback"]
+    runs += [("replicated", top, batch_size)] if top > 1 else []
+    runs += [("partitioned", p, batch_size) for p in sorted(set(ranks)) if p > 1]
+    return [run for run in runs if modes is None or run[0] in modes]
+
+
+def summarise_sampled(rows: list[dict]) -> dict:
+    """The sampled mode's summary keys (from the rows of every network that ran)."""
+    def row(mode: str, ranks: int, network: str | None = None, global_batch: int | None = None) -> dict | None:
+        for r in rows:
+            if (r["mode"], r["ranks"]) == (mode, ranks) and network in (None, r["network"]) \
+                    and global_batch in (None, r["global_batch"]):
+                return r
+        return None
+
+    top = max(r["ranks"] for r in rows)
+    network = "1gbit" if row("partitioned", top, "1gbit") and row("replicated", top, "1gbit") else "loopback"
+    part, rep = row("partitioned", top, "loopback") or row("partitioned", top), row("replicated", top)
+    summary: dict = {"sampled_ranks": top}
+    if part and rep:
+        summary["sampled_memory_per_rank_over_replicated_p4"] = round(
+            (part["graph_feature_mb"] + part["cache_mb"]) / rep["graph_feature_mb"], 4)
+        summary["sampled_memory_bound_1_3_over_p"] = round(1.3 / top, 4)
+    for net in ("loopback", "1gbit"):
+        p, r = row("partitioned", top, net), row("replicated", top, net)
+        if p and r:
+            key = "sampled_epoch_partitioned_over_replicated_p4" + ("" if net == network else f"_{net}")
+            summary[key] = round(p["epoch_s"] / r["epoch_s"], 4)
+    summary["sampled_epoch_network"] = network
+    same = row("single", 1, global_batch=part["global_batch"]) if part else None
+    if part and same:
+        summary["sampled_acc_gap"] = round(100 * (same["test"] - part["test"]), 2)
+        if rep:
+            summary["sampled_acc_gap_replicated"] = round(100 * (same["test"] - rep["test"]), 2)
+    for single in (r for r in rows if r["mode"] == "single" and part and r["global_batch"] != part["global_batch"]):
+        summary[f"sampled_acc_gap_vs_batch{single['batch_size']}"] = round(100 * (single["test"] - part["test"]), 2)
+    return summary
+
+
+def print_sampled_table(rows: list[dict], flush: bool = False) -> None:
+    print(f"{'mode':12} {'ranks':>5} {'network':>8} {'batch':>6} {'graph+feat MB':>13} {'cache MB':>8} "
+          f"{'peak RSS MB (max)':>17} {'epoch s':>8} {'fetch MB/epoch':>14} {'cache hits':>10} {'test':>6}")
+    for r in rows:
+        hits = "-" if r["cache_hit_rate"] is None else f"{r['cache_hit_rate']:.3f}"
+        print(f"{r['mode']:12} {r['ranks']:5d} {r['network']:>8} {r['global_batch']:6d} {r['graph_feature_mb']:13.1f} "
+              f"{r['cache_mb']:8.1f} {max(r['peak_rss_mb']):17.1f} {r['epoch_s']:8.1f} "
+              f"{r['remote_fetch_mb_per_epoch']:14.1f} {hits:>10} {r['test']:6.4f}", flush=flush)
 
 
 def summarise(rows: list[dict], network: str) -> dict:
@@ -191,33 +436,12 @@ def print_table(rows: list[dict], flush: bool = False) -> None:
               f"{r['test']:6.4f}", flush=flush)
 
 
-def main() -> None:
-    from comm import EmulatedNetwork, add_worker_args
+def _previous(path: Path | None) -> dict:
+    """What an earlier ``--json`` run left in ``path`` (empty without one)."""
+    return json.loads(path.read_text()) if path is not None and path.is_file() else {}
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", type=Path)
-    parser.add_argument("--dataset", default="synthetic-arxiv")
-    parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--epochs", type=int, default=30)
-    parser.add_argument("--network", default="loopback", choices=["loopback", "1gbit"])
-    parser.add_argument("--model", default="gcn", choices=["gcn", "sage"])
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=3)
-    parser.add_argument("--boundary-sampling", type=float, nargs="*", default=[],
-                        help="also run partitioned training at the largest rank count with these BNS rates")
-    parser.add_argument("--timeout", type=float, default=1800)
-    parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
-    add_worker_args(parser)
-    args = parser.parse_args()
-    if args.worker:
-        args.ranks = args.ranks[0]
-        args.boundary_sampling = args.boundary_sampling[0] if args.boundary_sampling else None
-        worker(args)
-        return
-    network = args.network
-    if network != "loopback" and (why := EmulatedNetwork.available()):
-        print(f"bench/scale.py: {why}: using loopback")
-        network = args.network = "loopback"
+
+def run_full_graph(args: argparse.Namespace, network: str) -> None:
     from pipeline import preprocess
     from pipeline.partitioned import partition_entry
 
@@ -236,10 +460,86 @@ def main() -> None:
     summary = summarise(rows, network)
     print(json.dumps(summary, indent=2))
     if args.json:
+        previous = _previous(args.json)
+        sampled = previous.get("sampled")
+        summary.update(summarise_sampled(sampled["rows"]) if sampled else {})
         atomic_write_text(args.json, json.dumps({"rows": rows, "summary": summary,
                                                  "args": {k: v for k, v in vars(args).items()
-                                                          if k in ("dataset", "epochs", "model", "hidden", "layers")}},
-                                                indent=2) + "\n")
+                                                          if k in ("dataset", "epochs", "model", "hidden", "layers")},
+                                                 **({"sampled": sampled} if sampled else {})}, indent=2) + "\n")
+
+
+def run_sampled(args: argparse.Namespace) -> None:
+    from pipeline import preprocess
+    from pipeline.partitioned import partition_entry
+
+    entry = preprocess(args.dataset)
+    for ranks in args.ranks:
+        if ranks > 1:
+            partition_entry(entry, ranks)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode, ranks, batch in sampled_runs(args.ranks, args.batch_size, args.network, args.modes):
+            rows.append(sampled_launch(args, mode, ranks, batch, Path(tmp) / f"{mode}{ranks}-{batch}.json"))
+            print_sampled_table(rows[-1:], flush=True)
+    previous = _previous(args.json)
+    ran = {(r["mode"], r["ranks"], r["network"], r["global_batch"]) for r in rows}
+    kept = [r for r in previous.get("sampled", {}).get("rows", [])
+            if (r["mode"], r["ranks"], r["network"], r["global_batch"]) not in ran]
+    rows = kept + rows
+    print()
+    print_sampled_table(rows)
+    summary = summarise_sampled(rows)
+    print(json.dumps(summary, indent=2))
+    if args.json:
+        settings = {k: v for k, v in vars(args).items() if k in ("dataset", "epochs", "hidden", "layers", "batch_size",
+                                                                 "eval_batch_size", "fanout", "remote_cache",
+                                                                 "test_nodes", "max_steps")}
+        full = {k: previous[k] for k in ("rows", "args") if k in previous}
+        merged = {**{k: v for k, v in previous.get("summary", {}).items() if not k.startswith("sampled_")}, **summary}
+        atomic_write_text(args.json, json.dumps({**full, "summary": merged,
+                                                 "sampled": {"rows": rows, "args": settings}}, indent=2) + "\n")
+
+
+def main() -> None:
+    from comm import EmulatedNetwork, add_worker_args
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--sampled", action="store_true", help="compare neighbour-sampled training")
+    parser.add_argument("--dataset", help="default: synthetic-arxiv (full-graph), synthetic-products (--sampled)")
+    parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--epochs", type=int, help="default: 30 (full-graph), 2 (--sampled)")
+    parser.add_argument("--network", default="loopback", choices=["loopback", "1gbit"])
+    parser.add_argument("--model", default="gcn", choices=["gcn", "sage"])
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=3)
+    parser.add_argument("--boundary-sampling", type=float, nargs="*", default=[],
+                        help="also run partitioned training at the largest rank count with these BNS rates")
+    parser.add_argument("--batch-size", type=int, default=1024, help="--sampled: seeds per rank and step")
+    parser.add_argument("--eval-batch-size", type=int, default=4096)
+    parser.add_argument("--fanout", type=int, nargs="+", default=[15, 10, 5])
+    parser.add_argument("--remote-cache", type=float, default=0.1,
+                        help="--sampled: cache of remote rows, as a fraction of a rank's owned nodes")
+    parser.add_argument("--test-nodes", type=int, default=50_000, help="--sampled: test nodes evaluated")
+    parser.add_argument("--max-steps", type=int, default=0, help="--sampled: stop each epoch after this many steps")
+    parser.add_argument("--modes", nargs="+", choices=SAMPLED_MODES, help="--sampled: run only these modes")
+    parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--mode", choices=SAMPLED_MODES, help=argparse.SUPPRESS)
+    add_worker_args(parser)
+    args = parser.parse_args()
+    args.dataset = args.dataset or ("synthetic-products" if args.sampled else "synthetic-arxiv")
+    args.epochs = args.epochs or (2 if args.sampled else 30)
+    if args.worker:
+        args.ranks = args.ranks[0]
+        args.boundary_sampling = args.boundary_sampling[0] if args.boundary_sampling else None
+        (sampled_worker if args.sampled else worker)(args)
+        return
+    network = args.network
+    if network != "loopback" and (why := EmulatedNetwork.available()):
+        print(f"bench/scale.py: {why}: using loopback")
+        network = args.network = "loopback"
+    run_sampled(args) if args.sampled else run_full_graph(args, network)
 
 
 if __name__ == "__main__":

@@ -250,10 +250,11 @@ class NodeClassifier(pl.LightningModule):
         return info
 
     def setup(self, stage: str) -> None:
-        """Partition-parallel runs: batch statistics over every partition. TT tables: give them the
-        dataset's node order and hot (highest-degree) nodes."""
+        """Partition-parallel full-batch runs: batch statistics over every partition (sampled ones
+        normalise each rank's batches, as replicated DDP does). TT tables: give them the dataset's
+        node order and hot (highest-degree) nodes."""
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        if getattr(datamodule, "partitions", None) is not None:
+        if getattr(datamodule, "partitions", None) is not None and getattr(datamodule, "full_batch", True):
             if self.gnn.aggregation != "gnnkit" and self.gnn.model != "mlp":
                 raise ValueError("data.partitions: partition-parallel layers need model.aggregation: gnnkit")
             partition_batch_norms(self.gnn)
@@ -308,11 +309,15 @@ class NodeClassifier(pl.LightningModule):
         logits = self(batch)
         y = batch.y[batch_targets(batch)]
         loss = self._loss(logits, y)
-        self.log(f"{stage}_loss", loss, on_step=False, on_epoch=True, batch_size=y.shape[0],
+        # A padding batch (a rank keeping step with the others in sampled partition-parallel runs)
+        # weighs nothing: in the loss, the logged mean and the metric.
+        padding = bool(getattr(batch, "padding", False))
+        self.log(f"{stage}_loss", loss, on_step=False, on_epoch=True, batch_size=0 if padding else y.shape[0],
                  prog_bar=stage != "test", sync_dist=True)  # the mean over ranks (a no-op on one)
-        self._outputs[stage].append((y.detach(), logits.detach()))
-        # A partition's loss counts in proportion to its share of the split, so the ranks' averaged
-        # gradients are the whole graph's (1 elsewhere).
+        kept = slice(0, 0) if padding else slice(None)
+        self._outputs[stage].append((y[kept].detach(), logits[kept].detach()))
+        # A partition's loss counts in proportion to its share of the split (or of the step's seeds),
+        # so the ranks' averaged gradients are the whole graph's (1 elsewhere).
         return loss * getattr(batch, "loss_scale", 1.0)
 
     def training_step(self, batch: Data, batch_idx: int) -> Tensor:

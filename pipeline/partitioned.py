@@ -10,7 +10,13 @@ from their owners during training. Each partition entry holds, for part ``p`` of
 * ``indptr``, ``indices``: the CSR rows of its owned nodes (destinations), sources as *global* ids;
 * ``x`` (if the graph has features), ``y``: features and labels of the owned nodes, in ``owned`` order;
 * ``split.train`` / ``split.valid`` / ``split.test``: positions in ``owned`` of the split's nodes;
-* ``halo``: global ids of the sources it does not own, ascending, and ``halo_owner``: their parts.
+* ``halo``: global ids of the sources it does not own, ascending, ``halo_owner``: their parts, and
+  ``halo_refs``: how many of its edges come from each (the hottest remote nodes, for a feature cache);
+* ``row_start``: where each owned node's row starts in the whole graph's CSR (edge ids of sampled
+  batches are positions in the whole graph's ``indices``, as in a single process);
+* ``owner``: the part of every node of the whole graph (``int16``, ``int32`` beyond 32,767 parts),
+  so sampled training knows whom to ask for any node's neighbours and features (DistDGL,
+  <https://arxiv.org/abs/2010.05337>, keeps the same map).
 
 ``meta`` carries the task meta of the whole graph plus ``part``, ``parts``, ``num_nodes`` (global),
 ``num_owned``, ``num_halo`` and the partition's ``edge_cut``. Entries are published like any cache
@@ -34,7 +40,7 @@ from pipeline.graph import SPLITS
 from pipeline.partition import edge_cut, metis_parts
 
 #: Bump when the layout or meaning of partition arrays changes.
-PARTITION_VERSION = 1
+PARTITION_VERSION = 2
 
 
 def part_name(dataset: str, part: int, parts: int) -> str:
@@ -63,8 +69,9 @@ def _part_arrays(entry: cache.CacheEntry, owner: np.ndarray, part: int) -> dict[
     np.cumsum(counts, out=local_indptr[1:])
     gather = np.repeat(starts - local_indptr[:-1], counts) + np.arange(local_indptr[-1])
     local_indices = np.ascontiguousarray(indices[gather], dtype=np.int64)
-    halo = np.unique(local_indices[owner[local_indices] != part])
-    arrays = {"owned": owned, "indptr": local_indptr, "indices": local_indices}
+    halo, refs = np.unique(local_indices[owner[local_indices] != part], return_counts=True)
+    arrays = {"owned": owned, "indptr": local_indptr, "indices": local_indices,
+              "row_start": np.ascontiguousarray(starts, dtype=np.int64)}
     if "x" in entry.manifest["arrays"]:
         arrays["x"] = np.ascontiguousarray(entry.numpy("x")[owned])
     arrays["y"] = np.ascontiguousarray(entry.numpy("y")[owned])
@@ -73,7 +80,14 @@ def _part_arrays(entry: cache.CacheEntry, owner: np.ndarray, part: int) -> dict[
         arrays[f"split.{split}"] = np.searchsorted(owned, nodes[owner[nodes] == part]).astype(np.int64)
     arrays["halo"] = halo.astype(np.int64)
     arrays["halo_owner"] = owner[halo].astype(np.int32)
+    arrays["halo_refs"] = refs.astype(np.int64)
+    arrays["owner"] = owner.astype(owner_dtype(int(owner.max(initial=0)) + 1))
     return arrays
+
+
+def owner_dtype(parts: int) -> np.dtype:
+    """The smallest signed integer type holding part numbers ``0..parts-1``."""
+    return np.dtype(np.int16) if parts <= np.iinfo(np.int16).max + 1 else np.dtype(np.int32)
 
 
 def partition_entry(
@@ -135,7 +149,8 @@ class Partition:
     """One opened partition entry (arrays memory-mapped; see the module docstring).
 
     Attributes:
-        owned, indptr, indices, x, y, split, halo, halo_owner: The entry's arrays.
+        owned, indptr, indices, x, y, split, halo, halo_owner, halo_refs, row_start, owner: The
+            entry's arrays.
         meta: The entry's meta.
     """
 
@@ -147,6 +162,9 @@ class Partition:
     split: dict[str, Any]
     halo: Any
     halo_owner: Any
+    halo_refs: Any
+    row_start: Any
+    owner: Any
     meta: dict[str, Any]
 
     @property
@@ -165,5 +183,6 @@ def open_partition(entry: cache.CacheEntry) -> Partition:
         owned=entry.array("owned"), indptr=entry.array("indptr"), indices=entry.array("indices"),
         x=entry.array("x") if "x" in arrays else None, y=entry.array("y"),
         split={s: entry.array(f"split.{s}") for s in SPLITS},
-        halo=entry.array("halo"), halo_owner=entry.array("halo_owner"), meta=dict(entry.manifest["meta"]),
+        halo=entry.array("halo"), halo_owner=entry.array("halo_owner"), halo_refs=entry.array("halo_refs"),
+        row_start=entry.array("row_start"), owner=entry.array("owner"), meta=dict(entry.manifest["meta"]),
     )

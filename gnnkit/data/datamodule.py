@@ -16,7 +16,16 @@ from gnnkit.data.device_sampling import SamplingPlacement, plan_placement, resol
 from gnnkit.data.preprocessing import PreprocessOverrides, describe_line, graph_facts, resolve_options
 from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats, default_folder
 from gnnkit.partitioned.boundary_sampling import BoundarySampler
-from gnnkit.partitioned.rank_data import open_rank_partition, partition_data, partition_facts
+from gnnkit.partitioned.rank_data import (
+    describe_fetches,
+    open_rank_partition,
+    partition_data,
+    partition_facts,
+    sampled_partition_facts,
+)
+from gnnkit.partitioned.remote_features import RemoteFeatures
+from gnnkit.partitioned.remote_sampler import PartitionNeighborSampler
+from gnnkit.partitioned.sampled_loader import PartitionNodeLoader, all_counts
 from gnnkit.partitioned.stale_halo import StaleHalo
 from gnnkit.rank_state import gather_ranks, my_rank_state
 from gnnkit.sparse import Adjacency
@@ -28,6 +37,29 @@ SPLIT_OF_STAGE = {"train": "train", "val": "valid", "test": "test"}
 
 def _single(batch: list[Data]) -> Data:
     return batch[0]
+
+
+def _check_partition_options(partitions: int | None, batch_size: int, boundary_sampling: float | None,
+                             stale_halo: bool, remote_cache: float, num_workers: int, reuse: Any) -> None:
+    """One-line errors for partition options that do not fit together."""
+    if partitions is not None and partitions < 1:
+        raise ValueError(f"data.partitions: expected a count >= 1, got {partitions}")
+    if boundary_sampling is not None and (partitions is None or batch_size != 0):
+        raise ValueError("data.boundary_sampling: samples the halo of partition-parallel full-batch training; "
+                         "set data.partitions and data.batch_size 0")
+    if stale_halo and (partitions is None or batch_size != 0 or boundary_sampling not in (None, 1.0)):
+        raise ValueError("data.stale_halo: pipelines the halo of partition-parallel full-batch training (set "
+                         "data.partitions, data.batch_size 0) and cannot be combined with data.boundary_sampling")
+    if remote_cache < 0:
+        raise ValueError(f"data.remote_cache: expected a fraction >= 0 of each rank's owned nodes, got {remote_cache}")
+    if partitions is None or batch_size == 0:
+        return
+    if num_workers != 0:
+        raise ValueError(f"data.num_workers: partitioned sampling exchanges neighbour lists and features with the "
+                         f"other ranks, which DataLoader workers cannot do; set data.num_workers 0 (got {num_workers})")
+    if reuse is not None:
+        raise ValueError("data.reuse: replaying batches is not supported with data.partitions yet (a damaged "
+                         "shard's batches would be resampled by one rank alone, out of step with the others)")
 
 
 class GraphDataModule(pl.LightningDataModule):
@@ -58,16 +90,25 @@ class GraphDataModule(pl.LightningDataModule):
         seed: Sampler seed.
         reuse: PerFect-style reuse of sampled training batches (record, replay, fine-tune fresh);
             see :class:`~gnnkit.data.reuse.ReuseConfig`. Needs ``batch_size > 0``.
-        partitions: Partition-parallel full-graph training: the graph is split into this many METIS
-            partitions (``gnnkit partition``; cached) and each rank opens only its own, exchanging
-            halo rows with the others in every layer (:mod:`gnnkit.partitioned`). Needs
-            ``batch_size 0``, ``aggregation: gnnkit`` and one rank per partition.
+        partitions: Partition-parallel training: the graph is split into this many METIS partitions
+            (``gnnkit partition``; cached) and each rank opens only its own (one rank per
+            partition). Full-batch (``batch_size 0``, ``aggregation: gnnkit``): every layer exchanges
+            halo rows with the other ranks (:mod:`gnnkit.partitioned`). Sampled (``batch_size > 0``):
+            each rank trains on its own seeds, sampling across partitions by asking owner ranks for
+            neighbour lists and features (:mod:`gnnkit.partitioned.remote_sampler`); every rank takes
+            the same steps, the global batch is ``partitions x batch_size`` seeds, and evaluation
+            covers every node of the split once. Needs ``num_workers 0``; samples on the CPU
+            (``sampler_device`` does not apply).
         boundary_sampling: With ``partitions``: the rate at which each training step exchanges
             boundary nodes (BNS-GCN, :mod:`gnnkit.partitioned.boundary_sampling`; ``None`` or 1:
             every halo row, exactly). Evaluation always exchanges every row.
         stale_halo: With ``partitions``: train every layer on the previous step's halo rows and
             gradients while this step's are in flight (PipeGCN,
             :mod:`gnnkit.partitioned.stale_halo`); evaluation stays exact.
+        remote_cache: With ``partitions`` and ``batch_size > 0``: rows of remote nodes each rank keeps,
+            as a fraction of its owned nodes (default 0.1): those of the halo nodes with the most
+            edges into its rows, fetched once at setup and never again
+            (:mod:`gnnkit.partitioned.remote_features`); 0 fetches every remote row per batch.
         data_root: Raw data folder (default ``$GNNKIT_HOME/data``).
         cache_root: Cache folder (default ``$GNNKIT_HOME/cache``).
     """
@@ -90,6 +131,7 @@ class GraphDataModule(pl.LightningDataModule):
         partitions: int | None = None,
         boundary_sampling: float | None = None,
         stale_halo: bool = False,
+        remote_cache: float = 0.1,
         data_root: str | None = None,
         cache_root: str | None = None,
     ) -> None:
@@ -120,19 +162,14 @@ class GraphDataModule(pl.LightningDataModule):
         if reuse is not None and reuse.epochs > 0 and batch_size == 0:
             raise ValueError("data.reuse: replaying batches needs neighbour sampling (data.batch_size > 0)")
         self.reuse = reuse if reuse is not None and reuse.epochs > 0 else None
-        if partitions is not None and (partitions < 1 or batch_size != 0):
-            raise ValueError(f"data.partitions: expected a count >= 1 with full-batch training (data.batch_size 0), "
-                             f"got {partitions} with batch_size {batch_size}")
+        _check_partition_options(partitions, batch_size, boundary_sampling, stale_halo, remote_cache, num_workers,
+                                 self.reuse)
         self.partitions = partitions
-        if boundary_sampling is not None and partitions is None:
-            raise ValueError("data.boundary_sampling: samples the halo of partition-parallel training; set data.partitions")
-        if stale_halo and (partitions is None or boundary_sampling not in (None, 1.0)):
-            raise ValueError("data.stale_halo: pipelines the halo of partition-parallel training (set data.partitions) "
-                             "and cannot be combined with data.boundary_sampling")
         self._stale: StaleHalo | None = None
         self.boundary_sampler = (BoundarySampler(boundary_sampling, seed) if boundary_sampling is not None
                                  and boundary_sampling != 1.0 else None)
         self._partition: Any = None  # this rank's Partition, opened in setup
+        self._remote: RemoteFeatures | None = None  # its remote rows (sampled partition-parallel runs)
         self.reuse_stats = ReuseStats()
         self._reuse_folder: Path | None = None
         self._samplers: dict[str, Any] = {}  # stage -> the neighbour sampler of its current loader
@@ -177,34 +214,51 @@ class GraphDataModule(pl.LightningDataModule):
         }
 
     def _loader_name(self) -> str:
-        if self.partitions is not None:
+        if self.partitions is not None and self.full_batch:
             return f"partitioned full-batch ({self.partitions} parts)"
+        if self.partitions is not None:
+            return f"partitioned neighbor-sampled {self.num_neighbors} ({self.partitions} parts)"
         return "full-batch" if self.full_batch else f"neighbor-sampled {self.num_neighbors}"
 
     def report_info(self) -> dict[str, Any]:
         """The reuse schedule and what it did (replayed vs fresh batches), and this rank's partition,
-        for report.json."""
+        for report.json (a collective in sampled partition-parallel runs: every rank calls it, as
+        :func:`~gnnkit.report.write_report` does)."""
         info: dict[str, Any] = {}
         if self.reuse is not None:
             info["reuse"] = {"schedule": vars(self.reuse).copy(), "cache_dir": str(self._reuse_folder),
                              **self.reuse_stats.state_dict()}
         if self._placement is not None:
             info["sampler"] = self._placement.report()
-        if self._partition is not None:
+        if self._remote is not None:  # summing the ranks' counts is a collective (every rank reports)
+            stats = self._remote.stats
+            info["partition"] = sampled_partition_facts(self._partition, stats, stats.summed(),
+                                                        self._samplers.get("train"))
+        elif self._partition is not None:
             row_bytes = self.graph.num_features * 4
             info["partition"] = partition_facts(self._partition, self._full_graph().halo, row_bytes,
                                                 self.hparams.boundary_sampling, self.hparams.stale_halo)
         return info
 
     def teardown(self, stage: str) -> None:
-        """Wait for stale halo exchanges still in flight (PipeGCN) before the ranks stop."""
+        """Wait for stale halo exchanges still in flight (PipeGCN) before the ranks stop; log what the
+        remote feature fetches did (sampled partition-parallel runs)."""
         if self._stale is not None:
             self._stale.drain()
+        if self._remote is not None:
+            log.info("partition %d of %d, after %s: %s", self._partition.part, self._partition.parts,
+                     getattr(stage, "value", stage), describe_fetches(self._remote.stats))
 
     def setup(self, stage: str) -> None:
-        """Open this rank's partition (partition-parallel runs; once, after the ranks have started)."""
+        """Open this rank's partition (partition-parallel runs; once, after the ranks have started),
+        and for sampled training fill its cache of remote rows (a collective)."""
         if self.partitions is not None and self._partition is None:
             self._partition = open_rank_partition(self.entry, self.partitions, seed=self.hparams.seed)
+            if not self.full_batch:
+                self._remote = RemoteFeatures(self._partition, self.hparams.remote_cache)
+                log.info("partition %d of %d: %d nodes, %d halo nodes, cache of %d remote rows (%.1f MB)",
+                         self._partition.part, self.partitions, self._partition.owned.numel(),
+                         self._partition.halo.numel(), self._remote.stats.cache_rows, self._remote.nbytes / 2**20)
 
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to continue exactly, saved in checkpoints: the reuse counters
@@ -299,6 +353,8 @@ class GraphDataModule(pl.LightningDataModule):
         hp = self.hparams
         batch_size = hp.batch_size if train or hp.eval_batch_size is None else hp.eval_batch_size
         fanout = self.num_neighbors if train or hp.eval_num_neighbors is None else list(hp.eval_num_neighbors)
+        if self._remote is not None:  # partitioned: sampled on the CPU, across the ranks
+            return self._track(stage, self._partition_loader(stage, fanout, batch_size))
         graph = self._sampling_graph()
         workers = hp.num_workers if self._placement.graph_memory == "host" else 0  # device sampling: in-process
         loader = neighbor_loader(
@@ -312,12 +368,25 @@ class GraphDataModule(pl.LightningDataModule):
             num_workers=workers,
             persistent_workers=workers > 0,
         )
+        return self._track(stage, loader)
+
+    def _track(self, stage: str, loader: Any) -> Any:
+        """Give the loader's sampler the state a checkpoint restored, and keep it for the next."""
         if stage in self._sampler_states:
             loader.node_sampler.load_state_dict(self._sampler_states.pop(stage))
         self._samplers[stage] = loader.node_sampler
         if self.trainer is not None and self.trainer.sanity_checking:
             self._before_sanity_check[stage] = loader.node_sampler.state_dict()
         return loader
+
+    def _partition_loader(self, stage: str, fanout: list[int], batch_size: int) -> PartitionNodeLoader:
+        """This rank's batches of its share of the stage's split, sampled across partitions (building
+        it is a collective: every rank agrees on the steps)."""
+        assert self._remote is not None
+        seeds = self._partition.split[SPLIT_OF_STAGE[stage]]
+        sampler = PartitionNeighborSampler(self._partition, fanout, seed=self.hparams.seed)
+        return PartitionNodeLoader(sampler, self._remote, seeds, all_counts(int(seeds.numel())), batch_size,
+                                   shuffle=stage == "train")
 
     def rewind_sanity_check(self) -> None:
         """Put the samplers built for Lightning's sanity check back to where they were before it, so

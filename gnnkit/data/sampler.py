@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,7 +40,7 @@ from torch_geometric.sampler import (
     SamplerOutput,
 )
 
-__all__ = ["CSRNeighborSampler", "CSRNodeLoader", "neighbor_loader"]
+__all__ = ["CSRNeighborSampler", "CSRNodeLoader", "SampledHops", "neighbor_loader", "relabel", "sample_hops"]
 
 # Without replacement, a row with more than k edges needs k distinct uniform
 # positions. For k <= _FLOYD_MAX_K, Floyd's algorithm does this for all such
@@ -72,6 +73,105 @@ def _randint_below(high: Tensor, k: int, generator: torch.Generator | None) -> T
     u = torch.rand(high.numel(), k, dtype=torch.float64, generator=generator, device=high.device)
     high = high.unsqueeze(1)
     return torch.minimum((u * high).long(), high - 1)
+
+
+def relabel(src: Tensor, local: Tensor, num_seen: int) -> tuple[Tensor, Tensor]:
+    """Maps global ids to local ids, appending unseen nodes in order of first occurrence.
+
+    Args:
+        src: Global node ids, int64 ``[E]``.
+        local: Scratch map (global id -> local id, or -1), updated in place.
+        num_seen: Number of nodes sampled so far.
+
+    Returns:
+        ``(src_local, new)``: the local ids of ``src``, int64 ``[E]``; and
+        the global ids of the newly seen nodes in order of first
+        occurrence, int64 ``[E_new]``.
+    """
+    device = src.device
+    src_local = torch.index_select(local, 0, src)
+    where = torch.nonzero(src_local < 0).view(-1)
+    if where.numel() == 0:
+        return src_local.long(), where
+    cand = torch.index_select(src, 0, where)
+    if cand.numel() > torch.iinfo(local.dtype).max - 2:
+        raise RuntimeError(f"too many sampled edges in one hop ({cand.numel()})")
+    # Mark each unseen node with -2 - (position of its first occurrence):
+    neg_pos = -2 - torch.arange(cand.numel(), dtype=local.dtype, device=device)
+    local.scatter_reduce_(0, cand, neg_pos, reduce="amax", include_self=False)
+    new = torch.masked_select(cand, torch.index_select(local, 0, cand) == neg_pos)
+    local.index_copy_(0, new, torch.arange(num_seen, num_seen + new.numel(), dtype=local.dtype, device=device))
+    src_local.index_copy_(0, where, torch.index_select(local, 0, cand))
+    return src_local.long(), new
+
+
+@dataclass
+class SampledHops:
+    """A multi-hop sample in PyG's layout (see :class:`CSRNeighborSampler`): per hop, the nodes it
+    reached first (the seeds first), and its edges as local ``rows`` (sources), ``cols``
+    (destinations) and ``edges`` (edge ids)."""
+
+    nodes: list[Tensor]
+    rows: list[Tensor]
+    cols: list[Tensor]
+    edges: list[Tensor]
+
+    def output(self, index: NodeSamplerInput) -> SamplerOutput:
+        """The sample as PyG's :class:`~torch_geometric.sampler.SamplerOutput`."""
+        empty = self.nodes[0].new_empty(0)
+
+        def cat(parts: list[Tensor]) -> Tensor:
+            return torch.cat(parts) if parts else empty
+
+        return SamplerOutput(
+            node=cat(self.nodes) if len(self.nodes) > 1 else self.nodes[0].clone(),
+            row=cat(self.rows), col=cat(self.cols), edge=cat(self.edges), batch=None,
+            num_sampled_nodes=[t.numel() for t in self.nodes],
+            num_sampled_edges=[t.numel() for t in self.edges],
+            metadata=(index.input_id, index.time),
+        )
+
+
+#: One hop: ``expand(frontier, k)`` -> ``(src, segment, edge)``: the global source ids of the edges
+#: sampled into the frontier nodes (grouped by frontier node, in frontier order), the frontier
+#: position of each edge, and the edges' ids.
+Expand = Callable[[Tensor, int], tuple[Tensor, Tensor, Tensor]]
+
+
+def sample_hops(seed_nodes: Tensor, num_neighbors: Sequence[int], expand: Expand, local: Tensor) -> SampledHops:
+    """PyG's multi-hop bookkeeping around any one-hop sampler: hop ``l`` expands the nodes first
+    reached in hop ``l - 1`` (the seeds, first), numbering new nodes in order of first occurrence.
+
+    Args:
+        seed_nodes: Global seed ids, int64 ``[B]`` (repeats keep their positions, edges into a
+            repeated seed's later positions point at its first one).
+        num_neighbors: Fan-out per hop (``-1``: all).
+        expand: The one-hop sampler (see :data:`Expand`).
+        local: Scratch map over the global ids, all -1; left so (also on failure the caller should
+            drop it: it may then hold stale entries).
+
+    Returns:
+        The :class:`SampledHops`.
+    """
+    device = seed_nodes.device
+    num_seeds = seed_nodes.numel()
+    nodes, rows, cols, edges = [seed_nodes], [], [], []
+    # Repeated seeds keep their positions but map to the first one:
+    positions = torch.arange(num_seeds, dtype=local.dtype, device=device)
+    local.scatter_reduce_(0, seed_nodes, positions, reduce="amin", include_self=False)
+    num_seen, frontier_start, frontier = num_seeds, 0, seed_nodes
+    for k in num_neighbors:
+        src, segment, edge = expand(frontier, k)
+        src_local, new = relabel(src, local, num_seen)
+        rows.append(src_local)
+        cols.append(segment + frontier_start)  # frontier nodes are local ids start..start+F-1
+        edges.append(edge)
+        nodes.append(new)
+        frontier_start, frontier = num_seen, new
+        num_seen += new.numel()
+    for chunk in nodes:  # reset only what this sample touched
+        local.index_fill_(0, chunk, -1)
+    return SampledHops(nodes, rows, cols, edges)
 
 
 class CSRNeighborSampler(BaseSampler):
@@ -244,13 +344,15 @@ class CSRNeighborSampler(BaseSampler):
 
     # Sampling #########################################################
 
-    def _sample_hop(
+    def sample_rows(
         self, frontier: Tensor, k: int, generator: torch.Generator | None
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """Samples the incoming edges of each frontier node.
+        """One hop: samples the incoming edges of each frontier node (the fan-out rules of the
+        class docstring), for this sampler's hop loop and for callers running their own
+        (partition-parallel sampling, :mod:`gnnkit.partitioned.remote_sampler`).
 
         Args:
-            frontier: Global ids of the nodes to expand, int64 ``[F]``.
+            frontier: Rows of the nodes to expand (their ids in this graph), int64 ``[F]``.
             k: Fan-out (``-1``: all).
             generator: Random generator.
 
@@ -396,35 +498,6 @@ class CSRNeighborSampler(BaseSampler):
             flat.index_copy_(0, slots, _randint_below(torch.index_select(deg, 0, rows), 1, generator).view(-1))
         return picked
 
-    def _relabel(self, src: Tensor, local: Tensor, num_seen: int) -> tuple[Tensor, Tensor]:
-        """Maps global ids to local ids, appending unseen nodes in order of first occurrence.
-
-        Args:
-            src: Global node ids, int64 ``[E]``.
-            local: Scratch map (global id -> local id, or -1), updated in place.
-            num_seen: Number of nodes sampled so far.
-
-        Returns:
-            ``(src_local, new)``: the local ids of ``src``, int64 ``[E]``; and
-            the global ids of the newly seen nodes in order of first
-            occurrence, int64 ``[E_new]``.
-        """
-        device = src.device
-        src_local = torch.index_select(local, 0, src)
-        where = torch.nonzero(src_local < 0).view(-1)
-        if where.numel() == 0:
-            return src_local.long(), where
-        cand = torch.index_select(src, 0, where)
-        if cand.numel() > torch.iinfo(local.dtype).max - 2:
-            raise RuntimeError(f"too many sampled edges in one hop ({cand.numel()})")
-        # Mark each unseen node with -2 - (position of its first occurrence):
-        neg_pos = -2 - torch.arange(cand.numel(), dtype=local.dtype, device=device)
-        local.scatter_reduce_(0, cand, neg_pos, reduce="amax", include_self=False)
-        new = torch.masked_select(cand, torch.index_select(local, 0, cand) == neg_pos)
-        local.index_copy_(0, new, torch.arange(num_seen, num_seen + new.numel(), dtype=local.dtype, device=device))
-        src_local.index_copy_(0, where, torch.index_select(local, 0, cand))
-        return src_local.long(), new
-
     def sample_from_nodes(self, index: NodeSamplerInput, **kwargs: Any) -> SamplerOutput:
         """Samples the multi-hop neighbourhood of the seed nodes.
 
@@ -462,41 +535,17 @@ class CSRNeighborSampler(BaseSampler):
         out = native_sample(self, seed_nodes, generator, local, index)
         if out is not None:
             return out
-        nodes = [seed_nodes]
-        rows: list[Tensor] = []
-        cols: list[Tensor] = []
-        edges: list[Tensor] = []
+
+        def expand(frontier: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
+            edge, segment, _ = self.sample_rows(frontier, k, generator)
+            return torch.index_select(self.indices, 0, edge), segment, edge
+
         try:  # on failure, drop the scratch map: it may hold stale entries
-            # Repeated seeds keep their positions but map to the first one:
-            positions = torch.arange(num_seeds, dtype=local.dtype, device=device)
-            local.scatter_reduce_(0, seed_nodes, positions, reduce="amin", include_self=False)
-            num_seen, frontier_start, frontier = num_seeds, 0, seed_nodes
-            for k in self.num_neighbors:
-                edge, segment, _ = self._sample_hop(frontier, k, generator)
-                src_local, new = self._relabel(torch.index_select(self.indices, 0, edge), local, num_seen)
-                rows.append(src_local)
-                cols.append(segment.add_(frontier_start))  # frontier nodes are local ids start..start+F-1
-                edges.append(edge)
-                nodes.append(new)
-                frontier_start, frontier = num_seen, new
-                num_seen += new.numel()
+            hops = sample_hops(seed_nodes, self.num_neighbors, expand, local)
         except BaseException:
             self._local = None
             raise
-        for chunk in nodes:  # reset only what this batch touched
-            local.index_fill_(0, chunk, -1)
-
-        empty = torch.empty(0, dtype=torch.long, device=device)
-        return SamplerOutput(
-            node=torch.cat(nodes) if len(nodes) > 1 else seed_nodes.clone(),
-            row=torch.cat(rows) if rows else empty,
-            col=torch.cat(cols) if cols else empty,
-            edge=torch.cat(edges) if edges else empty,
-            batch=None,
-            num_sampled_nodes=[t.numel() for t in nodes],
-            num_sampled_edges=[t.numel() for t in edges],
-            metadata=(index.input_id, index.time),
-        )
+        return hops.output(index)
 
     def sample_from_edges(self, index: EdgeSamplerInput, neg_sampling: Any = None) -> SamplerOutput:
         """Not supported: gnnkit only samples from seed nodes."""

@@ -130,8 +130,10 @@ def sorted_positions(sorted_ids: Tensor, wanted: Tensor) -> tuple[Tensor, Tensor
     return positions, found
 
 
-def _all_to_all(rows: Tensor, out_counts: list[int], in_counts: list[int],
-                group: dist.ProcessGroup | None) -> Tensor:
+def all_to_all_rows(rows: Tensor, out_counts: list[int], in_counts: list[int],
+                    group: dist.ProcessGroup | None) -> Tensor:
+    """``all_to_all_single`` of whole rows: ``in_counts[r]`` rows of ``rows`` go to rank ``r`` (in
+    rank order), ``out_counts[r]`` come back from it (a collective; a no-op in a world of one)."""
     out = rows.new_empty((sum(out_counts), *rows.shape[1:]))
     if len(out_counts) == 1:  # a single partition: nothing to exchange
         return out
@@ -145,7 +147,7 @@ class _HaloExchange(torch.autograd.Function):
     @staticmethod
     def forward(ctx, owned_rows: Tensor, plan: HaloPlan) -> Tensor:  # type: ignore[override]
         ctx.plan = plan
-        received = _all_to_all(owned_rows[plan.send_index], plan.recv_counts, plan.send_counts, plan.group)
+        received = all_to_all_rows(owned_rows[plan.send_index], plan.recv_counts, plan.send_counts, plan.group)
         every_row = received.size(0) == plan.num_halo
         halo = owned_rows.new_empty if every_row else owned_rows.new_zeros  # (rows sampled out stay 0)
         halo = halo((plan.num_halo, *owned_rows.shape[1:]))
@@ -155,7 +157,7 @@ class _HaloExchange(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_halo: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
         plan: HaloPlan = ctx.plan
-        returned = _all_to_all(grad_halo[plan.recv_positions], plan.send_counts, plan.recv_counts, plan.group)
+        returned = all_to_all_rows(grad_halo[plan.recv_positions], plan.send_counts, plan.recv_counts, plan.group)
         grad = grad_halo.new_zeros((plan.num_owned, *grad_halo.shape[1:]))
         return grad.index_add_(0, plan.send_index, returned), None
 

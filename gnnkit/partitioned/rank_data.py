@@ -1,4 +1,5 @@
-"""This rank's partition as a full-batch ``Data``: owned nodes, their rows, and the halo plan."""
+"""This rank's partition: opened, as a full-batch ``Data`` (owned nodes, their rows, the halo plan),
+and what report.json says about it."""
 
 from __future__ import annotations
 
@@ -9,14 +10,10 @@ from torch_geometric.data import Data
 
 from gnnkit.partitioned.halo import HaloPlan
 from gnnkit.partitioned.local_graph import local_adjacency
+from gnnkit.partitioned.owner_requests import world_and_rank
+from gnnkit.partitioned.remote_features import FetchStats
 from pipeline import CacheEntry
 from pipeline.partitioned import Partition, open_partition, partition_entry
-
-
-def _rank_and_world() -> tuple[int, int]:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 def open_rank_partition(entry: CacheEntry, parts: int, seed: int = 0) -> Partition:
@@ -26,7 +23,7 @@ def open_rank_partition(entry: CacheEntry, parts: int, seed: int = 0) -> Partiti
     Raises:
         ValueError: ``parts`` differs from the number of ranks.
     """
-    rank, world = _rank_and_world()
+    world, rank = world_and_rank()
     if parts != world:
         raise ValueError(f"data.partitions: {parts} partitions need {parts} ranks (one each), "
                          f"but this run has {world}; set trainer.devices x trainer.num_nodes to {parts}")
@@ -50,7 +47,43 @@ def partition_facts(part: Partition, plan: HaloPlan, row_bytes: int, boundary_sa
                     stale_halo: bool) -> dict[str, Any]:
     """What report.json says about this rank's partition (rank 0's, in a distributed run); the rows
     sent are those of an exact exchange (about ``boundary_sampling`` times as many when sampled)."""
-    return {"parts": part.parts, "part": part.part, "owned_nodes": int(part.owned.numel()),
-            "halo_nodes": int(part.halo.numel()), "edge_cut": part.meta["edge_cut"],
+    return {**_facts(part),
             "rows_sent_per_exchange": plan.send_rows, "input_bytes_sent_per_exchange": plan.send_rows * row_bytes,
             "boundary_sampling": boundary_sampling, "stale_halo": stale_halo}
+
+
+def _facts(part: Partition) -> dict[str, Any]:
+    return {"parts": part.parts, "part": part.part, "owned_nodes": int(part.owned.numel()),
+            "halo_nodes": int(part.halo.numel()), "edge_cut": part.meta["edge_cut"]}
+
+
+def held_bytes(part: Partition, sampled: bool) -> int:
+    """Bytes of the partition's graph and features a rank reads: its rows, features and labels, its
+    halo; sampled training adds the whole graph's ``owner`` map and the rows' ``row_start``."""
+    names = ["owned", "indptr", "indices", "x", "y", "halo", "halo_owner"]
+    names += ["halo_refs", "row_start", "owner"] if sampled else []
+    arrays = [getattr(part, name) for name in names]
+    return sum(a.numel() * a.element_size() for a in arrays if a is not None)
+
+
+def sampled_partition_facts(part: Partition, stats: FetchStats, every_rank: FetchStats,
+                            sampler: Any = None) -> dict[str, Any]:
+    """What report.json says about this rank's partition in sampled training (rank 0's, in a
+    distributed run): the partition, the bytes it holds, what its remote feature fetches did, and
+    under ``all_ranks`` the fetch counts summed over the ranks (``every_rank``)."""
+    return {**_facts(part), "sampled": True, "graph_feature_bytes": held_bytes(part, sampled=True),
+            "sampler_scratch_bytes": getattr(sampler, "scratch_bytes", None), **_fetch_facts(stats),
+            "all_ranks": _fetch_facts(every_rank)}
+
+
+def _fetch_facts(stats: FetchStats) -> dict[str, Any]:
+    return {**stats.state_dict(),
+            "cache_hit_rate": round(stats.cache_hits / stats.remote_rows, 4) if stats.remote_rows else None}
+
+
+def describe_fetches(stats: FetchStats) -> str:
+    """One log line about the remote feature fetches."""
+    rate = f"{100 * stats.cache_hits / stats.remote_rows:.1f}%" if stats.remote_rows else "n/a"
+    return (f"{stats.remote_rows:,} remote rows needed, {stats.cache_hits:,} from the cache ({rate}), "
+            f"{stats.fetched_rows:,} fetched ({stats.fetched_bytes / 2**20:.1f} MB), {stats.served_rows:,} served; "
+            f"cache {stats.cache_rows:,} rows ({stats.cache_bytes / 2**20:.1f} MB)")

@@ -111,3 +111,20 @@ def test_weight_decay_scope(scope):
     assert moved and (scope == "all") == bool(moved - first)
     with pytest.raises(ValueError, match="model.weight_decay_scope: expected one of"):
         NodeClassifier(in_channels=4, out_channels=3, weight_decay_scope="last")
+
+
+def test_a_padding_batch_weighs_nothing(monkeypatch):
+    """A rank keeping step in sampled partition-parallel training trains a padding batch: its loss
+    counts 0, it logs with batch size 0 and adds no rows to the epoch metric."""
+    from torch_geometric.data import Data
+
+    model = NodeClassifier(in_channels=4, out_channels=3, hidden_channels=8, num_layers=2, dropout=0.0)
+    logged = []
+    monkeypatch.setattr(model, "log", lambda name, value, **kw: logged.append((name, kw["batch_size"])))
+    edge_index = torch.tensor([[1, 0], [0, 1]])
+    batch = Data(x=torch.randn(2, 4), y=torch.tensor([0, 2]), edge_index=edge_index, batch_size=2,
+                 num_sampled_nodes=[2], num_sampled_edges=[2], loss_scale=0.7)
+    assert model.training_step(batch, 0) > 0 and logged[-1] == ("train_loss", 2)
+    batch.padding, batch.loss_scale = True, 0.0
+    assert model.training_step(batch, 1) == 0 and logged[-1] == ("train_loss", 0)
+    assert [y.numel() for y, _ in model._outputs["train"]] == [2, 0]

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from pipeline import PreprocessOptions, preprocess
-from pipeline.partitioned import open_partition, part_name, partition_entry
+from pipeline.partitioned import open_partition, owner_dtype, part_name, partition_entry
 
 
 @pytest.fixture
@@ -34,6 +35,10 @@ def test_partitions_cover_the_graph_exactly(entry, parts):
         sources = part.indices.numpy()
         assert np.array_equal(part.halo.numpy(), np.unique(sources[owner[sources] != p]))
         assert np.array_equal(part.halo_owner.numpy(), owner[part.halo.numpy()])
+        remote = sources[owner[sources] != p]
+        assert part.halo_refs.numpy().tolist() == [int((remote == h).sum()) for h in part.halo.numpy()]
+        assert np.array_equal(part.owner.numpy(), owner) and part.owner.dtype == torch.int16
+        assert np.array_equal(part.row_start.numpy(), indptr[owned])  # rows sit there in the whole CSR
         assert np.array_equal(part.x.numpy(), graph.x.numpy()[owned])
         assert np.array_equal(part.y.numpy(), graph.y.numpy()[owned])
         assert part.meta["num_halo"] == part.halo.numel() and part.meta["num_nodes"] == graph.num_nodes
@@ -57,3 +62,7 @@ def test_bad_part_counts_are_one_line(entry):
         partition_entry(entry, 0)
     with pytest.raises(ValueError, match="got 201"):
         partition_entry(entry, 201)
+
+
+def test_owner_arrays_take_the_smallest_type():
+    assert owner_dtype(2) == np.int16 and owner_dtype(32_768) == np.int16 and owner_dtype(32_769) == np.int32

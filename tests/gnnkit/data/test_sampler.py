@@ -289,7 +289,7 @@ def test_scratch_map_is_rebuilt_after_a_failure(graph, monkeypatch):
     seeds = torch.arange(0, 600, 5)
     _sample(sampler, seeds)
     calls = {"n": 0}
-    original = CSRNeighborSampler._sample_hop
+    original = CSRNeighborSampler.sample_rows
 
     def flaky(self, *args):
         calls["n"] += 1
@@ -297,7 +297,7 @@ def test_scratch_map_is_rebuilt_after_a_failure(graph, monkeypatch):
             raise RuntimeError("boom")
         return original(self, *args)
 
-    monkeypatch.setattr(CSRNeighborSampler, "_sample_hop", flaky)
+    monkeypatch.setattr(CSRNeighborSampler, "sample_rows", flaky)
     with pytest.raises(RuntimeError, match="boom"):
         _sample(sampler, seeds)
     monkeypatch.undo()

@@ -68,14 +68,14 @@ def test_partitions_need_one_rank_each_and_gnnkit_layers(tmp_path):
     assert result.returncode != 0 and "partition-parallel layers need model.aggregation: gnnkit" in result.stderr
 
 
-def test_partitions_need_full_batch_training():
-    with pytest.raises(ValueError, match="data.partitions: expected a count >= 1 with full-batch training"):
-        GraphDataModule("synthetic-tiny", batch_size=64, partitions=2)
-    with pytest.raises(ValueError, match="data.boundary_sampling: samples the halo of partition-parallel training"):
+def test_partition_options_are_checked():
+    with pytest.raises(ValueError, match="data.partitions: expected a count >= 1, got 0"):
+        GraphDataModule("synthetic-tiny", partitions=0)
+    with pytest.raises(ValueError, match="data.boundary_sampling: samples the halo of partition-parallel full-batch"):
         GraphDataModule("synthetic-tiny", boundary_sampling=0.5)
     with pytest.raises(ValueError, match=r"boundary_sampling: expected a rate in \(0, 1\]"):
         GraphDataModule("synthetic-tiny", partitions=1, boundary_sampling=1.5)
-    with pytest.raises(ValueError, match="data.stale_halo: pipelines the halo of partition-parallel training"):
+    with pytest.raises(ValueError, match="data.stale_halo: pipelines the halo of partition-parallel full-batch"):
         GraphDataModule("synthetic-tiny", partitions=2, boundary_sampling=0.5, stale_halo=True)
 
 

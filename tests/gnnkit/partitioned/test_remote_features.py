@@ -1,0 +1,32 @@
+"""Remote features on 2 gloo ranks (``sampled_worker.py``): the rows of remote nodes are the whole
+graph's, cached rows are never fetched, and the fetch counters say so."""
+
+from __future__ import annotations
+
+import torch
+
+from gnnkit.partitioned.remote_features import hot_halo
+from pipeline.partitioned import Partition
+
+
+def test_remote_rows_are_the_whole_graphs(sampled_ranks):
+    for result in sampled_ranks:
+        assert result["batches"]["x"]  # features and labels of every sampled node
+        assert result["fetched_rows"] == result["remote_nodes"]  # no cache: every remote row fetched
+
+
+def test_cached_rows_are_never_fetched(sampled_ranks):
+    for result in sampled_ranks:
+        cache = result["cache"]
+        assert cache["rows"] > 0 and cache["equal"]
+        assert cache["hits"] == cache["asked"] == 5 and cache["fetched"] == 0 and cache["fetched_bytes"] == 0
+        assert cache["fetched_after_uncached"] == cache["uncached_asked"] > 0
+
+
+def test_the_cache_takes_the_most_referenced_halo_nodes():
+    part = Partition(owned=torch.arange(4), indptr=None, indices=None, x=None, y=None, split={},
+                     halo=torch.tensor([5, 7, 9, 11]), halo_owner=None, halo_refs=torch.tensor([1, 4, 2, 4]),
+                     row_start=None, owner=None, meta={})
+    assert hot_halo(part, 3).tolist() == [7, 9, 11]  # ascending ids of the 3 hottest
+    assert hot_halo(part, 1).tolist() == [7]  # ties: the lower id
+    assert hot_halo(part, 10).tolist() == [5, 7, 9, 11] and hot_halo(part, 0).numel() == 0
