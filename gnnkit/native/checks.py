@@ -70,6 +70,15 @@ def features(op: str, x: Tensor, rows: int, device: torch.device) -> None:
         _fail(op, f"x is on {x.device} but the matrix on {device}")
 
 
+def entry_features(op: str, emb: Tensor, nnz: int, x: Tensor) -> None:
+    """``emb`` is ``[nnz, F]`` with ``x``'s width, dtype and device (one feature row per matrix entry)."""
+    if not isinstance(emb, Tensor) or emb.dim() != 2 or emb.shape != (nnz, x.size(1)):
+        got = tuple(emb.shape) if isinstance(emb, Tensor) else type(emb).__name__
+        _fail(op, f"emb must be [{nnz}, {x.size(1)}] (one row per entry, x's width), got {got}")
+    if emb.dtype != x.dtype or emb.device != x.device:
+        _fail(op, f"emb must share x's dtype and device ({x.dtype} on {x.device}), got {emb.dtype} on {emb.device}")
+
+
 def sampler_inputs(op: str, indptr: Tensor, indices: Tensor, seeds: Tensor, fanouts: Sequence[int],
                    local: Tensor) -> None:
     """A valid graph, seeds in range, fan-outs >= -1 and a scratch map of one int entry a node."""
