@@ -24,7 +24,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from gnnkit.native import checks
-from gnnkit.native.ops import _module
+from gnnkit.native.ops import _module, column_order
 
 #: dtypes the kernels are built for.
 DTYPES = (torch.float32, torch.float64)
@@ -52,12 +52,7 @@ class MessageCSR(NamedTuple):
 def message_csr(indptr: Tensor, src: Tensor, num_cols: int) -> MessageCSR:
     """Checks the CSR matrix (:func:`checks.csr`, O(nnz)) and adds its column grouping (a stable sort)."""
     checks.csr("message_csr", indptr, src, None, num_cols)
-    rows = torch.repeat_interleave(torch.arange(indptr.numel() - 1, device=indptr.device), indptr.diff(),
-                                   output_size=src.numel())
-    slots = torch.argsort(src, stable=True)
-    csc_indptr = torch.zeros(num_cols + 1, dtype=torch.int64, device=indptr.device)
-    torch.cumsum(torch.bincount(src, minlength=num_cols), 0, out=csc_indptr[1:])
-    return MessageCSR(indptr, src, csc_indptr, slots, rows[slots])
+    return MessageCSR(indptr, src, *column_order(indptr, src, num_cols))
 
 
 class EdgeCodes(NamedTuple):
