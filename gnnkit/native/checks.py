@@ -70,13 +70,13 @@ def features(op: str, x: Tensor, rows: int, device: torch.device) -> None:
         _fail(op, f"x is on {x.device} but the matrix on {device}")
 
 
-def entry_features(op: str, emb: Tensor, nnz: int, x: Tensor) -> None:
-    """``emb`` is ``[nnz, F]`` with ``x``'s width, dtype and device (one feature row per matrix entry)."""
-    if not isinstance(emb, Tensor) or emb.dim() != 2 or emb.shape != (nnz, x.size(1)):
-        got = tuple(emb.shape) if isinstance(emb, Tensor) else type(emb).__name__
-        _fail(op, f"emb must be [{nnz}, {x.size(1)}] (one row per entry, x's width), got {got}")
-    if emb.dtype != x.dtype or emb.device != x.device:
-        _fail(op, f"emb must share x's dtype and device ({x.dtype} on {x.device}), got {emb.dtype} on {emb.device}")
+def rows_like(op: str, name: str, t: Tensor, rows: int, x: Tensor) -> None:
+    """``t`` is ``[rows, F]`` with ``x``'s width, dtype and device (e.g. one feature row per matrix entry)."""
+    if not isinstance(t, Tensor) or t.dim() != 2 or t.shape != (rows, x.size(1)):
+        got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+        _fail(op, f"{name} must be [{rows}, {x.size(1)}] (x's width), got {got}")
+    if t.dtype != x.dtype or t.device != x.device:
+        _fail(op, f"{name} must share x's dtype and device ({x.dtype} on {x.device}), got {t.dtype} on {t.device}")
 
 
 def sampler_inputs(op: str, indptr: Tensor, indices: Tensor, seeds: Tensor, fanouts: Sequence[int],

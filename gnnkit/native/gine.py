@@ -69,11 +69,11 @@ def edge_codes(codes: Tensor, num_rows: int) -> EdgeCodes:
     return EdgeCodes(codes.contiguous(), int(num_rows))
 
 
-def _check(op: str, m: MessageCSR, x: Tensor, rows: Tensor, num_rows: int) -> None:
+def _check(op: str, m: MessageCSR, x: Tensor, name: str, rows: Tensor, num_rows: int) -> None:
     """``x [num_cols, F]`` and edge rows ``[num_rows, F]``: float32/64 CPU, one dtype, the matrix's device."""
     device = checks.same_device(op, indptr=m.indptr, src=m.src, csc_indptr=m.csc_indptr)
     checks.features(op, x, m.num_cols, device)
-    checks.entry_features(op, rows, num_rows, x)
+    checks.rows_like(op, name, rows, num_rows, x)
     if device.type != "cpu" or x.dtype not in DTYPES:
         raise ValueError(f"{op}: float32/float64 CPU tensors only, got {x.dtype} on {device}")
 
@@ -125,7 +125,7 @@ def gine_sum(m: MessageCSR, x: Tensor, emb: Tensor) -> Tensor:
     Returns:
         ``[num_rows, F]``, differentiable with respect to ``x`` and ``emb``.
     """
-    _check("gine_sum", m, x, emb, m.nnz)
+    _check("gine_sum", m, x, "emb", emb, m.nnz)
     return _GINESum.apply(x.contiguous(), emb.contiguous(), m)
 
 
@@ -143,7 +143,7 @@ def gine_sum_coded(m: MessageCSR, x: Tensor, table: Tensor, codes: EdgeCodes) ->
     Returns:
         ``[num_rows, F]``, differentiable with respect to ``x`` and ``table``.
     """
-    _check("gine_sum_coded", m, x, table, codes.num_rows)
+    _check("gine_sum_coded", m, x, "table", table, codes.num_rows)
     if codes.codes.numel() != m.nnz or codes.codes.device != m.indptr.device:
         raise ValueError(f"gine_sum_coded: codes must have one entry per matrix entry ({m.nnz}) on the matrix's "
                          f"device, got {codes.codes.numel()} on {codes.codes.device}")

@@ -118,5 +118,5 @@ def test_bad_inputs_are_refused_in_one_line_before_the_kernel():
         gine.edge_codes(torch.tensor([[0, 1]]), 5)
     with pytest.raises(ValueError, match=r"gine_sum_coded: codes must have one entry per matrix entry \(3\)"):
         gine.gine_sum_coded(m, x, torch.randn(5, 4), gine.edge_codes(torch.tensor([0, 1]), 5))
-    with pytest.raises(ValueError, match=r"gine_sum_coded: emb must be \[5, 4\]"):
+    with pytest.raises(ValueError, match=r"gine_sum_coded: table must be \[5, 4\]"):
         gine.gine_sum_coded(m, x, torch.randn(4, 4), gine.edge_codes(torch.tensor([0, 1, 4]), 5))
