@@ -16,12 +16,13 @@ after the other, so both see the same machine load; batches are cut beforehand
 The table gives seconds per epoch (``--batches`` steps scaled to the epoch when fewer than an
 epoch are timed), ``ratio`` = pyg time / gnnkit time (above 1: gnnkit faster) and ``median``, the
 median over batches of the two back-to-back steps' ratio (robust to load spikes on a shared machine). A last row
-times the GINE sums alone (:func:`aggregation_only`), the only part where the two paths differ:
-dense layers, dropout and the optimizer take most of a step and are the same code in both.
+times the part where the two paths differ (:func:`aggregation_only`: the edge embeddings and the
+GINE sums): dense layers, dropout and the optimizer take most of a step and are the same code in both.
 First, :func:`count_baselines` prints what logistic regressions on per-graph counts (size, degrees,
-bag of atom features) reach on the task: the bar a GNN has to clear.
+bag of atom features) reach on the task: the bar a GNN has to clear. ``--aa pyg`` (or ``gnnkit``)
+runs that one path on both sides: the ratio's noise floor on this machine (an A/A run).
 
-    python bench/graphprop.py [--batches N] [--json bench/results/graphprop.json]
+    python bench/graphprop.py [--batches N] [--aa pyg|gnnkit] [--json bench/results/graphprop.json]
 """
 
 from __future__ import annotations
@@ -64,8 +65,9 @@ def _step(model: GraphClassifier, optimizer: torch.optim.Optimizer, batch: Any) 
 
 
 def compare(dm: GraphSetDataModule, batches: list[Any], edge_features: bool, args: argparse.Namespace) -> dict[str, Any]:
-    """Time both aggregation paths on the same batches (same initial weights)."""
-    models = {name: _model(dm, name, edge_features, args).train() for name in ("pyg", "gnnkit")}
+    """Time both aggregation paths (with ``args.aa``, that path on both sides) on the same batches
+    (same initial weights)."""
+    models = {name: _model(dm, args.aa or name, edge_features, args).train() for name in ("pyg", "gnnkit")}
     models["gnnkit"].load_state_dict(models["pyg"].state_dict())
     optimizers = {name: torch.optim.Adam(m.parameters(), lr=0.001) for name, m in models.items()}
     for batch in batches[: args.warmup]:  # first calls: allocator, kernels, selector
@@ -88,29 +90,35 @@ def _ratios(steps: dict[str, list[float]]) -> dict[str, float]:
             "ratio": sum(steps["pyg"]) / sum(steps["gnnkit"]), "median_ratio": paired[len(paired) // 2]}
 
 
-def aggregation_only(batches: list[Any], dim: int, layers: int) -> dict[str, float]:
-    """Forward + backward of the GINE sums alone (``sum_j relu(x_j + e_ij)``), ``layers`` per batch:
-    PyG's gather-scatter (``GINEConv``'s ``propagate``) vs gnnkit's per-batch ``Adjacency`` (built,
-    planned per size class by :class:`~gnnkit.models.graph_gnn.BatchPlans`) and :func:`~gnnkit.sparse.spmm`."""
+def aggregation_only(dm: GraphSetDataModule, batches: list[Any], dim: int, layers: int) -> dict[str, float]:
+    """Forward + backward of what the two paths do differently, ``layers`` per batch: each layer's
+    edge embeddings (OGB's ``BondEncoder`` on molecules) and its GINE sums ``sum_j relu(x_j + e_ij)``.
+    PyG: the encoder, then ``GINEConv``'s gather-scatter ``propagate``; gnnkit: the per-batch
+    ``Adjacency`` and bond codes, then (on CPU with the native build) the fused
+    :func:`~gnnkit.native.gine.gine_sum_coded` over one table row per bond type (otherwise ``spmm``
+    planned per size class by :class:`~gnnkit.models.graph_gnn.BatchPlans`)."""
     from torch_geometric.nn import GINEConv
 
-    from gnnkit.models.graph_gnn import BatchPlans, SparseGINEConv
+    from gnnkit.models.graph_gnn import BatchPlans, BondTypes, GraphGNNOptions, SparseGINEConv, bond_codes, edge_encoder
 
     torch.manual_seed(0)
+    options = GraphGNNOptions(emb_dim=dim, molecular=dm.molecular, edge_channels=dm.num_edge_features)
+    encoders = [edge_encoder(options) for _ in range(layers)]
     pyg, ours = GINEConv(torch.nn.Identity(), train_eps=True), SparseGINEConv(torch.nn.Identity(), format="auto")
     ours.plans = BatchPlans()  # as GraphGNN shares one across its layers
     steps: dict[str, list[float]] = {"pyg": [], "gnnkit": []}
     for i, batch in enumerate(batches):
         x = torch.randn(int(batch.num_nodes), dim, requires_grad=True)
-        e = torch.randn(batch.edge_index.size(1), dim, requires_grad=True)
         for name in (("pyg", "gnnkit") if i % 2 == 0 else ("gnnkit", "pyg")):
             start = time.perf_counter()
             if name == "pyg":
-                outs = [pyg(x, batch.edge_index, e) for _ in range(layers)]
+                outs = [pyg(x, batch.edge_index, encoder(batch.edge_attr)) for encoder in encoders]
             else:
-                slots = torch.arange(batch.indices.numel())
-                edges = Adjacency(batch.indptr, slots, num_cols=slots.numel(), single_use=True, validate=False)
-                outs = [ours(x, edges, batch.edge_index[0], e) for _ in range(layers)]
+                adj = Adjacency(batch.indptr, batch.indices, num_cols=int(batch.num_nodes), single_use=True,
+                                validate=False)
+                codes = bond_codes(encoders[0], batch.edge_attr)
+                outs = [ours(x, adj, encoder(batch.edge_attr) if codes is None else
+                             BondTypes.of(encoder, codes, batch.edge_attr.size(1))) for encoder in encoders]
             torch.stack(outs).sum().backward()
             steps[name].append(time.perf_counter() - start)
     return _ratios(steps)
@@ -162,6 +170,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--layers", type=int, default=5)
     parser.add_argument("--emb-dim", type=int, default=300)
     parser.add_argument("--baselines-only", action="store_true", help="only the count baselines (seconds)")
+    parser.add_argument("--aa", choices=("pyg", "gnnkit"), default=None,
+                        help="A/A run: this aggregation path on both sides (the ratio's noise floor)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     torch.set_num_threads(torch.get_num_threads())
@@ -185,26 +195,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         result = compare(dm, batches, edges, args)
         result.update(pyg_epoch_s=result["pyg_s"] * scale, gnnkit_epoch_s=result["gnnkit_s"] * scale)
         rows[label] = result
-    print(f"\n{'configuration':<34} {'PyG s/epoch':>12} {'gnnkit s/epoch':>15} {'ratio':>7} {'median':>7}  "
-          "gnnkit plan (layer 0)")
+    sides = ("PyG", "gnnkit") if args.aa is None else (f"{args.aa} (A)", f"{args.aa} (B)")
+    print(f"\n{'configuration':<34} {sides[0] + ' s/epoch':>15} {sides[1] + ' s/epoch':>15} {'ratio':>7} "
+          f"{'median':>7}  gnnkit plan (layer 0)")
     for label, r in rows.items():
         plan = r["plan_layer0"] or {}
-        print(f"{label:<34} {r['pyg_epoch_s']:>12.1f} {r['gnnkit_epoch_s']:>15.1f} {r['ratio']:>7.3f} "
+        print(f"{label:<34} {r['pyg_epoch_s']:>15.1f} {r['gnnkit_epoch_s']:>15.1f} {r['ratio']:>7.3f} "
               f"{r['median_ratio']:>7.3f}  {plan.get('forward')}/{plan.get('backward')}")
-    agg = aggregation_only(batches, args.emb_dim, args.layers)
-    agg.update(pyg_epoch_s=agg["pyg_s"] * scale, gnnkit_epoch_s=agg["gnnkit_s"] * scale)
-    print(f"{'GINE sums alone (fwd+bwd)':<34} {agg['pyg_epoch_s']:>12.1f} {agg['gnnkit_epoch_s']:>15.1f} "
-          f"{agg['ratio']:>7.3f} {agg['median_ratio']:>7.3f}")
     result = {
         "dataset": args.dataset, "batches_timed": len(batches), "batches_per_epoch": len(loader),
         "layers": args.layers, "emb_dim": args.emb_dim, "threads": torch.get_num_threads(),
-        "machine": platform.machine(), "collate_epoch_s": collate_s * scale, "configs": rows,
-        "aggregation_only": agg, "count_baselines": baselines,
+        "machine": platform.machine(), "aa": args.aa, "collate_epoch_s": collate_s * scale, "configs": rows,
+        "count_baselines": baselines,
         "summary": {"ratio_gine": rows[CONFIGS[0][0]]["ratio"], "ratio_gin": rows[CONFIGS[1][0]]["ratio"],
                     "median_ratio_gine": rows[CONFIGS[0][0]]["median_ratio"],
-                    "median_ratio_gin": rows[CONFIGS[1][0]]["median_ratio"],
-                    "ratio_sums_alone": agg["ratio"]},
+                    "median_ratio_gin": rows[CONFIGS[1][0]]["median_ratio"]},
     }
+    if args.aa is None:
+        agg = aggregation_only(dm, batches, args.emb_dim, args.layers)
+        agg.update(pyg_epoch_s=agg["pyg_s"] * scale, gnnkit_epoch_s=agg["gnnkit_s"] * scale)
+        print(f"{'edge embeddings + sums (fwd+bwd)':<34} {agg['pyg_epoch_s']:>15.1f} {agg['gnnkit_epoch_s']:>15.1f} "
+              f"{agg['ratio']:>7.3f} {agg['median_ratio']:>7.3f}")
+        result["aggregation_only"] = agg
+        result["summary"]["ratio_edges_and_sums"] = agg["ratio"]
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")

@@ -37,6 +37,29 @@ at::Tensor spmm_sell(const at::Tensor& chunk_ptr, const at::Tensor& perm, const 
                        spmm_sell_cuda(chunk_ptr, perm, row_len, cols, vals, x, chunk, mean));
 }
 
+// GINE's message sum: CPU only (on the GPU gnnkit keeps the spmm path: gather, ReLU, CSR SpMM).
+at::Tensor gine_sum(const at::Tensor& indptr, const at::Tensor& src, const at::Tensor& x, const at::Tensor& emb) {
+  return gine_sum_cpu(indptr, src, x, emb);
+}
+
+at::Tensor gine_sum_coded(const at::Tensor& indptr, const at::Tensor& src, const at::Tensor& x,
+                          const at::Tensor& table, const at::Tensor& codes) {
+  return gine_sum_coded_cpu(indptr, src, x, table, codes);
+}
+
+std::vector<at::Tensor> gine_sum_backward(const at::Tensor& csc_indptr, const at::Tensor& csc_slots,
+                                          const at::Tensor& csc_rows, const at::Tensor& x, const at::Tensor& emb,
+                                          const at::Tensor& grad, bool need_x, bool need_emb) {
+  return gine_sum_backward_cpu(csc_indptr, csc_slots, csc_rows, x, emb, grad, need_x, need_emb);
+}
+
+std::vector<at::Tensor> gine_sum_coded_backward(const at::Tensor& csc_indptr, const at::Tensor& csc_slots,
+                                                const at::Tensor& csc_rows, const at::Tensor& x,
+                                                const at::Tensor& table, const at::Tensor& codes,
+                                                const at::Tensor& grad, bool need_x, bool need_table) {
+  return gine_sum_coded_backward_cpu(csc_indptr, csc_slots, csc_rows, x, table, codes, grad, need_x, need_table);
+}
+
 std::vector<at::Tensor> sample_neighbors(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
                                          const std::vector<int64_t>& fanouts, bool replace, int64_t seed,
                                          at::Tensor local) {
@@ -67,8 +90,8 @@ at::Tensor dropout(const at::Tensor& x, double p, int64_t seed) {
 }
 
 std::vector<std::string> kernels() {
-  std::vector<std::string> names{"spmm_csr", "spmm_sell", "sample_neighbors", "tt_lookup", "select_magnitude",
-                                 "dropout"};
+  std::vector<std::string> names{"spmm_csr", "spmm_sell", "gine_sum", "sample_neighbors", "tt_lookup",
+                                 "select_magnitude", "dropout"};
 #ifdef GNNKIT_WITH_CUDA
   for (const char* n : {"spmm_csr_cuda", "spmm_sell_cuda", "sample_neighbors_cuda", "tt_lookup_cuda"}) names.push_back(n);
 #endif
@@ -82,6 +105,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("spmm_csr", &gnnkit::spmm_csr, "CSR SpMM (sum or mean)");
   m.def("sell_from_csr", &gnnkit::sell_from_csr, "SELL-C-sigma conversion of a CSR matrix");
   m.def("spmm_sell", &gnnkit::spmm_sell, "SELL-C-sigma SpMM (sum or mean)");
+  m.def("gine_sum", &gnnkit::gine_sum, "GINE's message sum: per CSR row, sum of relu(x[src] + emb)");
+  m.def("gine_sum_coded", &gnnkit::gine_sum_coded, "gine_sum with edge rows looked up in a table");
+  m.def("gine_sum_backward", &gnnkit::gine_sum_backward, "gradients of gine_sum, walking the entries by source");
+  m.def("gine_sum_coded_backward", &gnnkit::gine_sum_coded_backward, "gradients of gine_sum_coded");
   m.def("sample_neighbors", &gnnkit::sample_neighbors, "uniform multi-hop neighbour sampling");
   m.def("tt_forward", &gnnkit::tt_forward, "fused 3-core TT lookup with prefix reuse");
   m.def("tt_backward", &gnnkit::tt_backward, "gradients of the fused TT lookup");

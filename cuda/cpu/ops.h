@@ -29,6 +29,26 @@ at::Tensor spmm_sell_cpu(const at::Tensor& chunk_ptr, const at::Tensor& perm, co
                          const at::Tensor& cols, const at::Tensor& vals, const at::Tensor& x,
                          int64_t chunk, bool mean);
 
+// GINE's message sum (https://arxiv.org/abs/1905.12265), fused: out[i] = sum over the entries e of CSR row i
+// of relu(x[src_e] + emb_e); emb holds one row per entry, in CSR order.
+at::Tensor gine_sum_cpu(const at::Tensor& indptr, const at::Tensor& src, const at::Tensor& x, const at::Tensor& emb);
+
+// The same with coded edge rows, emb_e = table[codes[e]] (codes [E]).
+at::Tensor gine_sum_coded_cpu(const at::Tensor& indptr, const at::Tensor& src, const at::Tensor& x,
+                              const at::Tensor& table, const at::Tensor& codes);
+
+// Their gradients ((grad_x, grad_emb) or (grad_x, grad_table); undefined where not needed), walking the
+// entries grouped by source: the transpose's row pointer csc_indptr [N_src + 1] and, per position, the
+// entry's CSR slot and destination row.
+std::vector<at::Tensor> gine_sum_backward_cpu(const at::Tensor& csc_indptr, const at::Tensor& csc_slots,
+                                              const at::Tensor& csc_rows, const at::Tensor& x, const at::Tensor& emb,
+                                              const at::Tensor& grad, bool need_x, bool need_emb);
+
+std::vector<at::Tensor> gine_sum_coded_backward_cpu(const at::Tensor& csc_indptr, const at::Tensor& csc_slots,
+                                                    const at::Tensor& csc_rows, const at::Tensor& x,
+                                                    const at::Tensor& table, const at::Tensor& codes,
+                                                    const at::Tensor& grad, bool need_x, bool need_table);
+
 // Multi-hop uniform neighbour sampling: (node, row, col, edge, num_sampled_nodes, num_sampled_edges).
 std::vector<at::Tensor> sample_neighbors_cpu(const at::Tensor& indptr, const at::Tensor& indices,
                                              const at::Tensor& seeds, const std::vector<int64_t>& fanouts,

@@ -3,8 +3,9 @@
 The architecture is OGB's molecule example (<https://github.com/snap-stanford/ogb/tree/master/examples/graphproppred/mol>):
 atoms and bonds embedded with OGB's ``AtomEncoder``/``BondEncoder`` (a ``Linear`` for float
 features, a single learned vector where a dataset has no node features), ``num_layers``
-convolutions each followed by BatchNorm, ReLU (all but the last) and dropout, an optional virtual
-node (Gilmer et al., "Neural Message Passing for Quantum Chemistry",
+convolutions each followed by BatchNorm, ReLU (all but the last) and dropout
+(:func:`gnnkit.models.dropout.dropout`: the native counter-based kernel on CPU, as in the node
+models), an optional virtual node (Gilmer et al., "Neural Message Passing for Quantum Chemistry",
 <https://arxiv.org/abs/1704.01212>, in OGB's form), then sum / mean / attention pooling and a
 linear head.
 
@@ -15,12 +16,17 @@ Convolutions: GIN with edge features (Xu et al., "How Powerful are Graph Neural 
 <https://arxiv.org/abs/1609.02907>).
 
 ``aggregation="pyg"`` uses PyG's ``GINEConv`` / ``GINConv`` and its scatter; ``"gnnkit"``
-aggregates with :func:`gnnkit.sparse.spmm` on the batch's block-diagonal CSR as a
-:class:`~gnnkit.sparse.Adjacency` (format ``auto``: the selector sees the batch matrix). Per-edge
-messages (``relu(x_j + e_ij)``) are summed into their destination rows by the matrix with the
-batch CSR's row pointer and one column per edge slot (same rows, same per-row counts, so the same
-matrix statistics as the adjacency); without edge features GIN multiplies the adjacency itself.
-The selector plans once per size class of batch matrix (:class:`BatchPlans`), not per batch.
+aggregates on the batch's block-diagonal CSR as a :class:`~gnnkit.sparse.Adjacency`, built once
+per batch and shared by the layers. GIN with edge features (format ``auto``, CPU) sums its
+messages with the fused native kernel (:mod:`gnnkit.native.gine`): gather, add, ReLU and row sum
+in one pass, the backward pass walking the entries by source, never writing the ``[E, d]``
+messages; on molecules the bond embeddings are rows of one table of bond types
+(:class:`~gnnkit.models.bond_types.BondTypes`), never written per edge either. Elsewhere (a
+forced format, no native build, a GPU) the messages ``relu(x_j + e_ij)`` are summed into their
+rows by :func:`gnnkit.sparse.spmm` with the batch CSR's row pointer and one column per edge slot
+(same rows, same per-row counts, so the same matrix statistics as the adjacency); without edge
+features GIN multiplies the adjacency itself. The selector plans once per size class of batch
+matrix (:class:`BatchPlans`), not per batch.
 """
 
 from __future__ import annotations
@@ -32,6 +38,9 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.data import Data
 
+from gnnkit import native
+from gnnkit.models.bond_types import BondTypes, bond_codes
+from gnnkit.models.dropout import dropout
 from gnnkit.models.sparse_conv import SparseAggregation, SparseGINConv
 from gnnkit.sparse import Adjacency, SpmmPlan, plan, spmm
 
@@ -179,9 +188,28 @@ class PlannedGINConv(PlannedAggregation, SparseGINConv):
     """:class:`~gnnkit.models.sparse_conv.SparseGINConv` planned per batch size class."""
 
 
+def edge_slots(adj: Adjacency) -> Adjacency:
+    """``adj``'s row-to-edge-slot matrix ``[N, E]`` (entry ``e`` of row ``i`` in column ``e``):
+    per-edge messages in CSR order summed into their rows by :func:`~gnnkit.sparse.spmm`. Cached on ``adj``."""
+    def build() -> Adjacency:
+        slots = torch.arange(adj.nnz, device=adj.device)
+        return Adjacency(adj.indptr, slots, num_cols=adj.nnz, single_use=adj.single_use, validate=False)
+    return adj.cached("edge_slots", build)
+
+
+def fused_gine(x: Tensor, edge_emb: Tensor) -> bool:
+    """Whether :func:`gnnkit.native.gine.gine_sum` runs these inputs (native build, CPU, float32/64)."""
+    return (x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and edge_emb.dtype == x.dtype
+            and "gine_sum" in native.kernels())
+
+
 class SparseGINEConv(PlannedAggregation):
     """GIN with edge features (the operator of PyG's ``GINEConv``, same parameter names):
-    ``nn((1 + eps) x_i + sum_j relu(x_j + e_ij))``, summed by :func:`gnnkit.sparse.spmm`.
+    ``nn((1 + eps) x_i + sum_j relu(x_j + e_ij))``.
+
+    With format ``"auto"`` on CPU the sum is the fused native kernel
+    (:func:`gnnkit.native.gine.gine_sum`, reported as the plan ``native_gine``); otherwise
+    :func:`gnnkit.sparse.spmm` sums the materialised messages.
 
     Xu et al. <https://arxiv.org/abs/1810.00826>; Hu et al. <https://arxiv.org/abs/1905.12265>.
 
@@ -192,6 +220,9 @@ class SparseGINEConv(PlannedAggregation):
         format: ``"auto"`` or a format name.
     """
 
+    #: The pseudo-format of the fused kernel in :meth:`format_report`.
+    FUSED = "native_gine"
+
     def __init__(self, nn: nn.Module, eps: float = 0.0, train_eps: bool = True, format: str = "auto") -> None:
         super().__init__(format)
         self.nn = nn
@@ -201,10 +232,26 @@ class SparseGINEConv(PlannedAggregation):
         else:
             self.register_buffer("eps", torch.tensor([eps]))
 
-    def forward(self, x: Tensor, edges: Adjacency, source: Tensor, edge_emb: Tensor) -> Tensor:
-        """``x [N, d]``, ``edges`` the ``[N, E]`` row-to-edge-slot matrix, ``source [E]``, ``edge_emb [E, d]``."""
-        messages = torch.relu(x.index_select(0, source) + edge_emb)
-        return self.nn(self.message_and_aggregate(edges, messages) + (1 + self.eps) * x)
+    def forward(self, x: Tensor, adj: Adjacency, edge_emb: Tensor | BondTypes) -> Tensor:
+        """``x [N, d]``, ``adj`` the batch's ``[N, N]`` CSR, ``edge_emb [E, d]`` in its entry order (or
+        a :class:`BondTypes` of them)."""
+        return self.nn(self.message_sum(x, adj, edge_emb) + (1 + self.eps) * x)
+
+    def message_sum(self, x: Tensor, adj: Adjacency, edge_emb: Tensor | BondTypes) -> Tensor:
+        """``sum_j relu(x_j + e_ij)`` per row of ``adj``: fused, or the messages through ``spmm``."""
+        rows = edge_emb.table if isinstance(edge_emb, BondTypes) else edge_emb
+        if self.format == "auto" and fused_gine(x, rows):
+            self.last_plan = SpmmPlan(self.FUSED, self.FUSED, x.size(1), "fused")
+            self.plan_counts[f"{self.FUSED}/{self.FUSED}"] += 1
+            graph = adj.cached("native:message_csr",  # checked once per batch, shared by the layers
+                               lambda: native.gine.message_csr(adj.indptr, adj.indices, adj.num_cols))
+            if isinstance(edge_emb, BondTypes):
+                return native.gine.gine_sum_coded(graph, x, edge_emb.table, edge_emb.codes)
+            return native.gine.gine_sum(graph, x, edge_emb)
+        if isinstance(edge_emb, BondTypes):
+            edge_emb = edge_emb.dense()
+        messages = torch.relu(x.index_select(0, adj.indices) + edge_emb)
+        return self.message_and_aggregate(edge_slots(adj), messages)
 
 
 class MolGCNConv(PlannedAggregation):
@@ -224,7 +271,7 @@ class MolGCNConv(PlannedAggregation):
         self.root_emb = nn.Embedding(1, dim)
         self.aggregation = aggregation
 
-    def forward(self, x: Tensor, batch: Data, edges: Adjacency | None, edge_emb: Tensor) -> Tensor:  # noqa: D102
+    def forward(self, x: Tensor, batch: Data, adj: Adjacency | None, edge_emb: Tensor) -> Tensor:  # noqa: D102
         from torch_geometric.utils import scatter
 
         x = self.linear(x)
@@ -233,7 +280,7 @@ class MolGCNConv(PlannedAggregation):
         inv_sqrt = deg.pow(-0.5)
         messages = (inv_sqrt[source] * inv_sqrt[target]).unsqueeze(1) * torch.relu(x.index_select(0, source) + edge_emb)
         if self.aggregation == "gnnkit":
-            out = self.message_and_aggregate(edges, messages)
+            out = self.message_and_aggregate(edge_slots(adj), messages)
         else:
             out = scatter(messages, target, 0, dim_size=x.size(0), reduce="sum")
         return out + torch.relu(x + self.root_emb.weight) / deg.unsqueeze(1)
@@ -306,33 +353,41 @@ class GraphGNN(nn.Module):
             return self.pool(h, batch.batch, dim_size=batch.num_graphs)
         return scatter(h, batch.batch, 0, dim_size=batch.num_graphs, reduce=self.options.pooling)
 
-    def adjacencies(self, batch: Data) -> tuple[Adjacency | None, Adjacency | None]:
-        """The batch's gnnkit matrices: the row-to-edge-slot matrix (messages per edge) and the
-        block-diagonal adjacency (GIN without edge features); ``None`` for PyG aggregation."""
+    def adjacency(self, batch: Data) -> Adjacency | None:
+        """The batch's block-diagonal CSR for gnnkit aggregation (``None`` for PyG's), built once
+        per batch and shared by the layers (with whatever they derive from it)."""
         if self.options.aggregation != "gnnkit" or self.options.model == "mlp":
-            return None, None
-        num_nodes = int(batch.num_nodes)
-        if self.options.uses_edges:
-            slots = torch.arange(batch.indices.numel(), device=batch.indices.device)
-            return Adjacency(batch.indptr, slots, num_cols=slots.numel(), single_use=True, validate=False), None
-        # validate=False: the batch CSR is cut from a validated cache entry by GraphSet.batch
-        return None, Adjacency(batch.indptr, batch.indices, num_cols=num_nodes, single_use=True, validate=False)
+            return None
+        # validate=False: the batch CSR is cut from a validated cache entry by GraphSet.batch (the
+        # native kernels check it again, once per batch, before they index with it)
+        return Adjacency(batch.indptr, batch.indices, num_cols=int(batch.num_nodes), single_use=True, validate=False)
 
-    def _layer(self, i: int, h: Tensor, batch: Data, edges: Adjacency | None, adj: Adjacency | None) -> Tensor:
+    def bond_codes(self, batch: Data) -> native.gine.EdgeCodes | None:
+        """The batch's bond codes for the fused GINE sum (gnnkit aggregation of GIN on molecules with
+        format ``auto``), checked once per batch; ``None`` where the layers embed the bonds themselves."""
+        o = self.options
+        if not (o.aggregation == "gnnkit" and o.model == "gin" and o.uses_edges and o.format == "auto"):
+            return None
+        return bond_codes(self.edge_encoders[0], batch.edge_attr)
+
+    def _layer(self, i: int, h: Tensor, batch: Data, adj: Adjacency | None,
+               codes: native.gine.EdgeCodes | None) -> Tensor:
         conv, o = self.convs[i], self.options
         if o.model == "mlp":
             return conv(h)
+        if codes is not None:
+            return conv(h, adj, BondTypes.of(self.edge_encoders[i], codes, batch.edge_attr.size(1)))
         edge_emb = self.edge_encoders[i](batch.edge_attr) if o.uses_edges else None
         if o.model == "gcn":
-            return conv(h, batch, edges, edge_emb)
+            return conv(h, batch, adj, edge_emb)
         if o.aggregation == "gnnkit":
-            return conv(h, edges, batch.edge_index[0], edge_emb) if o.uses_edges else conv(h, adj)
+            return conv(h, adj, edge_emb) if o.uses_edges else conv(h, adj)
         return conv(h, batch.edge_index, edge_emb) if o.uses_edges else conv(h, batch.edge_index)
 
     def forward(self, batch: Data) -> Tensor:
         """``[num_graphs, out_channels]`` logits of a batch from :meth:`pipeline.graph_layout.GraphSet.batch`."""
         o = self.options
-        edges, adj = self.adjacencies(batch)
+        adj, codes = self.adjacency(batch), self.bond_codes(batch)
         h = self.node_encoder(batch.x, int(batch.num_nodes)) if o.in_channels == 0 else self.node_encoder(batch.x)
         virtual = None
         if self.virtual is not None:
@@ -340,15 +395,15 @@ class GraphGNN(nn.Module):
         for i in range(o.num_layers):
             if virtual is not None:
                 h = h + virtual[batch.batch]
-            out = self.norms[i](self._layer(i, h, batch, edges, adj))
+            out = self.norms[i](self._layer(i, h, batch, adj, codes))
             if i < o.num_layers - 1:
                 out = torch.relu(out)
-            out = nn.functional.dropout(out, o.dropout, self.training)
+            out = dropout(out, o.dropout, self.training)
             if virtual is not None and i < o.num_layers - 1:
                 from torch_geometric.utils import scatter
 
                 pooled = scatter(h, batch.batch, 0, dim_size=batch.num_graphs, reduce="sum") + virtual
-                virtual = nn.functional.dropout(self.virtual_mlps[i](pooled), o.dropout, self.training)
+                virtual = dropout(self.virtual_mlps[i](pooled), o.dropout, self.training)
             h = out
         return self.head(self._pooled(h, batch))
 

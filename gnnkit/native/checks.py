@@ -70,6 +70,15 @@ def features(op: str, x: Tensor, rows: int, device: torch.device) -> None:
         _fail(op, f"x is on {x.device} but the matrix on {device}")
 
 
+def rows_like(op: str, name: str, t: Tensor, rows: int, x: Tensor) -> None:
+    """``t`` is ``[rows, F]`` with ``x``'s width, dtype and device (e.g. one feature row per matrix entry)."""
+    if not isinstance(t, Tensor) or t.dim() != 2 or t.shape != (rows, x.size(1)):
+        got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+        _fail(op, f"{name} must be [{rows}, {x.size(1)}] (x's width), got {got}")
+    if t.dtype != x.dtype or t.device != x.device:
+        _fail(op, f"{name} must share x's dtype and device ({x.dtype} on {x.device}), got {t.dtype} on {t.device}")
+
+
 def sampler_inputs(op: str, indptr: Tensor, indices: Tensor, seeds: Tensor, fanouts: Sequence[int],
                    local: Tensor) -> None:
     """A valid graph, seeds in range, fan-outs >= -1 and a scratch map of one int entry a node."""

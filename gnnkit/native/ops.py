@@ -43,16 +43,22 @@ class CSR(NamedTuple):
     num_cols: int
 
 
+def column_order(indptr: Tensor, indices: Tensor, num_cols: int) -> tuple[Tensor, Tensor, Tensor]:
+    """A CSR matrix's entries grouped by column, stably (row order within a column): the transpose's
+    row pointer ``[num_cols + 1]``, the entries' CSR positions in that order, and their rows."""
+    rows = torch.repeat_interleave(torch.arange(indptr.numel() - 1, device=indptr.device), indptr.diff(),
+                                   output_size=indices.numel())
+    order = torch.argsort(indices, stable=True)
+    t_indptr = torch.zeros(num_cols + 1, dtype=torch.int64, device=indptr.device)
+    torch.cumsum(torch.bincount(indices, minlength=num_cols), 0, out=t_indptr[1:])
+    return t_indptr, order, rows[order]
+
+
 def transpose(a: CSR) -> CSR:
     """``A^T`` in CSR form (stable: entries of a row keep their order)."""
-    num_rows = a.indptr.numel() - 1
-    rows = torch.repeat_interleave(torch.arange(num_rows, device=a.indptr.device), a.indptr.diff(),
-                                   output_size=a.indices.numel())
-    order = torch.argsort(a.indices, stable=True)
-    indptr = torch.zeros(a.num_cols + 1, dtype=torch.int64, device=a.indptr.device)
-    torch.cumsum(torch.bincount(a.indices, minlength=a.num_cols), 0, out=indptr[1:])
+    indptr, order, rows = column_order(a.indptr, a.indices, a.num_cols)
     values = None if a.values is None else a.values[order]
-    return CSR(indptr, rows[order].contiguous(), values, num_rows)
+    return CSR(indptr, rows.contiguous(), values, a.indptr.numel() - 1)
 
 
 def spmm_csr_raw(a: CSR, x: Tensor, mean: bool = False) -> Tensor:

@@ -1,4 +1,4 @@
-"""bench/graphprop.py on the small twin: both aggregation paths train, the JSON has every figure."""
+"""bench/graphprop.py on the small twin: both aggregation paths train, the JSON has every figure; an A/A run."""
 
 from __future__ import annotations
 
@@ -16,4 +16,15 @@ def test_small_run_writes_the_table_json(bench, tmp_path, monkeypatch, capsys):
     for row in [*result["configs"].values(), result["aggregation_only"]]:
         assert row["pyg_s"] > 0 and row["gnnkit_s"] > 0 and row["ratio"] == row["pyg_s"] / row["gnnkit_s"]
     assert set(result["count_baselines"]) == {"size/degree", "bag of atoms"}
-    assert "GINE sums alone" in capsys.readouterr().out
+    assert result["aa"] is None and "edge embeddings + sums" in capsys.readouterr().out
+    assert result["configs"]["GINE (edge features, the recipe)"]["plan_layer0"]["source"] == "selector"  # no native
+
+
+def test_aa_run_times_one_path_on_both_sides(bench, monkeypatch, capsys):
+    monkeypatch.setenv("GNNKIT_NATIVE", "0")
+    graphprop = bench("graphprop")
+    result = graphprop.main(["--dataset", "synthetic-molhiv-small", "--batches", "2", "--warmup", "0",
+                             "--layers", "1", "--emb-dim", "8", "--aa", "pyg"])
+    assert result["aa"] == "pyg" and "aggregation_only" not in result
+    assert all(row["plan_layer0"] is None for row in result["configs"].values())  # no gnnkit layer ran
+    assert "pyg (A) s/epoch" in capsys.readouterr().out
