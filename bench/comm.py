@@ -69,6 +69,23 @@ def mlp(params: int):
 
 
 
+def leave_process_group() -> None:
+    """End a benchmark rank once every rank is done (after a barrier), without running destructors.
+
+    Destroying a gloo process group joins its worker thread while holding the GIL; when the last
+    reference goes with DDP's ``Reducer`` and that thread is still releasing a collective's tensors
+    (which needs the GIL), the rank hangs at exit (seen in CI: ``~ProcessGroupGloo`` waiting in
+    ``thread::join`` while the thread waits for the GIL). Every result is written before this, so
+    the process exits at once instead.
+    """
+    import torch.distributed as dist
+
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def worker(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
@@ -194,8 +211,7 @@ def worker(args: argparse.Namespace) -> None:
             results["steps"][f"{name}/{mode if mode != 'multistream' else label(mode, opts)}"] = statistics.median(times)
     if args.rank == 0:
         Path(args.out).write_text(json.dumps(results))
-    dist.barrier()
-    dist.destroy_process_group()
+    leave_process_group()
 
 
 # ---------------------------------------------------------------- emulated network

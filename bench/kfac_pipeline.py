@@ -47,6 +47,8 @@ def worker(args: argparse.Namespace) -> None:
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel
 
+    from comm import leave_process_group
+
     from gnnkit.optim import KFAC
 
     torch.set_num_threads(1)
@@ -85,10 +87,9 @@ def worker(args: argparse.Namespace) -> None:
                 total, opt_step = one_step(*runs[name])
                 times[name]["step"].append(total)
                 times[name]["optimizer_step"].append(opt_step)
-    dist.barrier()
     if args.rank == 0:
         Path(args.out).write_text(json.dumps(times))
-    dist.destroy_process_group()
+    leave_process_group()
 
 
 def launch(args: argparse.Namespace, out: Path) -> dict:

@@ -75,14 +75,6 @@ def _graph_bytes(arrays: dict) -> int:
     return sum(int(a["bytes"]) for name, a in arrays.items() if not name.startswith("split."))
 
 
-def _leave(dist) -> None:
-    """Leave the process group. The barrier first lets gloo's worker thread release the last
-    collective's tensors, whose release needs the GIL that ``destroy_process_group`` holds while
-    joining that thread (otherwise a rank can hang at exit)."""
-    dist.barrier()
-    dist.destroy_process_group()
-
-
 def _whole(entry, torch):
     """The whole graph as (x, y, adj, splits), and its graph + feature bytes."""
     from gnnkit.sparse import Adjacency
@@ -174,7 +166,9 @@ def worker(args: argparse.Namespace) -> None:
             "halo_mb_per_epoch": round(sent / 2**20, 3),
             "valid": round(scores["valid"], 4), "test": round(scores["test"], 4),
         }))
-    _leave(dist)
+    from comm import leave_process_group
+
+    leave_process_group()
 
 
 def launch(args: argparse.Namespace, mode: str, ranks: int, rate: float | None, out: Path) -> dict:
@@ -331,7 +325,9 @@ def sampled_worker(args: argparse.Namespace) -> None:
             "test": round(test, 4),
         }))
     if args.ranks > 1:
-        _leave(dist)
+        from comm import leave_process_group
+
+        leave_process_group()
 
 
 def sampled_launch(args: argparse.Namespace, mode: str, ranks: int, batch_size: int, out: Path) -> dict:
