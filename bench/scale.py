@@ -2,6 +2,7 @@
 
     python bench/scale.py [--json PATH] [--dataset synthetic-arxiv] [--ranks 1 2 4] [--epochs 30]
                           [--network loopback|1gbit] [--model gcn] [--hidden 256] [--layers 3]
+    python bench/scale.py --out-of-core [--json PATH] [--out-of-core-json bench/results/out_of_core.json]
     python bench/scale.py --sampled [--json PATH] [--dataset synthetic-products] [--ranks 1 2 4]
                           [--epochs 2] [--network loopback|1gbit] [--batch-size 1024] [--fanout 15 10 5]
                           [--remote-cache 0.1] [--test-nodes 50000]
@@ -47,6 +48,11 @@ an existing file: the sampled rows sit under ``sampled`` (rows of another ``--ne
 ``sampled_acc_gap`` (single process at the same global batch minus partitioned at the largest P, in
 points; ``sampled_acc_gap_vs_batch<B>`` against the recipe's batch) and
 ``sampled_epoch_partitioned_over_replicated_p4`` (on the emulated 1 Gbit/s link when it ran).
+
+``--out-of-core`` runs ``bench/out_of_core.py`` (the papers-shaped twin preprocessed under a 2 GB
+budget against the in-memory path) in a child, or reads the result it wrote with
+``--out-of-core-json``, and keeps it under ``out_of_core``; ``summary`` gains
+``out_of_core_peak_mb`` and the out-of-core / in-memory time and peak ratios.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ import contextlib
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -437,6 +444,39 @@ def _previous(path: Path | None) -> dict:
     return json.loads(path.read_text()) if path is not None and path.is_file() else {}
 
 
+def out_of_core_summary(result: dict) -> dict:
+    """The summary keys of a ``bench/out_of_core.py`` result (``out_of_core_peak_mb`` and the ratios)."""
+    s = result["summary"]
+    return {"out_of_core_peak_mb": s["out_of_core_peak_mb"], "out_of_core_budget_mb": s["out_of_core_budget_mb"],
+            "out_of_core_dataset": s["dataset"], "out_of_core_time_over_in_memory": s["time_ratio"],
+            "out_of_core_peak_over_in_memory": s["peak_ratio"], "out_of_core_byte_identical": s["byte_identical"]}
+
+
+def _kept_out_of_core(previous: dict) -> dict:
+    """The ``out_of_core`` section of an earlier ``--json`` file, for a run of another mode to keep."""
+    return {"out_of_core": previous["out_of_core"]} if "out_of_core" in previous else {}
+
+
+def run_out_of_core(args: argparse.Namespace) -> None:
+    """Out-of-core against in-memory preprocessing (``bench/out_of_core.py`` in a child, or the
+    result it wrote to ``--out-of-core-json``), merged into ``--json`` under ``out_of_core``."""
+    if args.out_of_core_json is not None:
+        result = json.loads(args.out_of_core_json.read_text())
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "out_of_core.json"
+            subprocess.run([sys.executable, str(Path(__file__).with_name("out_of_core.py")), "--json", str(out)],
+                           check=True, timeout=args.timeout)
+            result = json.loads(out.read_text())
+    summary = out_of_core_summary(result)
+    print(json.dumps(summary, indent=2))
+    if args.json:
+        previous = _previous(args.json)
+        merged = {**{k: v for k, v in previous.get("summary", {}).items() if not k.startswith("out_of_core_")},
+                  **summary}
+        atomic_write_text(args.json, json.dumps({**previous, "summary": merged, "out_of_core": result}, indent=2) + "\n")
+
+
 def run_full_graph(args: argparse.Namespace, network: str) -> None:
     from pipeline import preprocess
     from pipeline.partitioned import partition_entry
@@ -459,10 +499,12 @@ def run_full_graph(args: argparse.Namespace, network: str) -> None:
         previous = _previous(args.json)
         sampled = previous.get("sampled")
         summary.update(summarise_sampled(sampled["rows"]) if sampled else {})
+        summary.update(out_of_core_summary(previous["out_of_core"]) if "out_of_core" in previous else {})
         atomic_write_text(args.json, json.dumps({"rows": rows, "summary": summary,
                                                  "args": {k: v for k, v in vars(args).items()
                                                           if k in ("dataset", "epochs", "model", "hidden", "layers")},
-                                                 **({"sampled": sampled} if sampled else {})}, indent=2) + "\n")
+                                                 **({"sampled": sampled} if sampled else {}),
+                                                 **_kept_out_of_core(previous)}, indent=2) + "\n")
 
 
 def run_sampled(args: argparse.Namespace) -> None:
@@ -491,7 +533,7 @@ def run_sampled(args: argparse.Namespace) -> None:
         settings = {k: v for k, v in vars(args).items() if k in ("dataset", "epochs", "hidden", "layers", "batch_size",
                                                                  "eval_batch_size", "fanout", "remote_cache",
                                                                  "test_nodes", "max_steps")}
-        full = {k: previous[k] for k in ("rows", "args") if k in previous}
+        full = {k: previous[k] for k in ("rows", "args", "out_of_core") if k in previous}
         merged = {**{k: v for k, v in previous.get("summary", {}).items() if not k.startswith("sampled_")}, **summary}
         atomic_write_text(args.json, json.dumps({**full, "summary": merged,
                                                  "sampled": {"rows": rows, "args": settings}}, indent=2) + "\n")
@@ -503,6 +545,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--sampled", action="store_true", help="compare neighbour-sampled training")
+    parser.add_argument("--out-of-core", action="store_true",
+                        help="compare out-of-core with in-memory preprocessing (bench/out_of_core.py)")
+    parser.add_argument("--out-of-core-json", type=Path,
+                        help="--out-of-core: merge this bench/out_of_core.py result instead of running it")
     parser.add_argument("--dataset", help="default: synthetic-arxiv (full-graph), synthetic-products (--sampled)")
     parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--epochs", type=int, help="default: 30 (full-graph), 2 (--sampled)")
@@ -530,6 +576,9 @@ def main() -> None:
         args.ranks = args.ranks[0]
         args.boundary_sampling = args.boundary_sampling[0] if args.boundary_sampling else None
         (sampled_worker if args.sampled else worker)(args)
+        return
+    if args.out_of_core:
+        run_out_of_core(args)
         return
     network = args.network
     if network != "loopback" and (why := EmulatedNetwork.available()):

@@ -42,3 +42,19 @@ def test_two_ranks_on_a_small_graph(tmp_path):
     assert partitioned["halo_mb_per_epoch"] > 0 and partitioned["graph_feature_mb"] < report["rows"][1]["graph_feature_mb"]
     assert sampled["boundary_sampling"] == 0.5 and sampled["halo_mb_per_epoch"] < 0.7 * partitioned["halo_mb_per_epoch"]
     assert "graph+feat MB" in result.stdout and report["summary"]["ranks"] == 2
+
+
+def test_out_of_core_result_joins_the_summary_and_survives_other_modes(tmp_path):
+    out_of_core = {"rows": [], "summary": {"dataset": "synthetic-papers-tiny", "out_of_core_peak_mb": 300.5,
+                                           "out_of_core_budget_mb": 2048, "time_ratio": 0.9, "peak_ratio": 0.2,
+                                           "byte_identical": True}}
+    source, out = tmp_path / "out_of_core.json", tmp_path / "scale.json"
+    source.write_text(json.dumps(out_of_core))
+    out.write_text(json.dumps({"rows": [], "summary": {"acc_gap": 0.1}, "sampled": {"rows": [], "args": {}}}))
+    result = subprocess.run([sys.executable, str(BENCH / "scale.py"), "--out-of-core", "--out-of-core-json", str(source),
+                             "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["summary"]["acc_gap"] == 0.1 and report["summary"]["out_of_core_peak_mb"] == 300.5
+    assert report["summary"]["out_of_core_peak_over_in_memory"] == 0.2 and report["out_of_core"] == out_of_core
+    assert "sampled" in report  # the other modes' sections are kept
