@@ -207,7 +207,7 @@ def e2e_worker(spec: dict[str, Any]) -> dict[str, Any]:
     :class:`~gnnkit.module.NodeClassifier` tells it when fitting starts). Sampled batches come from
     a seeded loader, so every process trains on the same batches.
     """
-    from gnnkit.module import run_length
+    from gnnkit.task_module import run_length
     from gnnkit.sparse.decision import set_run_length
 
     from gnnkit.data.sampler import neighbor_loader

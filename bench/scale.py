@@ -106,7 +106,7 @@ def worker(args: argparse.Namespace) -> None:
 
     from gnnkit.metrics import evaluate, make_evaluator
     from gnnkit.models.node_gnn import NodeGNN
-    from gnnkit.module import gather_rows
+    from gnnkit.task_module import gather_rows
     from gnnkit.partitioned.batch_norm import partition_batch_norms
     from gnnkit.partitioned.boundary_sampling import BoundarySampler
     from pipeline import peak_rss_mb, preprocess
@@ -264,7 +264,7 @@ def sampled_worker(args: argparse.Namespace) -> None:
 
     from gnnkit.metrics import evaluate, make_evaluator
     from gnnkit.models.node_gnn import NodeGNN
-    from gnnkit.module import gather_rows
+    from gnnkit.task_module import gather_rows
     from pipeline import peak_rss_mb, preprocess
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.ranks))

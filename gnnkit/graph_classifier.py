@@ -4,20 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import lightning.pytorch as pl
 import torch
 from torch import Tensor, nn
 from torch_geometric.data import Data
 
-from gnnkit.metrics import evaluate, make_graph_evaluator
+from gnnkit.metrics import make_graph_evaluator
 from gnnkit.models.graph_gnn import GraphGNN, GraphGNNOptions
-from gnnkit.module import gather_rows
 from gnnkit.optim import module_optimizer, with_scheduler
+from gnnkit.task_module import STAGES, TaskModule
 
-STAGES = ("train", "val", "test")
 
-
-class GraphClassifier(pl.LightningModule):
+class GraphClassifier(TaskModule):
     """Graph classification (multi-task binary with missing labels, or multi-class) with OGB's metrics.
 
     The architecture is OGB's molecule example (:mod:`gnnkit.models.graph_gnn`); ``in_channels``,
@@ -86,11 +83,6 @@ class GraphClassifier(pl.LightningModule):
         self.evaluator = make_graph_evaluator(self.task["name"], self.task["eval_metric"], self.task["num_tasks"])
         self._outputs: dict[str, list[tuple[Tensor, Tensor]]] = {s: [] for s in STAGES}
 
-    @property
-    def num_params(self) -> int:
-        """Number of trainable parameters."""
-        return sum(p.numel() for p in self.parameters() if p.requires_grad)
-
     def report_info(self) -> dict[str, Any]:
         """``formats``: the SpMM plans of the ``aggregation="gnnkit"`` layers, for report.json."""
         return {"formats": self.gnn.format_report()} if self.hparams.aggregation == "gnnkit" else {}
@@ -126,31 +118,11 @@ class GraphClassifier(pl.LightningModule):
     def epoch_metric(self, y: Tensor, logits: Tensor) -> float:
         """OGB's metric of the predictions (NaN where it is undefined, e.g. ROC-AUC without positives)."""
         try:
-            return evaluate(self.evaluator, y, logits)
+            return super().epoch_metric(y, logits)
         except RuntimeError as err:
             if "labeled data available" in str(err):  # OGB: no task with both classes
                 return float("nan")
             raise
-
-    def _epoch_metric(self, stage: str) -> None:
-        outputs = self._outputs[stage]
-        if not outputs:
-            return
-        y = gather_rows(torch.cat([o[0] for o in outputs]))
-        logits = gather_rows(torch.cat([o[1] for o in outputs]))
-        outputs.clear()
-        value = self.epoch_metric(y, logits)
-        self.log(f"{stage}_metric", value, prog_bar=True, sync_dist=True)
-        self.log(f"{stage}_{self.evaluator.eval_metric}", value, sync_dist=True)
-
-    def on_train_epoch_end(self) -> None:
-        self._epoch_metric("train")
-
-    def on_validation_epoch_end(self) -> None:
-        self._epoch_metric("val")
-
-    def on_test_epoch_end(self) -> None:
-        self._epoch_metric("test")
 
     def configure_optimizers(self) -> torch.optim.Optimizer | dict[str, Any]:
         """Adam (OGB's example: lr 0.001, no weight decay), or the ``optimizer`` spec's class; then

@@ -14,16 +14,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import lightning.pytorch as pl
 import torch
 from torch import Tensor, nn
 from torch_geometric.data import Data
 
 from gnnkit.link_metrics import evaluate_links, make_link_evaluator
 from gnnkit.models.node_gnn import NodeGNN, NodeGNNOptions, resolve_model
-from gnnkit.module import run_length
 from gnnkit.optim import module_optimizer, with_scheduler
-from gnnkit.sparse.decision import set_run_length
+from gnnkit.task_module import RunLengthHooks, TaskModule
 
 DECODERS = ("dot", "mlp")
 #: Pairs scored per decoder call in evaluation (bounds the ``[pairs, hidden]`` temporaries).
@@ -72,7 +70,7 @@ def link_loss(pos: Tensor, neg: Tensor) -> Tensor:
     return -nn.functional.logsigmoid(pos).mean() - nn.functional.logsigmoid(-neg).mean()
 
 
-class LinkPredictor(pl.LightningModule):
+class LinkPredictor(RunLengthHooks, TaskModule):
     """Link prediction with an encoder of node embeddings and a pair decoder; OGB's metrics.
 
     ``in_channels``, ``num_nodes``, ``full_batch`` and ``task`` come from the datamodule (linked by
@@ -139,11 +137,6 @@ class LinkPredictor(pl.LightningModule):
         self.evaluator = make_link_evaluator(self.task["name"], self.task["eval_metric"])
         self._scores: dict[str, tuple[list[Tensor], list[Tensor], list[int]]] = {}
 
-    @property
-    def num_params(self) -> int:
-        """Number of trainable parameters."""
-        return sum(p.numel() for p in self.parameters() if p.requires_grad)
-
     def report_info(self) -> dict[str, Any]:
         """``decoder`` and, for ``aggregation="gnnkit"``, the SpMM ``formats`` of each layer."""
         info: dict[str, Any] = {"decoder": self.hparams.decoder}
@@ -209,24 +202,7 @@ class LinkPredictor(pl.LightningModule):
             return  # nothing to rank (e.g. a sanity check that stopped early)
         if max(per_pos):
             neg = neg.view(pos.shape[0], max(per_pos))
-        value = evaluate_links(self.evaluator, pos, neg)
-        # every rank scored the whole split and got the same value; sync_dist says so to Lightning
-        self.log(f"{stage}_metric", value, prog_bar=True, sync_dist=True)
-        self.log(f"{stage}_{self.evaluator.eval_metric.replace('@', '_')}", value, sync_dist=True)
-
-    def on_validation_epoch_end(self) -> None:
-        self._epoch_metric("val")
-
-    def on_test_epoch_end(self) -> None:
-        self._epoch_metric("test")
-
-    def on_fit_start(self) -> None:
-        """Tell ``format="auto"`` how many products the run's matrices serve (its check's payback)."""
-        self._previous_run = set_run_length(run_length(self.trainer.max_epochs, self.trainer.max_steps,
-                                                       self.hparams.full_batch))
-
-    def on_fit_end(self) -> None:
-        set_run_length(getattr(self, "_previous_run", None))
+        self.log_metric(stage, evaluate_links(self.evaluator, pos, neg))  # every rank scored the whole split
 
     def configure_optimizers(self) -> torch.optim.Optimizer | dict[str, Any]:
         """Adam (``lr``, ``weight_decay``) over the encoder, the decoder and the embedding, or the

@@ -4,44 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
-import lightning.pytorch as pl
 import torch
 from torch import Tensor, nn
 from torch_geometric.data import Data
 
-from gnnkit.metrics import evaluate, make_evaluator
+from gnnkit.metrics import make_evaluator
 from gnnkit.models.inrank import InRankOptions
 from gnnkit.models.node_gnn import NodeGNN, NodeGNNOptions, resolve_model
 from gnnkit.optim import module_optimizer, with_scheduler
 from gnnkit.partitioned.batch_norm import partition_batch_norms
-from gnnkit.sparse.decision import RunLength, set_run_length
+from gnnkit.task_module import STAGES, RunLengthHooks, TaskModule
 from gnnkit.tt import TTEmbedding, auto_config
 
-STAGES = ("train", "val", "test")
 EMBEDDINGS = ("full", "tt")
 LR_SCHEDULES = ("constant", "cosine")
 #: Which parameters ``weight_decay`` applies to: all, or only the first GNN layer's (Kipf & Welling).
 WEIGHT_DECAY_SCOPES = ("all", "first_layer")
-
-
-def gather_rows(t: Tensor) -> Tensor:
-    """Rows of ``t`` from every rank of the default process group, in rank order (``t`` itself
-    outside distributed runs), so an epoch metric covers the whole split when each rank evaluated
-    only its shard (Lightning's ``DistributedSampler``). Ranks may hold different row counts."""
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-        return t
-    world = torch.distributed.get_world_size()
-    if world == 1:
-        return t
-    count = torch.tensor([t.shape[0]], device=t.device)
-    counts = [torch.zeros_like(count) for _ in range(world)]
-    torch.distributed.all_gather(counts, count)
-    longest = int(max(c.item() for c in counts))
-    padded = t.new_zeros((longest, *t.shape[1:]))
-    padded[: t.shape[0]] = t
-    parts = [torch.empty_like(padded) for _ in range(world)]
-    torch.distributed.all_gather(parts, padded.contiguous())
-    return torch.cat([part[: int(c.item())] for part, c in zip(parts, counts)])
 
 
 def batch_targets(batch: Data) -> Tensor:
@@ -56,18 +34,6 @@ def batch_targets(batch: Data) -> Tensor:
     return torch.arange(batch.batch_size, device=batch.y.device)
 
 
-def run_length(max_epochs: int | None, max_steps: int | None, full_batch: bool) -> RunLength | None:
-    """The products per width a run's long-lived matrix serves: ``max_epochs`` x (one training step
-    plus one evaluation) for a full graph, else ``max_steps``; ``None`` when unbounded or unknown
-    (sampled blocks are single-use and never timed anyway). One layer's worth: a lower bound
-    where several layers share a width, so ``auto`` errs towards not timing."""
-    if max_epochs is not None and max_epochs > 0:
-        return RunLength(max_epochs, 2 if full_batch else 1)
-    if max_steps is not None and max_steps > 0:
-        return RunLength(max_steps, 1)
-    return None
-
-
 def _inrank_options(fields: dict[str, Any] | None) -> InRankOptions:
     """:class:`InRankOptions` from ``model.inrank``'s fields, naming an unknown one."""
     fields = dict(fields or {})
@@ -78,7 +44,7 @@ def _inrank_options(fields: dict[str, Any] | None) -> InRankOptions:
     return InRankOptions(**fields)
 
 
-class NodeClassifier(pl.LightningModule):
+class NodeClassifier(RunLengthHooks, TaskModule):
     """Node classification (multi-class, or multi-task binary) with OGB's metrics.
 
     ``in_channels``, ``out_channels``, ``num_nodes`` and the ``task`` come from the datamodule
@@ -227,11 +193,6 @@ class NodeClassifier(pl.LightningModule):
         self.evaluator = make_evaluator(self.task["name"], self.task["eval_metric"], self.task["num_tasks"])
         self._outputs: dict[str, list[tuple[Tensor, Tensor]]] = {s: [] for s in STAGES}
 
-    @property
-    def num_params(self) -> int:
-        """Number of trainable parameters."""
-        return sum(p.numel() for p in self.parameters() if p.requires_grad)
-
     def report_info(self) -> dict[str, Any]:
         """Keys this model adds to the run's ``report.json``.
 
@@ -333,35 +294,6 @@ class NodeClassifier(pl.LightningModule):
 
     def test_step(self, batch: Data, batch_idx: int) -> None:
         self._step(batch, "test")
-
-    def _epoch_metric(self, stage: str) -> None:
-        outputs = self._outputs[stage]
-        if not outputs:
-            return
-        y = gather_rows(torch.cat([o[0] for o in outputs]))
-        logits = gather_rows(torch.cat([o[1] for o in outputs]))
-        outputs.clear()
-        value = evaluate(self.evaluator, y, logits)
-        # every rank computed the same value from the gathered rows; sync_dist says so to Lightning
-        self.log(f"{stage}_metric", value, prog_bar=True, sync_dist=True)
-        self.log(f"{stage}_{self.evaluator.eval_metric}", value, sync_dist=True)
-
-    def on_train_epoch_end(self) -> None:
-        self._epoch_metric("train")
-
-    def on_fit_start(self) -> None:
-        """Tell ``format="auto"`` how many products the run's matrices serve (its check's payback)."""
-        self._previous_run = set_run_length(run_length(self.trainer.max_epochs, self.trainer.max_steps,
-                                                       self.hparams.full_batch))
-
-    def on_fit_end(self) -> None:
-        set_run_length(getattr(self, "_previous_run", None))
-
-    def on_validation_epoch_end(self) -> None:
-        self._epoch_metric("val")
-
-    def on_test_epoch_end(self) -> None:
-        self._epoch_metric("test")
 
     def parameter_groups(self, decay: float | None = None) -> list[dict[str, Any]]:
         """The optimizer's parameter groups: every parameter in one, or with

@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from gnnkit.data.datamodule import GraphDataModule
-from gnnkit.module import NodeClassifier, run_length
+from gnnkit.module import NodeClassifier
+from gnnkit.task_module import run_length
 from gnnkit.sparse import decision
 from gnnkit.sparse.decision import RunLength
 

@@ -1,0 +1,109 @@
+"""What gnnkit's LightningModules share: the epoch metric over every rank's predictions, the
+parameter count, and the run length that ``format="auto"`` weighs its checks against.
+
+:class:`~gnnkit.module.NodeClassifier`, :class:`~gnnkit.graph_classifier.GraphClassifier` and
+:class:`~gnnkit.link_predictor.LinkPredictor` derive from :class:`TaskModule`; the two whose
+matrices outlive a step (full graphs) also mix in :class:`RunLengthHooks`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from torch import Tensor
+
+from gnnkit.metrics import evaluate
+from gnnkit.sparse.decision import RunLength, set_run_length
+
+STAGES = ("train", "val", "test")
+
+
+def gather_rows(t: Tensor) -> Tensor:
+    """Rows of ``t`` from every rank of the default process group, in rank order (``t`` itself
+    outside distributed runs), so an epoch metric covers the whole split when each rank evaluated
+    only its shard (Lightning's ``DistributedSampler``). Ranks may hold different row counts."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return t
+    world = torch.distributed.get_world_size()
+    if world == 1:
+        return t
+    count = torch.tensor([t.shape[0]], device=t.device)
+    counts = [torch.zeros_like(count) for _ in range(world)]
+    torch.distributed.all_gather(counts, count)
+    longest = int(max(c.item() for c in counts))
+    padded = t.new_zeros((longest, *t.shape[1:]))
+    padded[: t.shape[0]] = t
+    parts = [torch.empty_like(padded) for _ in range(world)]
+    torch.distributed.all_gather(parts, padded.contiguous())
+    return torch.cat([part[: int(c.item())] for part, c in zip(parts, counts)])
+
+
+def run_length(max_epochs: int | None, max_steps: int | None, full_batch: bool) -> RunLength | None:
+    """The products per width a run's long-lived matrix serves: ``max_epochs`` x (one training step
+    plus one evaluation) for a full graph, else ``max_steps``; ``None`` when unbounded or unknown
+    (sampled blocks are single-use and never timed anyway). One layer's worth: a lower bound
+    where several layers share a width, so ``auto`` errs towards not timing."""
+    if max_epochs is not None and max_epochs > 0:
+        return RunLength(max_epochs, 2 if full_batch else 1)
+    if max_steps is not None and max_steps > 0:
+        return RunLength(max_steps, 1)
+    return None
+
+
+class TaskModule(pl.LightningModule):
+    """A LightningModule whose steps keep ``(targets, logits)`` per stage in ``self._outputs``; at
+    each epoch's end they are gathered from every rank and scored by :meth:`epoch_metric`.
+
+    Subclasses set ``self.evaluator`` (an OGB ``Evaluator`` wrapper with ``eval_metric``) and
+    ``self._outputs = {stage: [] for stage in STAGES}``, or override :meth:`_epoch_metric`.
+    """
+
+    evaluator: Any
+    _outputs: dict[str, list[tuple[Tensor, Tensor]]]
+
+    @property
+    def num_params(self) -> int:
+        """Number of trainable parameters."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    def epoch_metric(self, y: Tensor, logits: Tensor) -> float:
+        """OGB's metric of a stage's gathered predictions."""
+        return evaluate(self.evaluator, y, logits)
+
+    def log_metric(self, stage: str, value: float) -> None:
+        """Log ``<stage>_metric`` and ``<stage>_<OGB metric name>``. Every rank computed the same
+        value from gathered rows; ``sync_dist`` says so to Lightning."""
+        self.log(f"{stage}_metric", value, prog_bar=True, sync_dist=True)
+        self.log(f"{stage}_{self.evaluator.eval_metric.replace('@', '_')}", value, sync_dist=True)
+
+    def _epoch_metric(self, stage: str) -> None:
+        outputs = self._outputs[stage]
+        if not outputs:
+            return
+        y = gather_rows(torch.cat([o[0] for o in outputs]))
+        logits = gather_rows(torch.cat([o[1] for o in outputs]))
+        outputs.clear()
+        self.log_metric(stage, self.epoch_metric(y, logits))
+
+    def on_train_epoch_end(self) -> None:
+        self._epoch_metric("train")
+
+    def on_validation_epoch_end(self) -> None:
+        self._epoch_metric("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._epoch_metric("test")
+
+
+class RunLengthHooks:
+    """Mixin for a :class:`TaskModule` with ``hparams.full_batch``: during ``fit`` the format
+    selector knows how many products the run's matrices serve (its checks' payback)."""
+
+    def on_fit_start(self) -> None:
+        self._previous_run = set_run_length(run_length(self.trainer.max_epochs, self.trainer.max_steps,  # type: ignore[attr-defined]
+                                                       self.hparams.full_batch))  # type: ignore[attr-defined]
+
+    def on_fit_end(self) -> None:
+        set_run_length(getattr(self, "_previous_run", None))
