@@ -25,15 +25,45 @@ class EpochTimer(pl.Callback):
     def __init__(self, log_lines: bool = False) -> None:
         self.log_lines = log_lines
         self.times: list[float] = []
+        self.train_times: list[float] = []  # the same epochs without their validation
+        self.train_batches: list[int] = []
         self._start = 0.0
+        self._validating_since: float | None = None
+        self._validation = 0.0
+        self._batches = 0
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.times.append(time.perf_counter() - self._start)
+        self.train_times.append(self.times[-1] - self._validation)
+        self.train_batches.append(self._batches)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._start = time.perf_counter()
+        self._validation, self._batches = 0.0, 0
         if trainer.current_epoch > 0:
             self._log_epoch(trainer, trainer.current_epoch)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        self._batches += 1
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._validating_since = time.perf_counter()
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._validating_since is not None:
+            self._validation += time.perf_counter() - self._validating_since
+            self._validating_since = None
+
+    def summary(self) -> dict[str, float | None]:
+        """``epoch_time_s`` (median epoch, its validation included), ``train_epoch_time_s`` (median
+        epoch without validation) and ``train_batches_per_s`` (training batches over that time)."""
+        if not self.times:
+            return {"epoch_time_s": None, "train_epoch_time_s": None, "train_batches_per_s": None}
+        train = statistics.median(self.train_times)
+        rate = statistics.median(b / t for b, t in zip(self.train_batches, self.train_times) if t > 0) \
+            if any(t > 0 for t in self.train_times) else None
+        return {"epoch_time_s": round(statistics.median(self.times), 4), "train_epoch_time_s": round(train, 4),
+                "train_batches_per_s": None if rate is None else round(rate, 3)}
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._log_epoch(trainer, trainer.current_epoch, force=True)
@@ -46,6 +76,17 @@ class EpochTimer(pl.Callback):
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.endswith(("_loss", "_metric"))}
         shown = " ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items()))
         log.info("epoch %d/%s %s (%.2fs)", epoch, trainer.max_epochs, shown, self.times[-1])
+
+
+def peak_gpu(model: pl.LightningModule) -> dict[str, float]:
+    """``peak_gpu_mb``: the most CUDA memory torch's allocator held for tensors in this process
+    (``torch.cuda.max_memory_allocated``), when the model trained on a GPU; empty otherwise."""
+    import torch
+
+    device = getattr(model, "device", None)
+    if device is None or device.type != "cuda":
+        return {}
+    return {"peak_gpu_mb": round(torch.cuda.max_memory_allocated(device) / 2**20, 1)}
 
 
 def read_metrics(path: Path) -> list[dict[str, float]]:
@@ -108,8 +149,9 @@ def write_report(
         "val": None if best is None else round(float(best), 6),
         "test": round(float(test), 6),
         "epochs": trainer.current_epoch,
-        "epoch_time_s": round(statistics.median(timer.times), 4) if timer.times else None,
+        **timer.summary(),
         "peak_rss_mb": round(peak_rss_mb(), 1),
+        **peak_gpu(model),
         "num_params": model.num_params,
         "best_checkpoint": str(checkpoint.best_model_path) if checkpoint is not None else None,
         "data": datamodule.describe(),

@@ -4,7 +4,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from gnnkit.report import write_report
+from gnnkit import report as report_module
+from gnnkit.report import EpochTimer, write_report
+
+
+def _timer(times, train_times, batches):
+    timer = EpochTimer()
+    timer.times, timer.train_times, timer.train_batches = times, train_times, batches
+    return timer
 
 
 def _parts(rank_zero: bool):
@@ -12,7 +19,7 @@ def _parts(rank_zero: bool):
                             num_params=10)
     data = SimpleNamespace(describe=lambda: {"name": "synthetic-tiny"})
     trainer = SimpleNamespace(checkpoint_callback=None, current_epoch=2, strategy=None, is_global_zero=rank_zero)
-    return trainer, model, data, SimpleNamespace(times=[1.0, 2.0])
+    return trainer, model, data, _timer([1.0, 2.0], [0.5, 1.5], [10, 10])
 
 
 @pytest.mark.parametrize("rank_zero", [True, False])
@@ -21,5 +28,24 @@ def test_only_rank_zero_writes(tmp_path, rank_zero):
     trainer, model, data, timer = _parts(rank_zero)
     report = write_report(tmp_path, trainer=trainer, model=model, datamodule=data, test=0.5, timer=timer)
     assert report["test"] == 0.5 and report["epoch_time_s"] == 1.5
+    assert report["train_epoch_time_s"] == 1.0 and report["train_batches_per_s"] == pytest.approx((20 + 20 / 3) / 2, abs=1e-3)
+    assert "peak_gpu_mb" not in report  # trained on the CPU
     assert (tmp_path / "report.json").exists() == rank_zero
     assert (tmp_path / "curves.png").exists() == rank_zero
+
+
+def test_epoch_timer_takes_validation_out_of_the_training_time(monkeypatch):
+    clock = iter([0.0, 1.0, 3.0, 4.0, 10.0, 15.0])  # epoch 0 starts, validation 1-3, ends 4; epoch 1 10-15
+    monkeypatch.setattr(report_module.time, "perf_counter", lambda: next(clock))
+    timer, trainer = EpochTimer(), SimpleNamespace(current_epoch=0)
+    timer.on_train_epoch_start(trainer, None)
+    for _ in range(4):
+        timer.on_train_batch_end(trainer, None)
+    timer.on_validation_start(trainer, None)
+    timer.on_validation_end(trainer, None)
+    timer.on_train_epoch_end(trainer, None)
+    timer.on_train_epoch_start(trainer, None)
+    timer.on_train_batch_end(trainer, None)
+    timer.on_train_epoch_end(trainer, None)
+    assert timer.times == [4.0, 5.0] and timer.train_times == [2.0, 5.0] and timer.train_batches == [4, 1]
+    assert timer.summary() == {"epoch_time_s": 4.5, "train_epoch_time_s": 3.5, "train_batches_per_s": 1.1}
