@@ -56,13 +56,15 @@ class EpochTimer(pl.Callback):
 
     def summary(self) -> dict[str, float | None]:
         """``epoch_time_s`` (median epoch, its validation included), ``train_epoch_time_s`` (median
-        epoch without validation) and ``train_batches_per_s`` (training batches over that time)."""
+        epoch without validation), ``train_time_s`` (all epochs without validation) and
+        ``train_batches_per_s`` (the median epoch's batches over its median time)."""
         if not self.times:
-            return {"epoch_time_s": None, "train_epoch_time_s": None, "train_batches_per_s": None}
+            return {"epoch_time_s": None, "train_epoch_time_s": None, "train_time_s": None,
+                    "train_batches_per_s": None}
         train = statistics.median(self.train_times)
-        rate = statistics.median(b / t for b, t in zip(self.train_batches, self.train_times) if t > 0) \
-            if any(t > 0 for t in self.train_times) else None
+        rate = statistics.median(self.train_batches) / train if train > 0 else None
         return {"epoch_time_s": round(statistics.median(self.times), 4), "train_epoch_time_s": round(train, 4),
+                "train_time_s": round(sum(self.train_times), 4),
                 "train_batches_per_s": None if rate is None else round(rate, 3)}
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

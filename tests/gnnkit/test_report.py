@@ -28,7 +28,7 @@ def test_only_rank_zero_writes(tmp_path, rank_zero):
     trainer, model, data, timer = _parts(rank_zero)
     report = write_report(tmp_path, trainer=trainer, model=model, datamodule=data, test=0.5, timer=timer)
     assert report["test"] == 0.5 and report["epoch_time_s"] == 1.5
-    assert report["train_epoch_time_s"] == 1.0 and report["train_batches_per_s"] == pytest.approx((20 + 20 / 3) / 2, abs=1e-3)
+    assert report["train_epoch_time_s"] == 1.0 and report["train_batches_per_s"] == 10.0
     assert "peak_gpu_mb" not in report  # trained on the CPU
     assert (tmp_path / "report.json").exists() == rank_zero
     assert (tmp_path / "curves.png").exists() == rank_zero
@@ -48,4 +48,5 @@ def test_epoch_timer_takes_validation_out_of_the_training_time(monkeypatch):
     timer.on_train_batch_end(trainer, None)
     timer.on_train_epoch_end(trainer, None)
     assert timer.times == [4.0, 5.0] and timer.train_times == [2.0, 5.0] and timer.train_batches == [4, 1]
-    assert timer.summary() == {"epoch_time_s": 4.5, "train_epoch_time_s": 3.5, "train_batches_per_s": 1.1}
+    assert timer.summary() == {"epoch_time_s": 4.5, "train_epoch_time_s": 3.5, "train_time_s": 7.0,
+                               "train_batches_per_s": 0.714}

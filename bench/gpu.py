@@ -1,0 +1,199 @@
+"""GPU end to end: each recipe family trained by ``gnnkit run`` on one GPU, gnnkit's path against
+the plain PyG path and against gnnkit fed by CPU sampling.
+
+Every configuration is one ``gnnkit run`` of a shipped recipe in a process of its own (what a user
+runs), with overrides; its ``report.json`` gives the figures. Families and their rows:
+
+* ``sage``: sampled GraphSAGE 3 x 256, fan-out [15, 10, 5], batch 1024 on the products twin
+  (``recipes/sage_synthetic_products.yaml``):
+
+  * ``gnnkit``: ``--model.aggregation gnnkit --data.sampler_device auto`` (on a GPU: the CSR,
+    features and labels on the device, sampled and gathered there);
+  * ``gnnkit, CPU sampling``: the same with ``--data.sampler_device cpu`` (loader workers sample on
+    the host, batches copied to the device);
+  * ``PyG``: ``--model.aggregation pyg --data.sampler_device cpu``: PyG's layers on batches of
+    PyG's ``NodeLoader`` sampled on the host.
+
+* ``gcn``: full-batch GCN 3 x 256 on the arxiv twin (``recipes/gcn_synthetic_arxiv.yaml``),
+  ``--model.aggregation gnnkit`` against ``pyg``.
+* ``reuse``: the products reuse recipe (``recipes/sage_reuse_synthetic_products.yaml``, PerFect-style
+  record and replay, https://arxiv.org/abs/2408.08490 ) against the same recipe with
+  ``--data.reuse null``, both with gnnkit aggregation and the default sampler device, over the
+  recipe's whole schedule (``--reuse-epochs``).
+
+Per run: the training epoch without validation (median, ``train_epoch_time_s``), training batches
+per second, the whole training time (``train_time_s``), peak GPU memory (``peak_gpu_mb``; peak RSS
+on the CPU) and the test metric. ``summary``: ``sage_products_epoch_s`` (gnnkit row),
+``gpu_sampling_speedup`` (gnnkit with CPU sampling over gnnkit, epoch time),
+``gcn_gnnkit_over_pyg_epoch`` (gnnkit's epoch over PyG's: at most 1 is no slower) and
+``reuse_end_to_end_speedup`` (fresh sampling's training time over reuse's) with ``reuse_acc_gap``
+(fresh minus reuse test metric, in points).
+
+    python bench/gpu.py --json bench/results/gpu.json [--families sage gcn reuse] [--epochs 4]
+                        [--reuse-epochs 20] [--device cuda|cpu] [--dataset-sampled NAME]
+                        [--dataset-full NAME]
+
+``--device cpu`` runs the same rows on the CPU (the GPU rows then sample on the CPU too): a check of
+the benchmark itself, not a GPU figure. The runs' folders and logs go under ``--workdir``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pipeline import atomic_write_text  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Config:
+    """One row: a recipe and the overrides that make its path.
+
+    Attributes:
+        family: ``sage``, ``gcn`` or ``reuse``.
+        label: The row's name in the table.
+        recipe: The recipe under ``recipes/``.
+        overrides: ``gnnkit run`` arguments after the recipe.
+    """
+
+    family: str
+    label: str
+    recipe: str
+    overrides: tuple[str, ...]
+
+
+def configs(families: list[str]) -> list[Config]:
+    """The rows of the chosen families, in table order."""
+    sage, gcn, reuse = "sage_synthetic_products.yaml", "gcn_synthetic_arxiv.yaml", "sage_reuse_synthetic_products.yaml"
+    rows = {
+        "sage": [Config("sage", "gnnkit", sage, ("--model.aggregation", "gnnkit", "--data.sampler_device", "auto")),
+                 Config("sage", "gnnkit, CPU sampling", sage,
+                        ("--model.aggregation", "gnnkit", "--data.sampler_device", "cpu")),
+                 Config("sage", "PyG", sage, ("--model.aggregation", "pyg", "--data.sampler_device", "cpu"))],
+        "gcn": [Config("gcn", "gnnkit", gcn, ("--model.aggregation", "gnnkit")),
+                Config("gcn", "PyG", gcn, ("--model.aggregation", "pyg"))],
+        "reuse": [Config("reuse", "reuse", reuse, ("--model.aggregation", "gnnkit")),
+                  Config("reuse", "fresh sampling", reuse, ("--model.aggregation", "gnnkit", "--data.reuse", "null"))],
+    }
+    return [row for family in families for row in rows[family]]
+
+
+def command(config: Config, args: argparse.Namespace, run_dir: Path) -> list[str]:
+    """The ``gnnkit run`` command line of one row."""
+    epochs = args.reuse_epochs if config.family == "reuse" else args.epochs
+    dataset = args.dataset_full if config.family == "gcn" else args.dataset_sampled
+    accelerator = "gpu" if args.device == "cuda" else "cpu"
+    return [sys.executable, "-m", "gnnkit.cli", "run", str(ROOT / "recipes" / config.recipe), *config.overrides,
+            "--trainer.accelerator", accelerator, "--trainer.max_epochs", str(epochs),
+            *(["--data.dataset", dataset] if dataset else []), "--run_dir", str(run_dir)]
+
+
+def run(config: Config, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """Train one row in its own process; its figures from ``report.json``."""
+    name = f"{config.family}-{config.label.replace(' ', '_').replace(',', '')}"
+    run_dir = workdir / name
+    cmd = command(config, args, run_dir)
+    with open(workdir / f"{name}.log", "w") as log:
+        print(f"== {config.family} / {config.label}: {' '.join(cmd[3:])}", flush=True)
+        code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=args.timeout, cwd=ROOT).returncode
+    if code != 0:
+        tail = (workdir / f"{name}.log").read_text()[-2000:]
+        raise RuntimeError(f"bench/gpu.py: {config.family} / {config.label} failed (exit {code}):\n{tail}")
+    report = json.loads((run_dir / "report.json").read_text())
+    sampler = report.get("sampler") or {}
+    return {"family": config.family, "label": config.label, "args": list(config.overrides),
+            "epochs": report["epochs"], "train_epoch_s": report["train_epoch_time_s"],
+            "train_time_s": report["train_time_s"], "batches_per_s": report["train_batches_per_s"],
+            "peak_gpu_mb": report.get("peak_gpu_mb"), "peak_rss_mb": report["peak_rss_mb"],
+            "sampler_device": sampler.get("device") if isinstance(sampler, dict) else sampler,
+            "metric": report["metric"], "test": report["test"]}
+
+
+def _row(family: str, label: str, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    return next((r for r in rows if (r["family"], r["label"]) == (family, label)), None)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 4) if a and b else None
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The summary keys the issue names, from the rows that ran (``None`` where a row is missing)."""
+    def epoch(family: str, label: str) -> float | None:
+        row = _row(family, label, rows)
+        return row["train_epoch_s"] if row else None
+
+    reuse, fresh = _row("reuse", "reuse", rows), _row("reuse", "fresh sampling", rows)
+    return {
+        "sage_products_epoch_s": epoch("sage", "gnnkit"),
+        "gpu_sampling_speedup": _ratio(epoch("sage", "gnnkit, CPU sampling"), epoch("sage", "gnnkit")),
+        "sage_gnnkit_over_pyg_speedup": _ratio(epoch("sage", "PyG"), epoch("sage", "gnnkit")),
+        "gcn_gnnkit_over_pyg_epoch": _ratio(epoch("gcn", "gnnkit"), epoch("gcn", "PyG")),
+        "reuse_end_to_end_speedup": _ratio(fresh["train_time_s"], reuse["train_time_s"]) if reuse and fresh else None,
+        "reuse_acc_gap": round(100 * (fresh["test"] - reuse["test"]), 2) if reuse and fresh else None,
+    }
+
+
+def print_table(rows: list[dict[str, Any]], device: str) -> None:
+    """One table per family; the ratio column is each row's epoch over the family's first row's."""
+    memory = "peak GPU MB" if device == "cuda" else "peak RSS MB"
+    for family in dict.fromkeys(r["family"] for r in rows):
+        group = [r for r in rows if r["family"] == family]
+        print(f"\n{family} ({device})")
+        print(f"{'path':22} {'sampler':>8} {'epoch s':>9} {'vs first':>8} {'batches/s':>10} {'train s':>9} "
+              f"{memory:>12} {'test':>7}")
+        for r in group:
+            mem = r["peak_gpu_mb"] if device == "cuda" else r["peak_rss_mb"]
+            ratio = _ratio(r["train_epoch_s"], group[0]["train_epoch_s"])
+            print(f"{r['label']:22} {str(r['sampler_device'] or '-'):>8} {r['train_epoch_s']:9.3f} "
+                  f"{ratio if ratio is not None else float('nan'):8.3f} {r['batches_per_s'] or 0:10.2f} "
+                  f"{r['train_time_s']:9.2f} {mem or 0:12.1f} {r['test']:7.4f}")
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--families", nargs="+", choices=["sage", "gcn", "reuse"], default=["sage", "gcn", "reuse"])
+    parser.add_argument("--epochs", type=int, default=4, help="epochs of the sage and gcn rows (median of them)")
+    parser.add_argument("--reuse-epochs", type=int, default=20, help="epochs of the reuse rows (the recipe's schedule)")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--dataset-sampled", help="dataset of the sage and reuse rows (default: the recipes')")
+    parser.add_argument("--dataset-full", help="dataset of the gcn rows (default: the recipe's)")
+    parser.add_argument("--workdir", type=Path, help="run folders and logs (default: a temporary folder)")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds one run may take")
+    args = parser.parse_args(argv)
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            parser.error("--device cuda: no CUDA device here (use --device cpu to check the benchmark itself)")
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = args.workdir or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        rows = [run(config, args, workdir) for config in configs(args.families)]
+    print_table(rows, args.device)
+    summary = summarise(rows)
+    print(json.dumps(summary, indent=2))
+    result = {"device": args.device, "rows": rows, "summary": summary,
+              "args": {k: v for k, v in vars(args).items() if k in ("epochs", "reuse_epochs", "dataset_sampled",
+                                                                     "dataset_full", "families")}}
+    if args.device == "cuda":
+        import torch
+
+        result["gpu"] = torch.cuda.get_device_name(0)
+    if args.json:
+        atomic_write_text(args.json, json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""bench/gpu.py: its rows' command lines, the summary, and one family end to end on the CPU (the GPU
+figures come from a lent GPU machine, bench/gpu_session.sh)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _row(family, label, epoch, total=None, test=0.7):
+    return {"family": family, "label": label, "train_epoch_s": epoch, "train_time_s": total or epoch, "test": test}
+
+
+def test_summary_keys_of_the_issue(bench):
+    gpu = bench("gpu")
+    rows = [_row("sage", "gnnkit", 1.0), _row("sage", "gnnkit, CPU sampling", 6.0), _row("sage", "PyG", 5.0),
+            _row("gcn", "gnnkit", 0.05), _row("gcn", "PyG", 0.06),
+            _row("reuse", "reuse", 1.0, total=20.0, test=0.795), _row("reuse", "fresh sampling", 1.5, total=30.0, test=0.8)]
+    assert gpu.summarise(rows) == {"sage_products_epoch_s": 1.0, "gpu_sampling_speedup": 6.0,
+                                   "sage_gnnkit_over_pyg_speedup": 5.0, "gcn_gnnkit_over_pyg_epoch": 0.8333,
+                                   "reuse_end_to_end_speedup": 1.5, "reuse_acc_gap": 0.5}
+    assert gpu.summarise(rows[:1])["gpu_sampling_speedup"] is None  # a family that did not run
+
+
+def test_rows_differ_only_in_their_path(bench):
+    gpu = bench("gpu")
+    args = gpu.argparse.Namespace(epochs=3, reuse_epochs=20, device="cuda", dataset_sampled=None, dataset_full="x")
+    sage = [gpu.command(c, args, Path("r")) for c in gpu.configs(["sage"])]
+    assert all("--trainer.accelerator" in c and c[c.index("--trainer.max_epochs") + 1] == "3" for c in sage)
+    assert [c[c.index("--data.sampler_device") + 1] for c in sage] == ["auto", "cpu", "cpu"]
+    assert [c[c.index("--model.aggregation") + 1] for c in sage] == ["gnnkit", "gnnkit", "pyg"]
+    reuse = [gpu.command(c, args, Path("r")) for c in gpu.configs(["reuse"])]
+    assert "--data.reuse" not in reuse[0] and reuse[1][reuse[1].index("--data.reuse") + 1] == "null"
+    assert reuse[0][reuse[0].index("--trainer.max_epochs") + 1] == "20"
+    gcn = gpu.command(gpu.configs(["gcn"])[0], args, Path("r"))
+    assert gcn[gcn.index("--data.dataset") + 1] == "x"
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the refusal is for machines without CUDA")
+def test_cuda_without_a_gpu_is_one_clear_line(tmp_path):
+    result = subprocess.run([sys.executable, str(BENCH / "gpu.py"), "--families", "gcn"], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 2 and "--device cuda: no CUDA device here" in result.stderr
+
+
+def test_one_family_end_to_end_on_the_cpu(tmp_path):
+    out = tmp_path / "gpu.json"
+    result = subprocess.run([sys.executable, str(BENCH / "gpu.py"), "--device", "cpu", "--families", "gcn",
+                             "--epochs", "2", "--dataset-full", "synthetic-tiny", "--workdir", str(tmp_path / "w"),
+                             "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert [r["label"] for r in report["rows"]] == ["gnnkit", "PyG"]
+    assert all(r["train_epoch_s"] > 0 and r["epochs"] == 2 and 0 <= r["test"] <= 1 for r in report["rows"])
+    assert report["summary"]["gcn_gnnkit_over_pyg_epoch"] > 0 and "gcn (cpu)" in result.stdout
