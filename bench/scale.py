@@ -52,7 +52,8 @@ points; ``sampled_acc_gap_vs_batch<B>`` against the recipe's batch) and
 ``--out-of-core`` runs ``bench/out_of_core.py`` (the papers-shaped twin preprocessed under a 2 GB
 budget against the in-memory path) in a child, or reads the result it wrote with
 ``--out-of-core-json``, and keeps it under ``out_of_core``; ``summary`` gains
-``out_of_core_peak_mb`` and the out-of-core / in-memory time and peak ratios.
+``out_of_core_peak_mb`` and the out-of-core / in-memory time and peak ratios. ``--png PATH`` draws
+the ``--json`` report's memory and epoch ratios at the largest P against the targets.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from pipeline import atomic_write_text  # noqa: E402
+from pipeline import atomic_write_text, save_figure  # noqa: E402
 
 MODES = ("replicated", "partitioned")
 SAMPLED_MODES = ("single", "replicated", "partitioned")
@@ -439,6 +440,44 @@ def print_table(rows: list[dict], flush: bool = False) -> None:
               f"{r['test']:6.4f}", flush=flush)
 
 
+def plot(report: dict, path: Path) -> None:
+    """Two panels at the largest P from a ``--json`` report: graph + feature memory per rank and
+    epoch time, each over replicated training's, with the targets (1.3/P and 1) as lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    summary, rows = report.get("summary", {}), report.get("rows", [])
+    memory = {"full-graph exact\n(halo counted)": summary.get("memory_per_rank_over_replicated_p4"),
+              "full-graph exact\n(stored)": summary.get("memory_per_rank_over_replicated_p4_without_halo"),
+              **{f"full-graph\nBNS {key.rsplit('bns', 1)[1]}": v for key, v in summary.items()
+                 if key.startswith("memory_per_rank_over_replicated_p4_bns")},
+              "sampled\n(cache counted)": summary.get("sampled_memory_per_rank_over_replicated_p4")}
+    top = max((r["ranks"] for r in rows), default=0)
+    replicated = next((r for r in rows if (r["mode"], r["ranks"]) == ("replicated", top)), None)
+    epoch = {"full-graph exact": summary.get("epoch_partitioned_over_replicated_p4"),
+             **{f"full-graph\nBNS {r['boundary_sampling']}": round(r["epoch_s"] / replicated["epoch_s"], 4)
+                for r in rows if replicated and r["ranks"] == top and r.get("boundary_sampling")},
+             "sampled\nloopback": summary.get("sampled_epoch_partitioned_over_replicated_p4_loopback"),
+             f"sampled\n{summary.get('sampled_epoch_network', '')}": summary.get("sampled_epoch_partitioned_over_replicated_p4")}
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, values, target, title in ((axes[0], memory, summary.get("memory_bound_1_3_over_p"), "graph + features per rank"),
+                                      (axes[1], epoch, 1.0, f"epoch time (full-graph: {summary.get('network', '')})")):
+        shown = {k: v for k, v in values.items() if v is not None}
+        bars = ax.bar(list(shown), list(shown.values()))
+        ax.bar_label(bars, fmt="%.2f", fontsize=8)
+        if target:
+            ax.axhline(target, color="red", linestyle="--", label=f"target {target:.3f}")
+            ax.legend()
+        ax.set_ylabel("partitioned / replicated")
+        ax.set_title(f"{title}, P = {summary.get('ranks', top)}")
+        ax.tick_params(axis="x", labelsize=7)
+    fig.tight_layout()
+    save_figure(fig, path, dpi=100)
+    plt.close(fig)
+
+
 def _previous(path: Path | None) -> dict:
     """What an earlier ``--json`` run left in ``path`` (empty without one)."""
     return json.loads(path.read_text()) if path is not None and path.is_file() else {}
@@ -567,6 +606,7 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=0, help="--sampled: stop each epoch after this many steps")
     parser.add_argument("--modes", nargs="+", choices=SAMPLED_MODES, help="--sampled: run only these modes")
     parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--png", type=Path, help="draw the --json report's ratios at the largest P (after any mode)")
     parser.add_argument("--mode", choices=SAMPLED_MODES, help=argparse.SUPPRESS)
     add_worker_args(parser)
     args = parser.parse_args()
@@ -579,12 +619,19 @@ def main() -> None:
         return
     if args.out_of_core:
         run_out_of_core(args)
+        _plot_report(args)
         return
     network = args.network
     if network != "loopback" and (why := EmulatedNetwork.available()):
         print(f"bench/scale.py: {why}: using loopback")
         network = args.network = "loopback"
     run_sampled(args) if args.sampled else run_full_graph(args, network)
+    _plot_report(args)
+
+
+def _plot_report(args: argparse.Namespace) -> None:
+    if args.png and args.json:
+        plot(_previous(args.json), args.png)
 
 
 if __name__ == "__main__":

@@ -52,9 +52,17 @@ def test_out_of_core_result_joins_the_summary_and_survives_other_modes(tmp_path)
     source.write_text(json.dumps(out_of_core))
     out.write_text(json.dumps({"rows": [], "summary": {"acc_gap": 0.1}, "sampled": {"rows": [], "args": {}}}))
     result = subprocess.run([sys.executable, str(BENCH / "scale.py"), "--out-of-core", "--out-of-core-json", str(source),
-                             "--json", str(out)], capture_output=True, text=True, timeout=120)
+                             "--json", str(out), "--png", str(tmp_path / "scale.png")],
+                            capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["summary"]["acc_gap"] == 0.1 and report["summary"]["out_of_core_peak_mb"] == 300.5
     assert report["summary"]["out_of_core_peak_over_in_memory"] == 0.2 and report["out_of_core"] == out_of_core
     assert "sampled" in report  # the other modes' sections are kept
+    assert (tmp_path / "scale.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plot_draws_the_committed_report(bench, tmp_path):
+    scale = bench("scale")
+    scale.plot(json.loads((BENCH / "results" / "scale.json").read_text()), tmp_path / "scale.png")
+    assert (tmp_path / "scale.png").stat().st_size > 10_000
