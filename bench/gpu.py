@@ -29,7 +29,7 @@ on the CPU) and the test metric. ``summary``: ``sage_products_epoch_s`` (gnnkit 
 ``reuse_end_to_end_speedup`` (fresh sampling's training time over reuse's) with ``reuse_acc_gap``
 (fresh minus reuse test metric, in points).
 
-    python bench/gpu.py --json bench/results/gpu.json [--families sage gcn reuse] [--epochs 4]
+    python bench/gpu.py --json bench/results/gpu.json --png bench/results/gpu.png [--families sage gcn reuse] [--epochs 4]
                         [--reuse-epochs 20] [--device cuda|cpu] [--dataset-sampled NAME]
                         [--dataset-full NAME]
 
@@ -51,7 +51,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline import atomic_write_text  # noqa: E402
+from pipeline import atomic_write_text, save_figure  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -159,9 +159,32 @@ def print_table(rows: list[dict[str, Any]], device: str) -> None:
                   f"{r['train_time_s']:9.2f} {mem or 0:12.1f} {r['test']:7.4f}")
 
 
+def plot(result: dict[str, Any], path: Path) -> None:
+    """A panel per family: each path's training epoch time (seconds), labelled with its test metric."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    families = list(dict.fromkeys(r["family"] for r in result["rows"]))
+    fig, axes = plt.subplots(1, len(families), figsize=(4.5 * len(families), 4), squeeze=False)
+    for ax, family in zip(axes[0], families):
+        group = [r for r in result["rows"] if r["family"] == family]
+        bars = ax.bar([r["label"].replace(", ", ",\n") for r in group], [r["train_epoch_s"] for r in group])
+        ax.bar_label(bars, labels=[f"{r['train_epoch_s']:.3g} s\ntest {r['test']:.3f}" for r in group], fontsize=8)
+        ax.set_ylabel("training epoch (s, median)")
+        ax.set_title(f"{family} on {result.get('gpu', result['device'])}", fontsize=9)
+        ax.tick_params(axis="x", labelsize=8)
+        ax.margins(y=0.2)
+    fig.tight_layout()
+    save_figure(fig, path, dpi=100)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--png", type=Path, help="a bar chart of the epoch times, a panel per family")
     parser.add_argument("--families", nargs="+", choices=["sage", "gcn", "reuse"], default=["sage", "gcn", "reuse"])
     parser.add_argument("--epochs", type=int, default=4, help="epochs of the sage and gcn rows (median of them)")
     parser.add_argument("--reuse-epochs", type=int, default=20, help="epochs of the reuse rows (the recipe's schedule)")
@@ -192,6 +215,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         result["gpu"] = torch.cuda.get_device_name(0)
     if args.json:
         atomic_write_text(args.json, json.dumps(result, indent=2) + "\n")
+    if args.png:
+        plot(result, args.png)
     return result
 
 

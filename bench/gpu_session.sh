@@ -39,6 +39,6 @@ step bench-native python bench/native.py --device cuda --json "$OUT/native_gpu.j
 step gcn-gnnkit python -m gnnkit.cli run recipes/gcn_synthetic_arxiv.yaml --model.aggregation gnnkit \
     --trainer.accelerator gpu --trainer.max_epochs 5
 # Issue 16's table: every recipe family, gnnkit (GPU sampling) vs gnnkit with CPU sampling vs PyG.
-step bench-gpu python bench/gpu.py --json "$OUT/gpu.json" --workdir /tmp/gpubench
+step bench-gpu python bench/gpu.py --json "$OUT/gpu.json" --png "$OUT/gpu.png" --workdir /tmp/gpubench
 echo "$failed step(s) failed; logs in $OUT"
 exit "$failed"

@@ -53,9 +53,10 @@ def test_one_family_end_to_end_on_the_cpu(tmp_path):
     out = tmp_path / "gpu.json"
     result = subprocess.run([sys.executable, str(BENCH / "gpu.py"), "--device", "cpu", "--families", "gcn",
                              "--epochs", "2", "--dataset-full", "synthetic-tiny", "--workdir", str(tmp_path / "w"),
-                             "--json", str(out)], capture_output=True, text=True, timeout=600)
+                             "--json", str(out), "--png", str(tmp_path / "gpu.png")], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     report = json.loads(out.read_text())
     assert [r["label"] for r in report["rows"]] == ["gnnkit", "PyG"]
     assert all(r["train_epoch_s"] > 0 and r["epochs"] == 2 and 0 <= r["test"] <= 1 for r in report["rows"])
     assert report["summary"]["gcn_gnnkit_over_pyg_epoch"] > 0 and "gcn (cpu)" in result.stdout
+    assert (tmp_path / "gpu.png").read_bytes()[:4] == b"\x89PNG"
