@@ -32,7 +32,7 @@ from pipeline import temp_paths
 from pipeline.arrow_file import StreamedArray, write_array
 from pipeline.errors import DatasetError
 from pipeline.graph import CanonicalGraph
-from pipeline.temp_paths import make_temp_dir
+from pipeline.temp_paths import scratch_folder
 
 if TYPE_CHECKING:  # torch only where arrays become tensors: listing and verifying need none
     import torch
@@ -188,9 +188,8 @@ class EntryBuilder:
 
 def _retire(entry: Path) -> None:
     """Move a published entry out of the way under a temp name, then remove it."""
-    old = make_temp_dir(entry)
-    os.rename(entry, old / "entry")
-    shutil.rmtree(old, ignore_errors=True)
+    with scratch_folder(entry) as old:
+        os.rename(entry, old / "entry")
 
 
 @contextlib.contextmanager
@@ -203,12 +202,9 @@ def building(cache_root: Path, key: str, inputs: dict[str, Any]) -> Iterator[Ent
         inputs: The declared inputs (recorded in the manifest; ``inputs["dataset"]`` names the folder).
     """
     final = cache_root / inputs["dataset"] / key
-    tmp = make_temp_dir(final)
-    try:
+    with scratch_folder(final) as tmp:  # gone already when published
         (tmp / "arrays").mkdir()
         yield EntryBuilder(tmp, final, key, inputs)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # gone already when published
 
 
 def publish(
