@@ -285,4 +285,4 @@ class ExternalCsr:
         finally:
             finer.close()
         bucket.path.unlink()
-        self._sort(finer.close(), rows, fd, say, depth + 1)
+        self._sort(finer.buckets, rows, fd, say, depth + 1)

@@ -60,8 +60,9 @@ def _inputs(entry: cache.CacheEntry, part: int, parts: int, seed: int) -> dict[s
     }
 
 
-def _part_arrays(entry: cache.CacheEntry, owner: np.ndarray, part: int) -> dict[str, np.ndarray]:
-    """The arrays of one partition entry (see the module docstring)."""
+def _part_arrays(entry: cache.CacheEntry, owner: np.ndarray, owner_map: np.ndarray, part: int) -> dict[str, np.ndarray]:
+    """The arrays of one partition entry (see the module docstring); ``owner_map`` is ``owner`` in
+    its stored type, shared by every part."""
     indptr, indices = entry.numpy("indptr"), entry.numpy("indices")
     owned = np.flatnonzero(owner == part).astype(np.int64)
     starts, counts = indptr[owned], np.diff(indptr)[owned]
@@ -81,7 +82,7 @@ def _part_arrays(entry: cache.CacheEntry, owner: np.ndarray, part: int) -> dict[
     arrays["halo"] = halo.astype(np.int64)
     arrays["halo_owner"] = owner[halo].astype(np.int32)
     arrays["halo_refs"] = refs.astype(np.int64)
-    arrays["owner"] = owner.astype(owner_dtype(int(owner.max(initial=0)) + 1))
+    arrays["owner"] = owner_map
     return arrays
 
 
@@ -132,9 +133,10 @@ def partition_entry(
     owner = metis_parts(indptr, indices, parts, seed=seed)
     cut = edge_cut(indptr, indices, owner)
     say(f"edge cut {cut:.4f}")
+    owner_map = owner.astype(owner_dtype(int(owner.max(initial=0)) + 1))
     published = []
     for p, (part_inputs, key) in enumerate(zip(inputs, keys)):
-        arrays = _part_arrays(entry, owner, p)
+        arrays = _part_arrays(entry, owner, owner_map, p)
         part_meta = {**meta, "name": part_inputs["dataset"], "part": p, "parts": parts, "num_nodes": num_nodes,
                      "num_owned": int(arrays["owned"].size), "num_halo": int(arrays["halo"].size),
                      "num_edges": int(arrays["indices"].size), "edge_cut": round(cut, 6)}
