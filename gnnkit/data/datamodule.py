@@ -25,7 +25,7 @@ from gnnkit.partitioned.rank_data import (
 )
 from gnnkit.partitioned.remote_features import RemoteFeatures
 from gnnkit.partitioned.remote_sampler import PartitionNeighborSampler
-from gnnkit.partitioned.sampled_loader import PartitionNodeLoader, all_counts
+from gnnkit.partitioned.sampled_loader import PartitionNodeLoader
 from gnnkit.partitioned.stale_halo import StaleHalo
 from gnnkit.rank_state import gather_ranks, my_rank_state
 from gnnkit.sparse import Adjacency
@@ -258,7 +258,7 @@ class GraphDataModule(pl.LightningDataModule):
                 self._remote = RemoteFeatures(self._partition, self.hparams.remote_cache)
                 log.info("partition %d of %d: %d nodes, %d halo nodes, cache of %d remote rows (%.1f MB)",
                          self._partition.part, self.partitions, self._partition.owned.numel(),
-                         self._partition.halo.numel(), self._remote.stats.cache_rows, self._remote.nbytes / 2**20)
+                         self._partition.halo.numel(), self._remote.stats.cache_rows, self._remote.stats.cache_bytes / 2**20)
 
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to continue exactly, saved in checkpoints: the reuse counters
@@ -385,7 +385,7 @@ class GraphDataModule(pl.LightningDataModule):
         assert self._remote is not None
         seeds = self._partition.split[SPLIT_OF_STAGE[stage]]
         sampler = PartitionNeighborSampler(self._partition, fanout, seed=self.hparams.seed)
-        return PartitionNodeLoader(sampler, self._remote, seeds, all_counts(int(seeds.numel())), batch_size,
+        return PartitionNodeLoader(sampler, self._remote, seeds, gather_ranks(int(seeds.numel())), batch_size,
                                    shuffle=stage == "train")
 
     def rewind_sanity_check(self) -> None:

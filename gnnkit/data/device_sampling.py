@@ -26,6 +26,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from gnnkit.optim.state import tensor_bytes
+
 SAMPLER_DEVICES = ("auto", "cpu", "cuda")
 #: Share of the device's free memory the graph may take; the rest is left to training.
 DEVICE_SHARE = 0.5
@@ -82,10 +84,6 @@ class SamplingPlacement:
                 "reason": self.reason}
 
 
-def _nbytes(tensors: list[Tensor | None]) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
-
-
 def free_device_bytes(device: torch.device) -> int:
     """Free memory of ``device`` (what :func:`torch.cuda.mem_get_info` reports)."""
     return int(torch.cuda.mem_get_info(device)[0])
@@ -102,7 +100,7 @@ def plan_placement(tensors: list[Tensor | None], wanted: torch.device, free_byte
         free_bytes: Free memory of ``wanted`` (default: asked from the device).
         asked: The ``data.sampler_device`` choice, for the reason line.
     """
-    size = _nbytes(tensors)
+    size = tensor_bytes(tensors)
     if wanted.type == "cpu":
         why = "training on the CPU" if asked == "auto" else "data.sampler_device is 'cpu'"
         return SamplingPlacement("cpu", "host", size, f"sampling on the CPU ({why})")
@@ -113,8 +111,3 @@ def plan_placement(tensors: list[Tensor | None], wanted: torch.device, free_byte
                                  f"{DEVICE_SHARE:.0%} of {wanted}'s free {free / 2**30:.2f} GiB")
     return SamplingPlacement(str(wanted), "device", size,
                              f"sampling on {wanted}: CSR, features and labels ({size / 2**30:.2f} GiB) in device memory")
-
-
-def to_device(tensors: dict[str, Tensor | None], device: torch.device) -> dict[str, Tensor | None]:
-    """Copies of ``tensors`` on ``device`` (``None`` stays ``None``; tensors already there are kept)."""
-    return {name: None if t is None else t.to(device) for name, t in tensors.items()}

@@ -8,6 +8,7 @@ from typing import Any
 import torch.distributed as dist
 from torch_geometric.data import Data
 
+from gnnkit.optim.state import tensor_bytes
 from gnnkit.partitioned.halo import HaloPlan
 from gnnkit.partitioned.local_graph import local_adjacency
 from gnnkit.partitioned.owner_requests import world_and_rank
@@ -62,8 +63,7 @@ def held_bytes(part: Partition, sampled: bool) -> int:
     halo; sampled training adds the whole graph's ``owner`` map and the rows' ``row_start``."""
     names = ["owned", "indptr", "indices", "x", "y", "halo", "halo_owner"]
     names += ["halo_refs", "row_start", "owner"] if sampled else []
-    arrays = [getattr(part, name) for name in names]
-    return sum(a.numel() * a.element_size() for a in arrays if a is not None)
+    return tensor_bytes([getattr(part, name) for name in names])
 
 
 def sampled_partition_facts(part: Partition, stats: FetchStats, every_rank: FetchStats,

@@ -84,7 +84,7 @@ class RemoteFeatures:
     def __init__(self, part: Partition, cache_fraction: float = 0.0, group: dist.ProcessGroup | None = None) -> None:
         if cache_fraction < 0:
             raise ValueError(f"data.remote_cache: expected a fraction >= 0 of the owned nodes, got {cache_fraction}")
-        self.world, self.rank = world_and_rank(group)
+        self.rank = world_and_rank(group)[1]
         self.x, self.y = part.x, part.y
         self.owned, self.owner = part.owned, part.owner
         self.group = group
@@ -102,11 +102,6 @@ class RemoteFeatures:
         """Bytes of one node's features and label."""
         x = 0 if self.x is None else self.x[0].numel() * self.x.element_size()
         return x + self.y[0].numel() * self.y.element_size()
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the cache."""
-        return self.stats.cache_bytes
 
     def _answer(self, requests: OwnerRequests) -> tuple[Tensor | None, Tensor]:
         """The owners' rows for the requested ids (a collective)."""

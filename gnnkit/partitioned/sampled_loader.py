@@ -19,22 +19,12 @@ import math
 from collections.abc import Iterator
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.sampler import NodeSamplerInput
 
 from gnnkit.partitioned.remote_features import RemoteFeatures
 from gnnkit.partitioned.remote_sampler import PartitionNeighborSampler
-
-
-def all_counts(count: int, group: dist.ProcessGroup | None = None) -> list[int]:
-    """``count`` of every rank, in rank order (a collective; ``[count]`` outside distributed runs)."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return [count]
-    counts = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(counts, torch.tensor([count], dtype=torch.int64), group=group)
-    return [int(c) for c in counts]
 
 
 def lockstep_steps(counts: list[int], batch_size: int, train: bool) -> int:
@@ -64,7 +54,7 @@ class PartitionNodeLoader:
             (its generator also shuffles).
         features: The rank's :class:`~gnnkit.partitioned.remote_features.RemoteFeatures`.
         seeds: Positions in the partition's owned nodes of this rank's seeds (its share of the split).
-        counts: Every rank's seed count (:func:`all_counts`).
+        counts: Every rank's seed count (:func:`gnnkit.rank_state.gather_ranks` of each rank's).
         batch_size: See :func:`lockstep_steps`.
         shuffle: Shuffle the seeds every epoch (training), drawn when the epoch's first batch is.
 
@@ -87,6 +77,7 @@ class PartitionNodeLoader:
         self.counts = counts
         self.shuffle = shuffle
         self.steps = lockstep_steps(counts, batch_size, shuffle)
+        self._totals = [sum(share(c, self.steps, step) for c in counts) for step in range(self.steps)]
         pool = self.seeds if self.seeds.numel() else torch.arange(min(2, sampler.owned.numel()))
         self.padding_seeds = pool[torch.arange(2) % min(2, pool.numel())]
 
@@ -94,13 +85,12 @@ class PartitionNodeLoader:
         return self.steps
 
     def __iter__(self) -> Iterator[Data]:
-        order: Tensor | None = None
-        for step in range(self.steps):
-            if order is None:  # drawn lazily: a checkpoint taken before the epoch sees the generator before it
-                n = self.seeds.numel()
-                order = torch.randperm(n, generator=self.node_sampler.generator) if self.shuffle else torch.arange(n)
-                chunks = torch.tensor_split(order, self.steps)
-            yield self.batch(chunks[step], step)
+        # a generator: the order is drawn at the first batch, so a checkpoint taken before the epoch
+        # sees the generator before it
+        n = self.seeds.numel()
+        order = torch.randperm(n, generator=self.node_sampler.generator) if self.shuffle else torch.arange(n)
+        for step, positions in enumerate(torch.tensor_split(order, self.steps)):
+            yield self.batch(positions, step)
 
     def batch(self, positions: Tensor, step: int) -> Data:
         """The batch of the seeds at ``positions`` of :attr:`seeds` (a padding batch when empty), as
@@ -110,7 +100,7 @@ class PartitionNodeLoader:
         hops = self.node_sampler.sample(seeds)
         out = hops.output(NodeSamplerInput(input_id=positions, node=seeds))
         x, y = self.features.gather(out.node)
-        total = sum(share(c, self.steps, step) for c in self.counts)
+        total = self._totals[step]
         data = Data(x=x, y=y, edge_index=torch.stack([out.row, out.col]), n_id=out.node, e_id=out.edge,
                     batch_size=int(seeds.numel()), input_id=positions, num_sampled_nodes=out.num_sampled_nodes,
                     num_sampled_edges=out.num_sampled_edges, num_nodes=int(out.node.numel()))

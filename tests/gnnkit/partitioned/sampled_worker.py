@@ -18,7 +18,8 @@ from gnnkit.data.sampler import neighbor_loader  # noqa: E402
 from gnnkit.models.node_gnn import NodeGNN  # noqa: E402
 from gnnkit.partitioned.remote_features import RemoteFeatures  # noqa: E402
 from gnnkit.partitioned.remote_sampler import PartitionNeighborSampler  # noqa: E402
-from gnnkit.partitioned.sampled_loader import PartitionNodeLoader, all_counts  # noqa: E402
+from gnnkit.partitioned.sampled_loader import PartitionNodeLoader  # noqa: E402
+from gnnkit.rank_state import gather_ranks  # noqa: E402
 from pipeline.cache import load_entry  # noqa: E402
 from pipeline.partitioned import open_partition  # noqa: E402
 
@@ -55,7 +56,7 @@ def worker(rank: int, world: int, out: str, entry_path: str, *part_paths: str) -
     features = RemoteFeatures(part, cache_fraction=0.0)
     train = part.split["train"]
     loader = PartitionNodeLoader(PartitionNeighborSampler(part, FANOUT, seed=3), features, train,
-                                 all_counts(train.numel()), 16, shuffle=True)
+                                 gather_ranks(train.numel()), 16, shuffle=True)
     facts, remote = [], 0
     for batch in loader:
         facts.append(edge_facts(batch, indptr, indices, FANOUT))
@@ -82,7 +83,7 @@ def worker(rank: int, world: int, out: str, entry_path: str, *part_paths: str) -
     # lockstep: rank 1 holds 3 seeds only; both take the same steps, padding where empty
     seeds = train if rank == 0 else train[:3]
     lock = PartitionNodeLoader(PartitionNeighborSampler(part, FANOUT, seed=0), features, seeds,
-                               all_counts(seeds.numel()), 8, shuffle=True)
+                               gather_ranks(seeds.numel()), 8, shuffle=True)
     batches = list(lock)
     covered = torch.cat([b.n_id[:b.batch_size] for b in batches if not b.padding])
     result["lockstep"] = {"steps": len(batches), "len": len(lock), "padding": sum(b.padding for b in batches),
@@ -94,7 +95,7 @@ def worker(rank: int, world: int, out: str, entry_path: str, *part_paths: str) -
     # determinism: the same seed gives the same batches; a restored generator continues exactly
     def epoch(sampler):
         return [(b.n_id.tolist(), b.e_id.tolist()) for b in PartitionNodeLoader(
-            sampler, features, train, all_counts(train.numel()), 16, shuffle=True)]
+            sampler, features, train, gather_ranks(train.numel()), 16, shuffle=True)]
 
     first, again = PartitionNeighborSampler(part, FANOUT, seed=5), PartitionNeighborSampler(part, FANOUT, seed=5)
     one = epoch(first)
@@ -110,7 +111,7 @@ def worker(rank: int, world: int, out: str, entry_path: str, *part_paths: str) -
     # all neighbours: the batches and logits of one process on the whole graph
     seeds = part.split["test"]
     exact = PartitionNodeLoader(PartitionNeighborSampler(part, [-1, -1], seed=0), features, seeds,
-                                all_counts(seeds.numel()), 7, shuffle=False)
+                                gather_ranks(seeds.numel()), 7, shuffle=False)
     ours = [b for b in exact if not b.padding]
     theirs = [next(iter(neighbor_loader(Data(x=x, y=y, num_nodes=graph.num_nodes), indptr, indices, [-1, -1],
                                         input_nodes=b.n_id[:b.batch_size], batch_size=b.batch_size, shuffle=False)))
