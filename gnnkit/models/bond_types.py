@@ -17,7 +17,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from gnnkit.native.gine import EdgeCodes, edge_codes
+from gnnkit.native.gine import EdgeCodes
 
 #: Most bond types (combinations of bond feature values) :class:`BondTypes` embeds as one table.
 MAX_BOND_TYPES = 4096
@@ -44,7 +44,7 @@ def bond_codes(encoder: nn.Module, edge_attr: Tensor) -> EdgeCodes | None:
     codes = attr[:, 0]
     for k in range(1, len(sizes)):
         codes = codes * sizes[k] + attr[:, k]
-    return edge_codes(codes, types)
+    return EdgeCodes(codes.contiguous(), types)  # in [0, types) by construction: checked above
 
 
 class BondTypes(NamedTuple):

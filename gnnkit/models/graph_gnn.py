@@ -42,7 +42,7 @@ from gnnkit import native
 from gnnkit.models.bond_types import BondTypes, bond_codes
 from gnnkit.models.dropout import dropout
 from gnnkit.models.sparse_conv import SparseAggregation, SparseGINConv
-from gnnkit.sparse import Adjacency, SpmmPlan, plan, spmm
+from gnnkit.sparse import Adjacency, SpmmPlan, plan
 
 MODELS = ("gin", "gcn", "mlp")
 POOLINGS = ("mean", "sum", "attention")
@@ -175,13 +175,9 @@ class PlannedAggregation(SparseAggregation):
 
     plans: BatchPlans | None = None
 
-    def message_and_aggregate(self, adj: Adjacency, x: Tensor) -> Tensor:
-        """``spmm(adj, x)`` in the formats of the size class's plan."""
-        if self.plans is None:
-            return super().message_and_aggregate(adj, x)
-        self.last_plan = self.plans.get(adj, x.size(1), self.format)
-        self.plan_counts[f"{self.last_plan.forward}/{self.last_plan.backward}"] += 1
-        return spmm(adj, x, reduce=self.reduce, format=self.last_plan.forward, backward_format=self.last_plan.backward)
+    def plan_for(self, adj: Adjacency, width: int) -> SpmmPlan:
+        """The size class's plan (the layer's own without shared plans)."""
+        return super().plan_for(adj, width) if self.plans is None else self.plans.get(adj, width, self.format)
 
 
 class PlannedGINConv(PlannedAggregation, SparseGINConv):
@@ -199,8 +195,8 @@ def edge_slots(adj: Adjacency) -> Adjacency:
 
 def fused_gine(x: Tensor, edge_emb: Tensor) -> bool:
     """Whether :func:`gnnkit.native.gine.gine_sum` runs these inputs (native build, CPU, float32/64)."""
-    return (x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and edge_emb.dtype == x.dtype
-            and "gine_sum" in native.kernels())
+    return (x.device.type == "cpu" and x.dtype in native.gine.DTYPES and edge_emb.dtype == x.dtype
+            and native.available())
 
 
 class SparseGINEConv(PlannedAggregation):
@@ -241,8 +237,7 @@ class SparseGINEConv(PlannedAggregation):
         """``sum_j relu(x_j + e_ij)`` per row of ``adj``: fused, or the messages through ``spmm``."""
         rows = edge_emb.table if isinstance(edge_emb, BondTypes) else edge_emb
         if self.format == "auto" and fused_gine(x, rows):
-            self.last_plan = SpmmPlan(self.FUSED, self.FUSED, x.size(1), "fused")
-            self.plan_counts[f"{self.FUSED}/{self.FUSED}"] += 1
+            self.record(SpmmPlan(self.FUSED, self.FUSED, x.size(1), "fused"))
             graph = adj.cached("native:message_csr",  # checked once per batch, shared by the layers
                                lambda: native.gine.message_csr(adj.indptr, adj.indices, adj.num_cols))
             if isinstance(edge_emb, BondTypes):

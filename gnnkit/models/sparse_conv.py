@@ -39,12 +39,20 @@ class SparseAggregation(nn.Module):
         self.last_plan: SpmmPlan | None = None
         self.plan_counts: Counter[str] = Counter()
 
+    def plan_for(self, adj: Adjacency, width: int) -> SpmmPlan:
+        """The formats of ``spmm(adj, x)`` for ``x`` of ``width`` columns."""
+        return plan(adj, width, self.format)
+
+    def record(self, chosen: SpmmPlan) -> SpmmPlan:
+        """Remember ``chosen`` as the latest plan and count it (for :meth:`format_report`)."""
+        self.last_plan = chosen
+        self.plan_counts[f"{chosen.forward}/{chosen.backward}"] += 1
+        return chosen
+
     def message_and_aggregate(self, adj: Adjacency, x: Tensor) -> Tensor:
         """``reduce`` over each row's neighbours of ``x``: ``spmm(adj, x)`` in the planned formats."""
-        self.last_plan = plan(adj, x.size(1), self.format)
-        self.plan_counts[f"{self.last_plan.forward}/{self.last_plan.backward}"] += 1
-        return spmm(adj, x, reduce=self.reduce, format=self.last_plan.forward,
-                    backward_format=self.last_plan.backward)
+        chosen = self.record(self.plan_for(adj, x.size(1)))
+        return spmm(adj, x, reduce=self.reduce, format=chosen.forward, backward_format=chosen.backward)
 
     def format_report(self) -> dict[str, Any] | None:
         """The latest plan plus how often each ``forward/backward`` pair ran (``None`` before any call)."""
