@@ -232,29 +232,19 @@ def _partition_loaders(args, entry, torch):
     from gnnkit.partitioned.rank_data import held_bytes, open_rank_partition
     from gnnkit.partitioned.remote_features import RemoteFeatures
     from gnnkit.partitioned.remote_sampler import PartitionNeighborSampler
-    from gnnkit.partitioned.sampled_loader import PartitionNodeLoader, all_counts
+    from gnnkit.partitioned.sampled_loader import PartitionNodeLoader
+    from gnnkit.rank_state import gather_ranks
 
     part = open_rank_partition(entry, args.ranks)
     features = RemoteFeatures(part, args.remote_cache)
     train = part.split["train"]
     loader = PartitionNodeLoader(PartitionNeighborSampler(part, args.fanout, seed=0), features, train,
-                                 all_counts(train.numel()), args.batch_size, shuffle=True)
+                                 gather_ranks(train.numel()), args.batch_size, shuffle=True)
     positions, mine = sorted_positions(part.owned, _test_nodes(entry, args.test_nodes, torch))
     test = positions[mine]
     evaluation = PartitionNodeLoader(PartitionNeighborSampler(part, args.fanout, seed=7), features, test,
-                                     all_counts(test.numel()), args.eval_batch_size, shuffle=False)
+                                     gather_ranks(test.numel()), args.eval_batch_size, shuffle=False)
     return (lambda epoch: loader), evaluation, held_bytes(part, sampled=True), features
-
-
-def _all_gather(values: list[float], torch) -> list[list[float]]:
-    import torch.distributed as dist
-
-    mine = torch.tensor(values, dtype=torch.float64)
-    if not dist.is_initialized():
-        return [values]
-    every = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
-    dist.all_gather(every, mine)
-    return [t.tolist() for t in every]
 
 
 def sampled_worker(args: argparse.Namespace) -> None:
@@ -282,7 +272,6 @@ def sampled_worker(args: argparse.Namespace) -> None:
     net = DistributedDataParallel(model) if args.ranks > 1 else model
     opt = torch.optim.Adam(model.parameters(), lr=0.003)
     times, steps, nodes = [], 0, []
-    fill = features.stats.state_dict() if features is not None else None
     for epoch in range(args.epochs):
         start = time.perf_counter()
         net.train()
@@ -314,10 +303,10 @@ def sampled_worker(args: argparse.Namespace) -> None:
     ys = ys or [torch.zeros(0, dtype=torch.int64)]  # a rank owning none of the test nodes
     logits = logits or [torch.zeros(0, meta["num_classes"])]
     test = evaluate(evaluator, gather_rows(torch.cat(ys)), gather_rows(torch.cat(logits)))
-    remote = [0.0] * 4 if fetched is None else [
-        fetched["fetched_bytes"] - fill["fetched_bytes"], fetched["remote_rows"] - fill["remote_rows"],
-        fetched["cache_hits"] - fill["cache_hits"], fetched["cache_bytes"]]
-    ranks = _all_gather([peak_rss_mb(), held, *remote, statistics.mean(nodes or [0])], torch)
+    remote = [0.0] * 4 if fetched is None else [  # (the cache fill counts in none of the first three)
+        fetched["fetched_bytes"], fetched["remote_rows"], fetched["cache_hits"], fetched["cache_bytes"]]
+    ranks = gather_rows(torch.tensor([[peak_rss_mb(), held, *remote, statistics.mean(nodes or [0])]],
+                                     dtype=torch.float64)).tolist()
     if args.rank == 0:
         needed = sum(r[3] for r in ranks)
         atomic_write_text(Path(args.out), json.dumps({
@@ -491,11 +480,6 @@ def out_of_core_summary(result: dict) -> dict:
             "out_of_core_peak_over_in_memory": s["peak_ratio"], "out_of_core_byte_identical": s["byte_identical"]}
 
 
-def _kept_out_of_core(previous: dict) -> dict:
-    """The ``out_of_core`` section of an earlier ``--json`` file, for a run of another mode to keep."""
-    return {"out_of_core": previous["out_of_core"]} if "out_of_core" in previous else {}
-
-
 def run_out_of_core(args: argparse.Namespace) -> None:
     """Out-of-core against in-memory preprocessing (``bench/out_of_core.py`` in a child, or the
     result it wrote to ``--out-of-core-json``), merged into ``--json`` under ``out_of_core``."""
@@ -542,8 +526,8 @@ def run_full_graph(args: argparse.Namespace, network: str) -> None:
         atomic_write_text(args.json, json.dumps({"rows": rows, "summary": summary,
                                                  "args": {k: v for k, v in vars(args).items()
                                                           if k in ("dataset", "epochs", "model", "hidden", "layers")},
-                                                 **({"sampled": sampled} if sampled else {}),
-                                                 **_kept_out_of_core(previous)}, indent=2) + "\n")
+                                                 **{k: previous[k] for k in ("sampled", "out_of_core") if k in previous}},
+                                     indent=2) + "\n")
 
 
 def run_sampled(args: argparse.Namespace) -> None:
