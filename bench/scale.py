@@ -5,7 +5,7 @@
     python bench/scale.py --out-of-core [--json PATH] [--out-of-core-json bench/results/out_of_core.json]
     python bench/scale.py --sampled [--json PATH] [--dataset synthetic-products] [--ranks 1 2 4]
                           [--epochs 2] [--network loopback|1gbit] [--batch-size 1024] [--fanout 15 10 5]
-                          [--remote-cache 0.1] [--test-nodes 50000]
+                          [--remote-cache 0.1] [--remote-dtype float16] [--test-nodes 50000]
 
 Both modes train the same full-graph GNN (gnnkit aggregation, Adam, the arxiv recipe's shape) for
 ``--epochs`` epochs and test it exactly:
@@ -36,13 +36,14 @@ without the halo, and with each sampling rate), ``epoch_partitioned_over_replica
   its share of the shuffled seeds (as ``DistributedSampler``);
 * ``partitioned``: every rank opens only its METIS partition and samples its own seeds across
   partitions (:mod:`gnnkit.partitioned.remote_sampler`), fetching remote features from their
-  owners with a cache of ``--remote-cache`` x its owned nodes (:mod:`gnnkit.partitioned.remote_features`).
+  owners with a cache of ``--remote-cache`` x its owned nodes (:mod:`gnnkit.partitioned.remote_features`),
+  remote rows travelling and cached in ``--remote-dtype`` (default: the features' own dtype).
 
 Each run trains ``--epochs`` epochs and tests on ``--test-nodes`` nodes of the test split drawn once
 (the same for every run; each evaluated once, sampled with the training fan-out). A row holds the
-largest graph + feature bytes a rank holds (the partition's arrays with the owner map; the cache
-apart), peak RSS per rank, the median epoch time, remote feature bytes fetched per epoch (all
-ranks), the cache's hit rate and the test accuracy. ``--json`` keeps the other mode's results of
+largest graph + feature bytes a rank holds (the partition's arrays with the owner map, and its node
+directory; the cache apart), peak RSS per rank, the median epoch time, remote feature bytes fetched
+per epoch (all ranks), the cache's hit rate and the test accuracy. ``--json`` keeps the other mode's results of
 an existing file: the sampled rows sit under ``sampled`` (rows of another ``--network`` kept), and
 ``summary`` gains ``sampled_memory_per_rank_over_replicated_p4`` (cache included),
 ``sampled_acc_gap`` (single process at the same global batch minus partitioned at the largest P, in
@@ -73,6 +74,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from gnnkit.allocator import retain_freed_memory  # noqa: E402
 from pipeline import atomic_write_text, save_figure  # noqa: E402
 
 MODES = ("replicated", "partitioned")
@@ -113,6 +115,7 @@ def worker(args: argparse.Namespace) -> None:
     from pipeline import peak_rss_mb, preprocess
 
     torch.set_num_threads(1)
+    retain_freed_memory()  # as gnnkit run does
     dist.init_process_group("gloo", init_method=f"tcp://{args.master}:{args.port}", rank=args.rank,
                             world_size=args.ranks)
     entry = preprocess(args.dataset)
@@ -236,15 +239,17 @@ def _partition_loaders(args, entry, torch):
     from gnnkit.rank_state import gather_ranks
 
     part = open_rank_partition(entry, args.ranks)
-    features = RemoteFeatures(part, args.remote_cache)
-    train = part.split["train"]
-    loader = PartitionNodeLoader(PartitionNeighborSampler(part, args.fanout, seed=0), features, train,
-                                 gather_ranks(train.numel()), args.batch_size, shuffle=True)
+    features = RemoteFeatures(part, args.remote_cache, dtype=args.remote_dtype)
+
+    def loader(seeds, seed: int, batch_size: int, shuffle: bool):
+        sampler = PartitionNeighborSampler(part, args.fanout, seed=seed, directory=features.directory)
+        return PartitionNodeLoader(sampler, features, part.y, seeds, gather_ranks(seeds.numel()), batch_size, shuffle)
+
+    train = loader(part.split["train"], 0, args.batch_size, shuffle=True)
     positions, mine = sorted_positions(part.owned, _test_nodes(entry, args.test_nodes, torch))
-    test = positions[mine]
-    evaluation = PartitionNodeLoader(PartitionNeighborSampler(part, args.fanout, seed=7), features, test,
-                                     gather_ranks(test.numel()), args.eval_batch_size, shuffle=False)
-    return (lambda epoch: loader), evaluation, held_bytes(part, sampled=True), features
+    evaluation = loader(positions[mine], 7, args.eval_batch_size, shuffle=False)
+    held = held_bytes(part, sampled=True) + features.directory.nbytes
+    return (lambda epoch: train), evaluation, held, features
 
 
 def sampled_worker(args: argparse.Namespace) -> None:
@@ -259,6 +264,7 @@ def sampled_worker(args: argparse.Namespace) -> None:
     from pipeline import peak_rss_mb, preprocess
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.ranks))
+    retain_freed_memory()  # as gnnkit run does
     if args.ranks > 1:
         dist.init_process_group("gloo", init_method=f"tcp://{args.master}:{args.port}", rank=args.rank,
                                 world_size=args.ranks)
@@ -316,6 +322,7 @@ def sampled_worker(args: argparse.Namespace) -> None:
             "cache_mb": round(max(r[5] for r in ranks) / 2**20, 2),
             "peak_rss_mb": [round(r[0], 1) for r in ranks],
             "epoch_s": round(statistics.median(times), 3),
+            "remote_dtype": args.remote_dtype if args.mode == "partitioned" else None,
             "remote_fetch_mb_per_epoch": round(sum(r[2] for r in ranks) / 2**20 / args.epochs, 1),
             "cache_hit_rate": round(sum(r[4] for r in ranks) / needed, 4) if needed else None,
             "nodes_per_batch": round(statistics.mean(r[6] for r in ranks)),
@@ -338,6 +345,7 @@ def sampled_launch(args: argparse.Namespace, mode: str, ranks: int, batch_size: 
            "--hidden", str(args.hidden), "--layers", str(args.layers), "--batch-size", str(batch_size),
            "--eval-batch-size", str(args.eval_batch_size), "--fanout", *map(str, args.fanout),
            "--remote-cache", str(args.remote_cache), "--test-nodes", str(args.test_nodes),
+           *(["--remote-dtype", args.remote_dtype] if args.remote_dtype else []),
            "--max-steps", str(args.max_steps), "--network", args.network,
            "--master", master, "--port", str(29710 if emulated else free_port()), "--out", str(out)]
     with emulated if emulated else contextlib.nullcontext():
@@ -555,7 +563,7 @@ def run_sampled(args: argparse.Namespace) -> None:
     if args.json:
         settings = {k: v for k, v in vars(args).items() if k in ("dataset", "epochs", "hidden", "layers", "batch_size",
                                                                  "eval_batch_size", "fanout", "remote_cache",
-                                                                 "test_nodes", "max_steps")}
+                                                                 "remote_dtype", "test_nodes", "max_steps")}
         full = {k: previous[k] for k in ("rows", "args", "out_of_core") if k in previous}
         merged = {**{k: v for k, v in previous.get("summary", {}).items() if not k.startswith("sampled_")}, **summary}
         atomic_write_text(args.json, json.dumps({**full, "summary": merged,
@@ -586,6 +594,8 @@ def main() -> None:
     parser.add_argument("--fanout", type=int, nargs="+", default=[15, 10, 5])
     parser.add_argument("--remote-cache", type=float, default=0.1,
                         help="--sampled: cache of remote rows, as a fraction of a rank's owned nodes")
+    parser.add_argument("--remote-dtype", choices=["float32", "float16", "bfloat16"],
+                        help="--sampled: dtype remote rows travel and are cached in (default: the features')")
     parser.add_argument("--test-nodes", type=int, default=50_000, help="--sampled: test nodes evaluated")
     parser.add_argument("--max-steps", type=int, default=0, help="--sampled: stop each epoch after this many steps")
     parser.add_argument("--modes", nargs="+", choices=SAMPLED_MODES, help="--sampled: run only these modes")

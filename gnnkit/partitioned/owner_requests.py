@@ -4,7 +4,7 @@ Distributed sampling (DistDGL, Zheng et al., <https://arxiv.org/abs/2010.05337>)
 neighbour list and features on the rank that owns it; a rank that needs them for nodes it does not
 own sends the ids, grouped by owner, and the owners send back their answers. :class:`OwnerRequests`
 is one such round: :meth:`OwnerRequests.exchange` delivers the ids (two ``all_to_all_single``: the
-counts, then the ids), :meth:`~OwnerRequests.answer_rows` returns one row per id and
+counts, then the ids), :meth:`~OwnerRequests.received_rows` returns one row per id and
 :meth:`~OwnerRequests.answer_lists` a list of any length per id (two more: the lengths, then the
 values). Every rank of the group takes part in every call, asking or not.
 """
@@ -75,19 +75,17 @@ class OwnerRequests:
     def num_asked(self) -> int:
         return int(self.order.numel())
 
-    def answer_rows(self, rows: Tensor) -> Tensor:
+    def received_rows(self, rows: Tensor) -> Tensor:
         """Send one row per requested id back (a collective).
 
         Args:
             rows: ``[len(requested), ...]``: the answer to each id of :attr:`requested`.
 
         Returns:
-            ``[K, ...]``: the answers to this rank's ids, in the order it asked.
+            ``[K, ...]``: the answers to this rank's ids in the order they travelled: row ``i``
+            answers the id at position ``order[i]`` of those it asked.
         """
-        received = all_to_all_rows(rows, self.asked_counts, self.requested_counts, self.group)
-        out = received.new_empty(received.shape)
-        out[self.order] = received
-        return out
+        return all_to_all_rows(rows, self.asked_counts, self.requested_counts, self.group)
 
     def answer_lists(self, counts: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
         """Send a list of any length per requested id back (a collective).

@@ -69,9 +69,12 @@ def held_bytes(part: Partition, sampled: bool) -> int:
 def sampled_partition_facts(part: Partition, stats: FetchStats, every_rank: FetchStats,
                             sampler: Any = None) -> dict[str, Any]:
     """What report.json says about this rank's partition in sampled training (rank 0's, in a
-    distributed run): the partition, the bytes it holds, what its remote feature fetches did, and
-    under ``all_ranks`` the fetch counts summed over the ranks (``every_rank``)."""
+    distributed run): the partition, the bytes it holds (its arrays, the sampler's node directory and
+    scratch), what its remote feature fetches did, and under ``all_ranks`` the fetch counts summed
+    over the ranks (``every_rank``)."""
+    directory = getattr(sampler, "directory", None)
     return {**_facts(part), "sampled": True, "graph_feature_bytes": held_bytes(part, sampled=True),
+            "directory_bytes": None if directory is None else directory.nbytes,
             "sampler_scratch_bytes": getattr(sampler, "scratch_bytes", None), **_fetch_facts(stats),
             "all_ranks": _fetch_facts(every_rank)}
 

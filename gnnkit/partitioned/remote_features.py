@@ -1,25 +1,27 @@
-"""Features and labels of any node for a partition's sampled batches: owned rows from the partition,
-hot remote rows from a cache filled once, the rest fetched from their owners per batch.
+"""Features of any node for a partition's sampled batches: owned rows from the partition, hot remote
+rows from a cache filled once, the rest fetched from their owners per batch.
 
 DistDGL (<https://arxiv.org/abs/2010.05337>) reads remote features from the owners' key-value
 stores; caching the rows of the most-referenced remote nodes cuts that traffic (PaGraph,
 <https://dl.acm.org/doi/10.1145/3419111.3421281>, and GNNLab cache by degree the same way). The
 cache here holds the halo nodes with the most edges into this rank's rows (``halo_refs`` of the
 partition entry; ties by id), as many as ``cache_fraction`` x the rank's owned nodes, fetched in one
-exchange at setup; a cached row is never fetched again. :class:`FetchStats` counts what was fetched,
-served and found in the cache.
+exchange at setup; a cached row is never fetched again. With ``dtype`` ``float16`` (or ``bfloat16``)
+the fetched and cached rows travel and stay in 16 bits: half the bytes on the wire and in the cache,
+so twice the rows fit in the same memory (quantised messages between partitions, as AdaQP does for
+full-graph training, <https://arxiv.org/abs/2306.01381>; owned rows stay exact). Labels never travel: a batch's loss needs
+only its seeds', which the rank owns (DistDGL's training loop reads them the same way).
+:class:`FetchStats` counts what was fetched, served and found in the cache.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
-
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from gnnkit.partitioned.halo import sorted_positions
+from gnnkit.partitioned.node_directory import NodeDirectory
 from gnnkit.partitioned.owner_requests import OwnerRequests, world_and_rank
 from pipeline.partitioned import Partition
 
@@ -32,7 +34,7 @@ class FetchStats:
         remote_rows: Rows of remote nodes the batches needed.
         cache_hits: Of those, rows found in the cache.
         fetched_rows: Rows fetched from their owners (``remote_rows - cache_hits``).
-        fetched_bytes: Their bytes (features and labels).
+        fetched_bytes: Their bytes.
         served_rows: Rows this rank sent to others.
         cache_rows: Rows in the cache.
         cache_bytes: Its bytes.
@@ -61,6 +63,20 @@ class FetchStats:
         return FetchStats(*counts.tolist())
 
 
+WIRE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def wire_dtype(name: str | None) -> torch.dtype | None:
+    """The dtype named by ``data.remote_dtype`` (``None``: the features' own).
+
+    Raises:
+        ValueError: Another name.
+    """
+    if name is not None and name not in WIRE_DTYPES:
+        raise ValueError(f"data.remote_dtype: expected one of {', '.join(WIRE_DTYPES)} or null, got {name!r}")
+    return None if name is None else WIRE_DTYPES[name]
+
+
 def hot_halo(part: Partition, count: int) -> Tensor:
     """The ``count`` halo nodes with the most edges into the partition's rows (ties: lower id first),
     ascending."""
@@ -71,7 +87,7 @@ def hot_halo(part: Partition, count: int) -> Tensor:
 
 
 class RemoteFeatures:
-    """Rows of ``x`` and ``y`` for global node ids, wherever they live (a collective per call).
+    """Rows of ``x`` for global node ids, wherever they live (a collective per call).
 
     Args:
         part: This rank's partition.
@@ -79,68 +95,64 @@ class RemoteFeatures:
             the halo). The cache is filled here, with one exchange: every rank must construct its
             :class:`RemoteFeatures` at the same point.
         group: Process group (default: the default group).
+        directory: The rank's :class:`~gnnkit.partitioned.node_directory.NodeDirectory` (made here if
+            not given); the cache's rows are recorded in it.
+        dtype: Name of the dtype remote rows travel and are cached in (see :func:`wire_dtype`; ``None``:
+            the features' own, exact).
     """
 
-    def __init__(self, part: Partition, cache_fraction: float = 0.0, group: dist.ProcessGroup | None = None) -> None:
+    def __init__(self, part: Partition, cache_fraction: float = 0.0, group: dist.ProcessGroup | None = None,
+                 directory: NodeDirectory | None = None, dtype: str | None = None) -> None:
         if cache_fraction < 0:
             raise ValueError(f"data.remote_cache: expected a fraction >= 0 of the owned nodes, got {cache_fraction}")
         self.rank = world_and_rank(group)[1]
-        self.x, self.y = part.x, part.y
-        self.owned, self.owner = part.owned, part.owner
+        self.x = part.x
+        self.wire = wire_dtype(dtype) or (None if self.x is None else self.x.dtype)
+        self.directory = directory or NodeDirectory(part)
         self.group = group
         self.stats = FetchStats()
         self.cache_ids = hot_halo(part, int(cache_fraction * part.owned.numel()))
-        owners = self.owner[self.cache_ids].to(torch.int64)
-        requests = OwnerRequests.exchange(self.cache_ids, owners, group)
-        self.cache_x, self.cache_y = self._answer(requests)
+        self.cache_x = None if self.x is None else self._fetch(self.cache_ids)
+        self.directory.add_cached(self.cache_ids)
         self.stats.cache_rows = int(self.cache_ids.numel())
         self.stats.cache_bytes = self.stats.cache_fill_bytes = self.stats.cache_rows * self.row_bytes
         self.stats.served_rows = 0
 
     @property
     def row_bytes(self) -> int:
-        """Bytes of one node's features and label."""
-        x = 0 if self.x is None else self.x[0].numel() * self.x.element_size()
-        return x + self.y[0].numel() * self.y.element_size()
+        """Bytes of one node's features as they travel and are cached."""
+        return 0 if self.x is None else self.x[0].numel() * torch.empty(0, dtype=self.wire).element_size()
 
-    def _answer(self, requests: OwnerRequests) -> tuple[Tensor | None, Tensor]:
-        """The owners' rows for the requested ids (a collective)."""
-        rows = sorted_positions(self.owned, requests.requested)[0]
+    def _fetch(self, ids: Tensor, out: Tensor | None = None, at: Tensor | None = None) -> Tensor:
+        """Rows of remote ``ids`` from their owners, answering the others' asks (a collective); put at
+        positions ``at`` of ``out`` when given, else returned in the order of ``ids``."""
+        requests = OwnerRequests.exchange(ids, self.directory.owners(ids), self.group)
+        rows = self.directory.owned_rows(requests.requested)
         self.stats.served_rows += int(rows.numel())
-        x = None if self.x is None else requests.answer_rows(self.x[rows])
-        return x, requests.answer_rows(self.y[rows])
+        received = requests.received_rows(torch.index_select(self.x, 0, rows).to(self.wire))
+        if out is None:
+            out, at = received.new_empty(received.shape), torch.arange(received.size(0))
+        out.index_copy_(0, at[requests.order], received.to(out.dtype))
+        return out
 
-    def gather(self, ids: Tensor) -> tuple[Tensor | None, Tensor]:
-        """``(x, y)`` rows of the global node ``ids`` (``x`` ``None`` for a featureless graph).
+    def gather(self, ids: Tensor) -> Tensor | None:
+        """``x`` rows of the global node ``ids`` (``None`` for a featureless graph, without asking).
 
         Args:
             ids: Global node ids, int64 ``[K]``.
         """
-        owners = self.owner[ids].to(torch.int64)
-        mine = owners == self.rank
-        cached_at, cached = sorted_positions(self.cache_ids, ids)
-        cached &= ~mine
+        if self.x is None:
+            return None
+        slots = self.directory.slots(ids)
+        mine, cached = slots >= 0, slots <= -2
         mine_at, hit_at, fetch_at = (torch.nonzero(m).view(-1) for m in (mine, cached, ~(mine | cached)))
-        requests = OwnerRequests.exchange(ids[fetch_at], owners[fetch_at], self.group)
-        fetched_x, fetched_y = self._answer(requests)
-        # (where the rows go, which rows of their table): owned rows, cached rows, fetched rows
-        owned_rows = sorted_positions(self.owned, ids[mine_at])[0]
-        parts = [(mine_at, owned_rows), (hit_at, cached_at[hit_at]), (fetch_at, None)]
-        x = None if self.x is None else _fill((self.x, self.cache_x, fetched_x), parts, ids.numel())
-        y = _fill((self.y, self.cache_y, fetched_y), parts, ids.numel())
+        out = self.x.new_empty((ids.numel(), *self.x.shape[1:]))
+        out.index_copy_(0, mine_at, torch.index_select(self.x, 0, slots[mine_at]))
+        out.index_copy_(0, hit_at, torch.index_select(self.cache_x, 0, -2 - slots[hit_at]).to(out.dtype))
+        self._fetch(ids[fetch_at], out, fetch_at)
         remote, hits = int(ids.numel() - mine_at.numel()), int(hit_at.numel())
         self.stats.remote_rows += remote
         self.stats.cache_hits += hits
         self.stats.fetched_rows += remote - hits
         self.stats.fetched_bytes += (remote - hits) * self.row_bytes
-        return x, y
-
-
-def _fill(tables: tuple[Any, ...], parts: list[tuple[Tensor, Tensor | None]], size: int) -> Tensor:
-    """``size`` rows gathered from ``tables`` (owned, cached, fetched): part ``i`` puts rows
-    ``parts[i][1]`` of ``tables[i]`` (all of it for ``None``) at positions ``parts[i][0]``."""
-    out = tables[0].new_empty((size, *tables[0].shape[1:]))
-    for table, (at, rows) in zip(tables, parts):
-        if at.numel():
-            out.index_copy_(0, at, table if rows is None else torch.index_select(table, 0, rows))
-    return out
+        return out

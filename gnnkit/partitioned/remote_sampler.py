@@ -29,7 +29,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from gnnkit.data.sampler import CSRNeighborSampler, SampledHops, sample_hops
-from gnnkit.partitioned.halo import sorted_positions
+from gnnkit.partitioned.node_directory import NodeDirectory
 from gnnkit.partitioned.owner_requests import OwnerRequests, world_and_rank
 from pipeline.partitioned import Partition
 
@@ -48,6 +48,8 @@ class PartitionNeighborSampler:
         num_neighbors: Fan-out per hop (``-1``: all neighbours).
         seed: Seed of the sampling (combined with the rank).
         group: Process group (default: the default group).
+        directory: The rank's :class:`~gnnkit.partitioned.node_directory.NodeDirectory` (shared with
+            its :class:`~gnnkit.partitioned.remote_features.RemoteFeatures`; made here if not given).
 
     Raises:
         ValueError: Bad fan-outs (as :class:`~gnnkit.data.sampler.CSRNeighborSampler`), or a rank
@@ -55,14 +57,14 @@ class PartitionNeighborSampler:
     """
 
     def __init__(self, part: Partition, num_neighbors: Sequence[int], seed: int = 0,
-                 group: dist.ProcessGroup | None = None) -> None:
+                 group: dist.ProcessGroup | None = None, directory: NodeDirectory | None = None) -> None:
         self.world, self.rank = world_and_rank(group)
         if part.part != self.rank or part.parts != self.world:
             raise ValueError(f"partition: part {part.part} of {part.parts} opened on rank {self.rank} of {self.world}")
         self.rows = CSRNeighborSampler(part.indptr, part.indices, num_neighbors)  # the one-hop rules
         self.num_neighbors = self.rows.num_neighbors
         self.owned = part.owned
-        self.owner = part.owner
+        self.directory = directory or NodeDirectory(part)
         self.row_start = part.row_start
         self.group = group
         self.seed = seed
@@ -89,17 +91,6 @@ class PartitionNeighborSampler:
         if "generator" in state:
             self.generator.set_state(state["generator"])
 
-    def local_rows(self, ids: Tensor) -> Tensor:
-        """Rows of owned global ``ids`` in the partition.
-
-        Raises:
-            ValueError: An id this rank does not own.
-        """
-        rows, found = sorted_positions(self.owned, ids)
-        if not bool(found.all()):
-            raise ValueError(f"rank {self.rank} was asked for node {int(ids[~found][0])}, which it does not own")
-        return rows
-
     def sample(self, seeds: Tensor) -> SampledHops:
         """The multi-hop sample of ``seeds`` (a collective: every rank calls it, with its own seeds).
 
@@ -111,7 +102,7 @@ class PartitionNeighborSampler:
             whole graph's CSR).
         """
         seeds = seeds.to(torch.int64)
-        self.local_rows(seeds)  # seeds must be this rank's
+        self.directory.owned_rows(seeds)  # seeds must be this rank's
         if self._local is None:
             self._local = torch.full((self._scratch[0],), -1, dtype=self._scratch[1])
         try:
@@ -123,11 +114,12 @@ class PartitionNeighborSampler:
     def _expand(self, frontier: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
         """One hop (see :data:`gnnkit.data.sampler.Expand`): own rows sampled here, the others by their
         owners."""
-        owners = self.owner[frontier].to(torch.int64)
-        mine = owners == self.rank
+        slots = self.directory.slots(frontier)
+        mine = slots >= 0
         mine_at, remote_at = torch.nonzero(mine).view(-1), torch.nonzero(~mine).view(-1)
-        requests = OwnerRequests.exchange(frontier[remote_at], owners[remote_at], self.group)
-        rows = torch.cat([self.local_rows(frontier[mine_at]), self.local_rows(requests.requested)])
+        remote = frontier[remote_at]
+        requests = OwnerRequests.exchange(remote, self.directory.owners(remote), self.group)
+        rows = torch.cat([slots[mine_at], self.directory.owned_rows(requests.requested)])
         edge, segment, count = self.rows.sample_rows(rows, k, self.generator)
         src = torch.index_select(self.rows.indices, 0, edge)
         row = torch.index_select(rows, 0, segment)

@@ -8,9 +8,12 @@ number of steps agreed by all ranks (:func:`lockstep_steps`); a step whose share
 gets a *padding* batch there (two of its nodes, ``padding=True``), which trains with weight 0 and is
 left out of the metrics. Batches are built in the main process (collectives cannot run in
 ``DataLoader`` workers) and look like :class:`~gnnkit.data.sampler.CSRNodeLoader` batches (``x``,
-``y``, ``edge_index``, ``n_id``, ``e_id``, ``batch_size``, ``input_id``, ``num_sampled_nodes``,
-``num_sampled_edges``, seeds first) plus ``loss_scale`` (this rank's share of the step's seeds times
-the world size, so averaged gradients are those of the whole step's mean loss) and ``padding``.
+``edge_index``, ``n_id``, ``e_id``, ``batch_size``, ``input_id``, ``num_sampled_nodes``,
+``num_sampled_edges``, seeds first), except that ``y`` holds the labels of the seeds only (the rank
+owns them; other nodes' labels would travel for nothing, see
+:mod:`~gnnkit.partitioned.remote_features`), plus ``loss_scale`` (this rank's share of the step's
+seeds times the world size, so averaged gradients are those of the whole step's mean loss) and
+``padding``.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ class PartitionNodeLoader:
         sampler: The rank's :class:`~gnnkit.partitioned.remote_sampler.PartitionNeighborSampler`
             (its generator also shuffles).
         features: The rank's :class:`~gnnkit.partitioned.remote_features.RemoteFeatures`.
+        labels: The labels of the rank's owned nodes (the partition's ``y``).
         seeds: Positions in the partition's owned nodes of this rank's seeds (its share of the split).
         counts: Every rank's seed count (:func:`gnnkit.rank_state.gather_ranks` of each rank's).
         batch_size: See :func:`lockstep_steps`.
@@ -65,14 +69,15 @@ class PartitionNodeLoader:
         ValueError: A partition without nodes (nothing to pad with).
     """
 
-    def __init__(self, sampler: PartitionNeighborSampler, features: RemoteFeatures, seeds: Tensor,
-                 counts: list[int], batch_size: int, shuffle: bool) -> None:
+    def __init__(self, sampler: PartitionNeighborSampler, features: RemoteFeatures, labels: Tensor,
+                 seeds: Tensor, counts: list[int], batch_size: int, shuffle: bool) -> None:
         if sampler.owned.numel() == 0:
             raise ValueError(f"partition {sampler.rank}: no owned nodes to sample from")
         if counts[sampler.rank] != seeds.numel():
             raise ValueError(f"counts: rank {sampler.rank} holds {seeds.numel()} seeds, "
                              f"counts say {counts[sampler.rank]}")
         self.node_sampler, self.features = sampler, features
+        self.labels = labels
         self.seeds = seeds.to(torch.int64)
         self.counts = counts
         self.shuffle = shuffle
@@ -96,14 +101,15 @@ class PartitionNodeLoader:
         """The batch of the seeds at ``positions`` of :attr:`seeds` (a padding batch when empty), as
         step ``step`` (a collective)."""
         padding = positions.numel() == 0
-        seeds = self.node_sampler.owned[self.padding_seeds if padding else self.seeds[positions]]
+        rows = self.padding_seeds if padding else self.seeds[positions]
+        seeds = self.node_sampler.owned[rows]
         hops = self.node_sampler.sample(seeds)
         out = hops.output(NodeSamplerInput(input_id=positions, node=seeds))
-        x, y = self.features.gather(out.node)
         total = self._totals[step]
-        data = Data(x=x, y=y, edge_index=torch.stack([out.row, out.col]), n_id=out.node, e_id=out.edge,
-                    batch_size=int(seeds.numel()), input_id=positions, num_sampled_nodes=out.num_sampled_nodes,
-                    num_sampled_edges=out.num_sampled_edges, num_nodes=int(out.node.numel()))
+        data = Data(x=self.features.gather(out.node), y=self.labels[rows], edge_index=torch.stack([out.row, out.col]),
+                    n_id=out.node, e_id=out.edge, batch_size=int(seeds.numel()), input_id=positions,
+                    num_sampled_nodes=out.num_sampled_nodes, num_sampled_edges=out.num_sampled_edges,
+                    num_nodes=int(out.node.numel()))
         data.loss_scale = 0.0 if padding else positions.numel() * len(self.counts) / max(total, 1)
         data.padding = padding
         return data

@@ -55,12 +55,13 @@ def worker(rank: int, world: int, out: str, entry_path: str, *part_paths: str) -
     # neighbour lists and features of remote nodes
     features = RemoteFeatures(part, cache_fraction=0.0)
     train = part.split["train"]
-    loader = PartitionNodeLoader(PartitionNeighborSampler(part, FANOUT, seed=3), features, train,
+    loader = PartitionNodeLoader(PartitionNeighborSampler(part, FANOUT, seed=3), features, part.y, train,
                                  gather_ranks(train.numel()), 16, shuffle=True)
     facts, remote = [], 0
     for batch in loader:
         facts.append(edge_facts(batch, indptr, indices, FANOUT))
-        facts[-1]["x"] = bool(torch.equal(batch.x, x[batch.n_id])) and bool(torch.equal(batch.y, y[batch.n_id]))
+        facts[-1]["x"] = bool(torch.equal(batch.x, x[batch.n_id])) and bool(
+            torch.equal(batch.y, y[batch.n_id[:batch.batch_size]]))
         remote += int((part.owner[batch.n_id] != rank).sum())
     result["batches"] = {key: all(f[key] for f in facts) for key in facts[0]}
     result["remote_nodes"], result["fetched_rows"] = remote, features.stats.fetched_rows
@@ -69,20 +70,27 @@ def worker(rank: int, world: int, out: str, entry_path: str, *part_paths: str) -
     # a cache of hot remote rows: cached rows are never fetched
     cached = RemoteFeatures(part, cache_fraction=0.5)
     ids = cached.cache_ids[:5]
-    got_x, got_y = cached.gather(ids)
+    got_x = cached.gather(ids)
     after_cached = cached.stats.state_dict()
     uncached = part.halo[~torch.isin(part.halo, cached.cache_ids)][:4].to(torch.int64)
-    got_x2, _ = cached.gather(uncached)
+    got_x2 = cached.gather(uncached)
     result["cache"] = {"rows": int(cached.cache_ids.numel()), "asked": int(ids.numel()),
                        "hits": after_cached["cache_hits"], "fetched": after_cached["fetched_rows"],
                        "fetched_bytes": after_cached["fetched_bytes"],
-                       "equal": bool(torch.equal(got_x, x[ids]) and torch.equal(got_y, y[ids])
-                                     and torch.equal(got_x2, x[uncached])),
+                       "equal": bool(torch.equal(got_x, x[ids]) and torch.equal(got_x2, x[uncached])),
                        "fetched_after_uncached": cached.stats.fetched_rows, "uncached_asked": int(uncached.numel())}
+
+    # 16-bit remote rows: cached and fetched rows are the float16 roundings, owned rows exact
+    half = RemoteFeatures(part, cache_fraction=0.5, dtype="float16")
+    mixed = torch.cat([half.cache_ids[:3], uncached, part.owned[:3].to(torch.int64)])
+    rounded = torch.cat([x[mixed[:-3]].half().float(), x[mixed[-3:]]])
+    result["half"] = {"equal": bool(torch.equal(half.gather(mixed), rounded)),
+                      "cache_dtype": str(half.cache_x.dtype), "row_bytes": half.row_bytes, "width": x.size(1),
+                      "fetched_bytes": half.stats.fetched_bytes, "fetched_rows": half.stats.fetched_rows}
 
     # lockstep: rank 1 holds 3 seeds only; both take the same steps, padding where empty
     seeds = train if rank == 0 else train[:3]
-    lock = PartitionNodeLoader(PartitionNeighborSampler(part, FANOUT, seed=0), features, seeds,
+    lock = PartitionNodeLoader(PartitionNeighborSampler(part, FANOUT, seed=0), features, part.y, seeds,
                                gather_ranks(seeds.numel()), 8, shuffle=True)
     batches = list(lock)
     covered = torch.cat([b.n_id[:b.batch_size] for b in batches if not b.padding])
@@ -95,7 +103,7 @@ def worker(rank: int, world: int, out: str, entry_path: str, *part_paths: str) -
     # determinism: the same seed gives the same batches; a restored generator continues exactly
     def epoch(sampler):
         return [(b.n_id.tolist(), b.e_id.tolist()) for b in PartitionNodeLoader(
-            sampler, features, train, gather_ranks(train.numel()), 16, shuffle=True)]
+            sampler, features, part.y, train, gather_ranks(train.numel()), 16, shuffle=True)]
 
     first, again = PartitionNeighborSampler(part, FANOUT, seed=5), PartitionNeighborSampler(part, FANOUT, seed=5)
     one = epoch(first)
@@ -110,7 +118,7 @@ def worker(rank: int, world: int, out: str, entry_path: str, *part_paths: str) -
 
     # all neighbours: the batches and logits of one process on the whole graph
     seeds = part.split["test"]
-    exact = PartitionNodeLoader(PartitionNeighborSampler(part, [-1, -1], seed=0), features, seeds,
+    exact = PartitionNodeLoader(PartitionNeighborSampler(part, [-1, -1], seed=0), features, part.y, seeds,
                                 gather_ranks(seeds.numel()), 7, shuffle=False)
     ours = [b for b in exact if not b.padding]
     theirs = [next(iter(neighbor_loader(Data(x=x, y=y, num_nodes=graph.num_nodes), indptr, indices, [-1, -1],
@@ -118,7 +126,8 @@ def worker(rank: int, world: int, out: str, entry_path: str, *part_paths: str) -
               for b in ours]  # one process, the whole graph, the same seeds
     result["exact"] = {"batches": len(ours), "same_batches": all(
         torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index) and torch.equal(a.e_id, b.e_id)
-        and torch.equal(a.x, b.x) and torch.equal(a.y, b.y) and a.num_sampled_nodes == b.num_sampled_nodes
+        and torch.equal(a.x, b.x) and torch.equal(a.y, b.y[:b.batch_size])
+        and a.num_sampled_nodes == b.num_sampled_nodes
         for a, b in zip(ours, theirs))}
     for model in ("sage", "gcn"):
         for aggregation in ("pyg", "gnnkit"):

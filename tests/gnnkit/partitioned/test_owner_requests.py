@@ -13,7 +13,7 @@ def test_a_world_of_one_asks_nobody():
     empty = torch.zeros(0, dtype=torch.int64)
     requests = OwnerRequests.exchange(empty, empty)
     assert world_and_rank() == (1, 0) and requests.num_asked == 0 and requests.requested.numel() == 0
-    assert requests.answer_rows(torch.zeros(0, 3)).shape == (0, 3)
+    assert requests.received_rows(torch.zeros(0, 3)).shape == (0, 3)
     asker, values = requests.answer_lists(empty, torch.zeros(0, 2, dtype=torch.int64))
     assert asker.numel() == 0 and values.shape == (0, 2)
 

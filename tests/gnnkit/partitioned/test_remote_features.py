@@ -3,15 +3,16 @@ graph's, cached rows are never fetched, and the fetch counters say so."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from gnnkit.partitioned.remote_features import hot_halo
+from gnnkit.partitioned.remote_features import hot_halo, wire_dtype
 from pipeline.partitioned import Partition
 
 
 def test_remote_rows_are_the_whole_graphs(sampled_ranks):
     for result in sampled_ranks:
-        assert result["batches"]["x"]  # features and labels of every sampled node
+        assert result["batches"]["x"]  # features of every sampled node, labels of the seeds
         assert result["fetched_rows"] == result["remote_nodes"]  # no cache: every remote row fetched
 
 
@@ -21,6 +22,20 @@ def test_cached_rows_are_never_fetched(sampled_ranks):
         assert cache["rows"] > 0 and cache["equal"]
         assert cache["hits"] == cache["asked"] == 5 and cache["fetched"] == 0 and cache["fetched_bytes"] == 0
         assert cache["fetched_after_uncached"] == cache["uncached_asked"] > 0
+
+
+def test_sixteen_bit_rows_are_the_roundings_of_the_remote_rows(sampled_ranks):
+    for result in sampled_ranks:
+        half = result["half"]
+        assert half["equal"] and half["cache_dtype"] == "torch.float16" and half["row_bytes"] == 2 * half["width"]
+        assert half["fetched_bytes"] == half["fetched_rows"] * half["row_bytes"] > 0
+
+
+def test_an_unknown_remote_dtype_is_one_line():
+    with pytest.raises(ValueError, match=r"data.remote_dtype: expected one of float32, float16, bfloat16 or null, "
+                                         r"got 'int8'"):
+        wire_dtype("int8")
+    assert wire_dtype(None) is None and wire_dtype("bfloat16") == torch.bfloat16
 
 
 def test_the_cache_takes_the_most_referenced_halo_nodes():
