@@ -115,7 +115,6 @@ def worker(args: argparse.Namespace) -> None:
     from pipeline import peak_rss_mb, preprocess
 
     torch.set_num_threads(1)
-    retain_freed_memory()  # as gnnkit run does
     dist.init_process_group("gloo", init_method=f"tcp://{args.master}:{args.port}", rank=args.rank,
                             world_size=args.ranks)
     entry = preprocess(args.dataset)
@@ -264,7 +263,7 @@ def sampled_worker(args: argparse.Namespace) -> None:
     from pipeline import peak_rss_mb, preprocess
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.ranks))
-    retain_freed_memory()  # as gnnkit run does
+    retain_freed_memory()  # as gnnkit run does (glibc keeps freed batches for the next)
     if args.ranks > 1:
         dist.init_process_group("gloo", init_method=f"tcp://{args.master}:{args.port}", rank=args.rank,
                                 world_size=args.ranks)
