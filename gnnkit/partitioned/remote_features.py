@@ -9,14 +9,16 @@ partition entry; ties by id), as many as ``cache_fraction`` x the rank's owned n
 exchange at setup; a cached row is never fetched again. With ``dtype`` ``float16`` (or ``bfloat16``)
 the fetched and cached rows travel and stay in 16 bits: half the bytes on the wire and in the cache,
 so twice the rows fit in the same memory (quantised messages between partitions, as AdaQP does for
-full-graph training, <https://arxiv.org/abs/2306.01381>; owned rows stay exact). Labels never travel: a batch's loss needs
-only its seeds', which the rank owns (DistDGL's training loop reads them the same way).
+full-graph training, <https://arxiv.org/abs/2306.01381>; owned rows stay exact). Labels never
+travel: a batch's loss needs only its seeds', which the rank owns (DistDGL's training loop reads
+them the same way).
 :class:`FetchStats` counts what was fetched, served and found in the cache.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -105,7 +107,6 @@ class RemoteFeatures:
                  directory: NodeDirectory | None = None, dtype: str | None = None) -> None:
         if cache_fraction < 0:
             raise ValueError(f"data.remote_cache: expected a fraction >= 0 of the owned nodes, got {cache_fraction}")
-        self.rank = world_and_rank(group)[1]
         self.x = part.x
         self.wire = wire_dtype(dtype) or (None if self.x is None else self.x.dtype)
         self.directory = directory or NodeDirectory(part)

@@ -49,6 +49,8 @@ def test_partition_options_that_do_not_fit_are_one_line():
         GraphDataModule("synthetic-tiny", batch_size=64, partitions=2, num_workers=2)
     with pytest.raises(ValueError, match="data.remote_cache: expected a fraction >= 0"):
         GraphDataModule("synthetic-tiny", batch_size=64, partitions=2, remote_cache=-1.0)
+    with pytest.raises(ValueError, match="data.remote_dtype: expected one of float32, float16, bfloat16 or null"):
+        GraphDataModule("synthetic-tiny", batch_size=64, partitions=2, remote_dtype="half")
     with pytest.raises(ValueError, match="data.reuse: replaying batches is not supported with data.partitions"):
         GraphDataModule("synthetic-tiny", batch_size=64, partitions=2, reuse={"epochs": 2})
     with pytest.raises(ValueError, match="data.boundary_sampling: samples the halo of partition-parallel full-batch"):
@@ -84,7 +86,7 @@ def test_a_recipe_trains_on_two_partitions_and_reports_them(straight):
     assert part["sampled"] and part["parts"] == 2 and part["part"] == 0 and part["halo_nodes"] > 0
     assert part["cache_rows"] == int(0.1 * part["owned_nodes"]) and part["cache_bytes"] > 0  # remote_cache 0.1
     assert part["remote_rows"] == part["cache_hits"] + part["fetched_rows"] and part["cache_hits"] > 0
-    assert part["fetched_bytes"] > 0 and part["graph_feature_bytes"] > 0
+    assert part["fetched_bytes"] > 0 and part["graph_feature_bytes"] > 0 and part["directory_bytes"] > 0
     every = part["all_ranks"]  # both ranks: what one fetched, the other served
     assert every["fetched_rows"] == every["served_rows"] > part["fetched_rows"]
     assert every["cache_rows"] > part["cache_rows"]
