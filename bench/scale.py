@@ -375,7 +375,8 @@ def summarise_sampled(rows: list[dict]) -> dict:
 
     top = max(r["ranks"] for r in rows)
     network = "1gbit" if row("partitioned", top, "1gbit") and row("replicated", top, "1gbit") else "loopback"
-    part, rep = row("partitioned", top, "loopback") or row("partitioned", top), row("replicated", top)
+    part = row("partitioned", top, "loopback") or row("partitioned", top)
+    rep = row("replicated", top, "loopback") or row("replicated", top)  # the same epochs as ``part``
     summary: dict = {"sampled_ranks": top}
     if part and rep:
         summary["sampled_memory_per_rank_over_replicated_p4"] = round(

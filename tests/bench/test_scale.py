@@ -28,6 +28,25 @@ def test_summary_compares_the_largest_world(bench):
     assert summary["epoch_partitioned_over_replicated_p4"] == 0.5 and summary["acc_gap"] == 0.5
 
 
+def _sampled(mode, ranks, network, batch, epoch_s, test, mb=100.0, cache_mb=0.0):
+    return {"mode": mode, "ranks": ranks, "network": network, "batch_size": batch, "global_batch": batch * ranks,
+            "graph_feature_mb": mb, "cache_mb": cache_mb, "epoch_s": epoch_s, "test": test}
+
+
+def test_sampled_summary_takes_accuracy_from_the_loopback_runs(bench):
+    scale = bench("scale")
+    rows = [_sampled("replicated", 4, "1gbit", 8, 10.0, 0.60), _sampled("partitioned", 4, "1gbit", 8, 9.0, 0.61, 20, 5),
+            _sampled("single", 1, "loopback", 32, 30.0, 0.80), _sampled("single", 1, "loopback", 8, 40.0, 0.81),
+            _sampled("replicated", 4, "loopback", 8, 8.0, 0.79), _sampled("partitioned", 4, "loopback", 8, 10.0, 0.78,
+                                                                           20, 5)]
+    summary = scale.summarise_sampled(rows)
+    assert summary["sampled_memory_per_rank_over_replicated_p4"] == 0.25
+    assert summary["sampled_epoch_partitioned_over_replicated_p4"] == 0.9 and summary["sampled_epoch_network"] == "1gbit"
+    assert summary["sampled_epoch_partitioned_over_replicated_p4_loopback"] == 1.25
+    assert summary["sampled_acc_gap"] == 2.0 and summary["sampled_acc_gap_replicated"] == 1.0  # both 2-epoch runs
+    assert summary["sampled_acc_gap_vs_batch8"] == 3.0
+
+
 def test_two_ranks_on_a_small_graph(tmp_path):
     out = tmp_path / "scale.json"
     result = subprocess.run([sys.executable, str(BENCH / "scale.py"), "--dataset", "synthetic-tiny", "--epochs", "2",
