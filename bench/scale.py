@@ -209,6 +209,7 @@ def _whole_loaders(args, entry, torch):
     """Single process and replicated DDP: the whole graph on every rank, this rank's seeds."""
     from torch_geometric.data import Data
 
+    from gnnkit.data.link_datamodule import rank_share
     from gnnkit.data.sampler import neighbor_loader
 
     g = entry.open()
@@ -218,8 +219,7 @@ def _whole_loaders(args, entry, torch):
 
     def train_epoch(epoch: int):
         order = torch.randperm(train.numel(), generator=torch.Generator().manual_seed(1000 + epoch))
-        per_rank = -(-train.numel() // args.ranks)  # DistributedSampler: pad by repeating, then deal
-        order = torch.cat([order, order[:per_rank * args.ranks - order.numel()]])[args.rank::args.ranks]
+        order = rank_share(order, args.rank, args.ranks)  # as DistributedSampler deals
         return neighbor_loader(data, g.indptr, g.indices, args.fanout, input_nodes=train[order],
                                batch_size=args.batch_size, shuffle=False, seed=args.rank + 1000 * epoch)
 

@@ -40,7 +40,8 @@ def _single(batch: list[Data]) -> Data:
 
 
 def _check_partition_options(partitions: int | None, batch_size: int, boundary_sampling: float | None,
-                             stale_halo: bool, remote_cache: float, num_workers: int, reuse: Any) -> None:
+                             stale_halo: bool, remote_cache: float, remote_dtype: str | None, num_workers: int,
+                             reuse: Any) -> None:
     """One-line errors for partition options that do not fit together."""
     if partitions is not None and partitions < 1:
         raise ValueError(f"data.partitions: expected a count >= 1, got {partitions}")
@@ -52,6 +53,7 @@ def _check_partition_options(partitions: int | None, batch_size: int, boundary_s
                          "data.partitions, data.batch_size 0) and cannot be combined with data.boundary_sampling")
     if remote_cache < 0:
         raise ValueError(f"data.remote_cache: expected a fraction >= 0 of each rank's owned nodes, got {remote_cache}")
+    wire_dtype(remote_dtype)  # a bad name fails here
     if partitions is None or batch_size == 0:
         return
     if num_workers != 0:
@@ -166,9 +168,8 @@ class GraphDataModule(pl.LightningDataModule):
         if reuse is not None and reuse.epochs > 0 and batch_size == 0:
             raise ValueError("data.reuse: replaying batches needs neighbour sampling (data.batch_size > 0)")
         self.reuse = reuse if reuse is not None and reuse.epochs > 0 else None
-        _check_partition_options(partitions, batch_size, boundary_sampling, stale_halo, remote_cache, num_workers,
-                                 self.reuse)
-        wire_dtype(remote_dtype)  # a bad name fails now
+        _check_partition_options(partitions, batch_size, boundary_sampling, stale_halo, remote_cache, remote_dtype,
+                                 num_workers, self.reuse)
         self.partitions = partitions
         self._stale: StaleHalo | None = None
         self.boundary_sampler = (BoundarySampler(boundary_sampling, seed) if boundary_sampling is not None

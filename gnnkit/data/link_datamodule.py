@@ -91,7 +91,7 @@ class _FreshLinkLoader:
         return self.datamodule.make_batch(pos, neg, k, "train")
 
 
-def _rank_share(order: Tensor, rank: int, world: int) -> Tensor:
+def rank_share(order: Tensor, rank: int, world: int) -> Tensor:
     """Rank ``rank``'s positions of an epoch's order, as Lightning's ``DistributedSampler`` deals
     them: every ``world``-th from ``rank``, the order wrapped around so every rank gets as many
     (equal step counts keep the ranks' collectives paired)."""
@@ -125,7 +125,7 @@ class LinkBatches:
         if self.stage == "train":
             edges = split["edge"].to(torch.int64)
             rank, world = self.dm.rank_and_world()
-            order = _rank_share(torch.randperm(edges.shape[0], generator=self.generator), rank, world)
+            order = rank_share(torch.randperm(edges.shape[0], generator=self.generator), rank, world)
             for start in range(0, order.numel(), self.batch_size):
                 pos = edges[order[start: start + self.batch_size]]
                 negatives = random_pairs(self.dm.num_nodes, pos.shape[0] * world, self.generator)  # every rank's

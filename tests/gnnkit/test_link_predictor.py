@@ -181,13 +181,13 @@ def test_reuse_records_and_replays_link_batches_with_their_blocks(tmp_path):
 
 
 def test_ranks_deal_the_training_edges_like_a_distributed_sampler():
-    from gnnkit.data.link_datamodule import _rank_share
+    from gnnkit.data.link_datamodule import rank_share
 
     order = torch.randperm(11)
-    shares = [_rank_share(order, rank, 3) for rank in range(3)]
+    shares = [rank_share(order, rank, 3) for rank in range(3)]
     assert [s.numel() for s in shares] == [4, 4, 4]  # equal steps on every rank
     assert set(torch.cat(shares).tolist()) == set(range(11))
-    assert torch.equal(_rank_share(order, 0, 1), order)
+    assert torch.equal(rank_share(order, 0, 1), order)
 
 
 def test_gnnkit_strategy_trains_a_link_recipe_on_two_ranks(tmp_path):
