@@ -5,7 +5,8 @@
     python bench/scale.py --out-of-core [--json PATH] [--out-of-core-json bench/results/out_of_core.json]
     python bench/scale.py --sampled [--json PATH] [--dataset synthetic-products] [--ranks 1 2 4]
                           [--epochs 2] [--network loopback|1gbit] [--batch-size 1024] [--fanout 15 10 5]
-                          [--remote-cache 0.1] [--remote-dtype float16] [--test-nodes 50000]
+                          [--remote-cache 0.1] [--remote-dtype float16] [--no-balance-seeds]
+                          [--test-nodes 50000]
 
 Both modes train the same full-graph GNN (gnnkit aggregation, Adam, the arxiv recipe's shape) for
 ``--epochs`` epochs and test it exactly:
@@ -37,7 +38,9 @@ without the halo, and with each sampling rate), ``epoch_partitioned_over_replica
 * ``partitioned``: every rank opens only its METIS partition and samples its own seeds across
   partitions (:mod:`gnnkit.partitioned.remote_sampler`), fetching remote features from their
   owners with a cache of ``--remote-cache`` x its owned nodes (:mod:`gnnkit.partitioned.remote_features`),
-  remote rows travelling and cached in ``--remote-dtype`` (default: the features' own dtype).
+  remote rows travelling and cached in ``--remote-dtype`` (default: the features' own dtype), the
+  ranks' seed counts evened out (:mod:`gnnkit.partitioned.seed_balance`; ``--no-balance-seeds``:
+  every rank trains on its own seeds only).
 
 Each run trains ``--epochs`` epochs and tests on ``--test-nodes`` nodes of the test split drawn once
 (the same for every run; each evaluated once, sampled with the training fan-out). A row holds the
@@ -235,14 +238,18 @@ def _partition_loaders(args, entry, torch):
     from gnnkit.partitioned.remote_features import RemoteFeatures
     from gnnkit.partitioned.remote_sampler import PartitionNeighborSampler
     from gnnkit.partitioned.sampled_loader import PartitionNodeLoader
+    from gnnkit.partitioned.seed_balance import balance_seeds
     from gnnkit.rank_state import gather_ranks
 
     part = open_rank_partition(entry, args.ranks)
     features = RemoteFeatures(part, args.remote_cache, dtype=args.remote_dtype)
 
-    def loader(seeds, seed: int, batch_size: int, shuffle: bool):
+    def loader(positions, seed: int, batch_size: int, shuffle: bool):
+        seeds, labels = part.owned[positions].to(torch.int64), part.y[positions]
+        if args.balance_seeds:
+            seeds, labels = balance_seeds(part, features.directory, seeds, labels)
         sampler = PartitionNeighborSampler(part, args.fanout, seed=seed, directory=features.directory)
-        return PartitionNodeLoader(sampler, features, part.y, seeds, gather_ranks(seeds.numel()), batch_size, shuffle)
+        return PartitionNodeLoader(sampler, features, labels, seeds, gather_ranks(seeds.numel()), batch_size, shuffle)
 
     train = loader(part.split["train"], 0, args.batch_size, shuffle=True)
     positions, mine = sorted_positions(part.owned, _test_nodes(entry, args.test_nodes, torch))
@@ -322,6 +329,7 @@ def sampled_worker(args: argparse.Namespace) -> None:
             "peak_rss_mb": [round(r[0], 1) for r in ranks],
             "epoch_s": round(statistics.median(times), 3),
             "remote_dtype": args.remote_dtype if args.mode == "partitioned" else None,
+            "balance_seeds": args.balance_seeds if args.mode == "partitioned" else None,
             "remote_fetch_mb_per_epoch": round(sum(r[2] for r in ranks) / 2**20 / args.epochs, 1),
             "cache_hit_rate": round(sum(r[4] for r in ranks) / needed, 4) if needed else None,
             "nodes_per_batch": round(statistics.mean(r[6] for r in ranks)),
@@ -345,6 +353,7 @@ def sampled_launch(args: argparse.Namespace, mode: str, ranks: int, batch_size: 
            "--eval-batch-size", str(args.eval_batch_size), "--fanout", *map(str, args.fanout),
            "--remote-cache", str(args.remote_cache), "--test-nodes", str(args.test_nodes),
            *(["--remote-dtype", args.remote_dtype] if args.remote_dtype else []),
+           "--balance-seeds" if args.balance_seeds else "--no-balance-seeds",
            "--max-steps", str(args.max_steps), "--network", args.network,
            "--master", master, "--port", str(29710 if emulated else free_port()), "--out", str(out)]
     with emulated if emulated else contextlib.nullcontext():
@@ -563,7 +572,8 @@ def run_sampled(args: argparse.Namespace) -> None:
     if args.json:
         settings = {k: v for k, v in vars(args).items() if k in ("dataset", "epochs", "hidden", "layers", "batch_size",
                                                                  "eval_batch_size", "fanout", "remote_cache",
-                                                                 "remote_dtype", "test_nodes", "max_steps")}
+                                                                 "remote_dtype", "balance_seeds", "test_nodes",
+                                                                 "max_steps")}
         full = {k: previous[k] for k in ("rows", "args", "out_of_core") if k in previous}
         merged = {**{k: v for k, v in previous.get("summary", {}).items() if not k.startswith("sampled_")}, **summary}
         atomic_write_text(args.json, json.dumps({**full, "summary": merged,
@@ -596,6 +606,8 @@ def main() -> None:
                         help="--sampled: cache of remote rows, as a fraction of a rank's owned nodes")
     parser.add_argument("--remote-dtype", choices=["float32", "float16", "bfloat16"],
                         help="--sampled: dtype remote rows travel and are cached in (default: the features')")
+    parser.add_argument("--balance-seeds", action=argparse.BooleanOptionalAction, default=True,
+                        help="--sampled: even out the partitioned ranks' seed counts (seed_balance.py)")
     parser.add_argument("--test-nodes", type=int, default=50_000, help="--sampled: test nodes evaluated")
     parser.add_argument("--max-steps", type=int, default=0, help="--sampled: stop each epoch after this many steps")
     parser.add_argument("--modes", nargs="+", choices=SAMPLED_MODES, help="--sampled: run only these modes")

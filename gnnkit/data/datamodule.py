@@ -26,6 +26,7 @@ from gnnkit.partitioned.rank_data import (
 from gnnkit.partitioned.remote_features import RemoteFeatures, wire_dtype
 from gnnkit.partitioned.remote_sampler import PartitionNeighborSampler
 from gnnkit.partitioned.sampled_loader import PartitionNodeLoader
+from gnnkit.partitioned.seed_balance import balance_seeds
 from gnnkit.partitioned.stale_halo import StaleHalo
 from gnnkit.rank_state import gather_ranks, my_rank_state
 from gnnkit.sparse import Adjacency
@@ -114,6 +115,10 @@ class GraphDataModule(pl.LightningDataModule):
         remote_dtype: With ``partitions`` and ``batch_size > 0``: ``float16`` or ``bfloat16`` sends and
             caches remote feature rows in 16 bits (half the traffic; twice the cached rows per byte);
             ``null`` (default) keeps them exact.
+        balance_seeds: With ``partitions`` and ``batch_size > 0``: even out the ranks' seed counts
+            (default), ranks above their share handing seeds to ranks below it as DistDGL's
+            ``force_even`` split does (:mod:`gnnkit.partitioned.seed_balance`), so that no rank
+            straggles at every step; ``false`` keeps every rank's own seeds.
         data_root: Raw data folder (default ``$GNNKIT_HOME/data``).
         cache_root: Cache folder (default ``$GNNKIT_HOME/cache``).
     """
@@ -138,6 +143,7 @@ class GraphDataModule(pl.LightningDataModule):
         stale_halo: bool = False,
         remote_cache: float = 0.1,
         remote_dtype: str | None = None,
+        balance_seeds: bool = True,
         data_root: str | None = None,
         cache_root: str | None = None,
     ) -> None:
@@ -390,10 +396,13 @@ class GraphDataModule(pl.LightningDataModule):
         """This rank's batches of its share of the stage's split, sampled across partitions (building
         it is a collective: every rank agrees on the steps)."""
         assert self._remote is not None
-        seeds = self._partition.split[SPLIT_OF_STAGE[stage]]
-        sampler = PartitionNeighborSampler(self._partition, fanout, seed=self.hparams.seed,
-                                           directory=self._remote.directory)
-        return PartitionNodeLoader(sampler, self._remote, self._partition.y, seeds, gather_ranks(int(seeds.numel())),
+        part, directory = self._partition, self._remote.directory
+        positions = part.split[SPLIT_OF_STAGE[stage]]
+        seeds, labels = part.owned[positions].to(torch.int64), part.y[positions]
+        if self.hparams.balance_seeds:
+            seeds, labels = balance_seeds(part, directory, seeds, labels)
+        sampler = PartitionNeighborSampler(part, fanout, seed=self.hparams.seed, directory=directory)
+        return PartitionNodeLoader(sampler, self._remote, labels, seeds, gather_ranks(int(seeds.numel())),
                                    batch_size, shuffle=stage == "train")
 
     def rewind_sanity_check(self) -> None:

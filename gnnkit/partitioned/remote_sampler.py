@@ -40,7 +40,7 @@ def rank_seed(seed: int, rank: int) -> int:
 
 
 class PartitionNeighborSampler:
-    """Uniform multi-hop neighbour sampling of seeds owned by this rank, across all partitions.
+    """Uniform multi-hop neighbour sampling of a rank's seeds, across all partitions.
 
     Args:
         part: This rank's partition (:func:`~gnnkit.partitioned.rank_data.open_rank_partition`), with
@@ -95,14 +95,17 @@ class PartitionNeighborSampler:
         """The multi-hop sample of ``seeds`` (a collective: every rank calls it, with its own seeds).
 
         Args:
-            seeds: Global ids of seeds this rank owns, int64 ``[B]`` (may be empty).
+            seeds: Global ids of seeds, int64 ``[B]`` (may be empty); mostly this rank's own, others'
+                neighbours are sampled by their owners (:mod:`~gnnkit.partitioned.seed_balance`).
 
         Returns:
             The :class:`~gnnkit.data.sampler.SampledHops` (global ids in ``nodes``, edge ids in the
             whole graph's CSR).
         """
         seeds = seeds.to(torch.int64)
-        self.directory.owned_rows(seeds)  # seeds must be this rank's
+        if seeds.numel() and (int(seeds.min()) < 0 or int(seeds.max()) >= self._scratch[0]):
+            raise ValueError(f"seeds: expected node ids in [0, {self._scratch[0]}), got "
+                             f"{int(seeds.min())}..{int(seeds.max())}")
         if self._local is None:
             self._local = torch.full((self._scratch[0],), -1, dtype=self._scratch[1])
         try:

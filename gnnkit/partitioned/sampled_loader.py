@@ -1,4 +1,4 @@
-"""Sampled mini-batches of a partition's own seeds, every rank taking the same steps in lockstep.
+"""Sampled mini-batches of a rank's seeds, every rank taking the same steps in lockstep.
 
 Sampling across partitions (:mod:`gnnkit.partitioned.remote_sampler`) and fetching remote features
 (:mod:`gnnkit.partitioned.remote_features`) are collectives, so every rank must build the same number
@@ -10,7 +10,7 @@ left out of the metrics. Batches are built in the main process (collectives cann
 ``DataLoader`` workers) and look like :class:`~gnnkit.data.sampler.CSRNodeLoader` batches (``x``,
 ``edge_index``, ``n_id``, ``e_id``, ``batch_size``, ``input_id``, ``num_sampled_nodes``,
 ``num_sampled_edges``, seeds first), except that ``y`` holds the labels of the seeds only (the rank
-owns them; other nodes' labels would travel for nothing, see
+holds them; other nodes' labels would travel for nothing, see
 :mod:`~gnnkit.partitioned.remote_features`), plus ``loss_scale`` (this rank's share of the step's
 seeds times the world size, so averaged gradients are those of the whole step's mean loss) and
 ``padding``.
@@ -56,8 +56,9 @@ class PartitionNodeLoader:
         sampler: The rank's :class:`~gnnkit.partitioned.remote_sampler.PartitionNeighborSampler`
             (its generator also shuffles).
         features: The rank's :class:`~gnnkit.partitioned.remote_features.RemoteFeatures`.
-        labels: The labels of the rank's owned nodes (the partition's ``y``).
-        seeds: Positions in the partition's owned nodes of this rank's seeds (its share of the split).
+        labels: The labels of ``seeds``, ``[S, ...]``.
+        seeds: Global ids of this rank's seeds, int64 ``[S]``: its share of the split (the partition's
+            ``owned[split]``, evened out by :func:`~gnnkit.partitioned.seed_balance.balance_seeds`).
         counts: Every rank's seed count (:func:`gnnkit.rank_state.gather_ranks` of each rank's).
         batch_size: See :func:`lockstep_steps`.
         shuffle: Shuffle the seeds every epoch (training), drawn when the epoch's first batch is.
@@ -73,8 +74,8 @@ class PartitionNodeLoader:
                  seeds: Tensor, counts: list[int], batch_size: int, shuffle: bool) -> None:
         if sampler.owned.numel() == 0:
             raise ValueError(f"partition {sampler.rank}: no owned nodes to sample from")
-        if counts[sampler.rank] != seeds.numel():
-            raise ValueError(f"counts: rank {sampler.rank} holds {seeds.numel()} seeds, "
+        if counts[sampler.rank] != seeds.numel() or labels.size(0) != seeds.numel():
+            raise ValueError(f"counts: rank {sampler.rank} holds {seeds.numel()} seeds and {labels.size(0)} labels, "
                              f"counts say {counts[sampler.rank]}")
         self.node_sampler, self.features = sampler, features
         self.labels = labels
@@ -83,8 +84,9 @@ class PartitionNodeLoader:
         self.shuffle = shuffle
         self.steps = lockstep_steps(counts, batch_size, shuffle)
         self._totals = [sum(share(c, self.steps, step) for c in counts) for step in range(self.steps)]
-        pool = self.seeds if self.seeds.numel() else torch.arange(min(2, sampler.owned.numel()))
+        pool = self.seeds if self.seeds.numel() else sampler.owned[:2].to(torch.int64)
         self.padding_seeds = pool[torch.arange(2) % min(2, pool.numel())]
+        self.padding_labels = labels.new_zeros((2, *labels.shape[1:]))  # weigh nothing
 
     def __len__(self) -> int:
         return self.steps
@@ -101,12 +103,12 @@ class PartitionNodeLoader:
         """The batch of the seeds at ``positions`` of :attr:`seeds` (a padding batch when empty), as
         step ``step`` (a collective)."""
         padding = positions.numel() == 0
-        rows = self.padding_seeds if padding else self.seeds[positions]
-        seeds = self.node_sampler.owned[rows]
+        seeds = self.padding_seeds if padding else self.seeds[positions]
         hops = self.node_sampler.sample(seeds)
         out = hops.output(NodeSamplerInput(input_id=positions, node=seeds))
         total = self._totals[step]
-        data = Data(x=self.features.gather(out.node), y=self.labels[rows], edge_index=torch.stack([out.row, out.col]),
+        y = self.padding_labels if padding else self.labels[positions]
+        data = Data(x=self.features.gather(out.node), y=y, edge_index=torch.stack([out.row, out.col]),
                     n_id=out.node, e_id=out.edge, batch_size=int(seeds.numel()), input_id=positions,
                     num_sampled_nodes=out.num_sampled_nodes, num_sampled_edges=out.num_sampled_edges,
                     num_nodes=int(out.node.numel()))

@@ -19,6 +19,7 @@ from gnnkit.models.node_gnn import NodeGNN  # noqa: E402
 from gnnkit.partitioned.remote_features import RemoteFeatures  # noqa: E402
 from gnnkit.partitioned.remote_sampler import PartitionNeighborSampler  # noqa: E402
 from gnnkit.partitioned.sampled_loader import PartitionNodeLoader  # noqa: E402
+from gnnkit.partitioned.seed_balance import balance_seeds  # noqa: E402
 from gnnkit.rank_state import gather_ranks  # noqa: E402
 from pipeline.cache import load_entry  # noqa: E402
 from pipeline.partitioned import open_partition  # noqa: E402
@@ -55,8 +56,8 @@ def worker(rank: int, world: int, out: str, entry_path: str, *part_paths: str) -
     # neighbour lists and features of remote nodes
     features = RemoteFeatures(part, cache_fraction=0.0)
     train = part.split["train"]
-    loader = PartitionNodeLoader(PartitionNeighborSampler(part, FANOUT, seed=3), features, part.y, train,
-                                 gather_ranks(train.numel()), 16, shuffle=True)
+    loader = PartitionNodeLoader(PartitionNeighborSampler(part, FANOUT, seed=3), features, part.y[train],
+                                 part.owned[train], gather_ranks(train.numel()), 16, shuffle=True)
     facts, remote = [], 0
     for batch in loader:
         facts.append(edge_facts(batch, indptr, indices, FANOUT))
@@ -90,8 +91,8 @@ def worker(rank: int, world: int, out: str, entry_path: str, *part_paths: str) -
 
     # lockstep: rank 1 holds 3 seeds only; both take the same steps, padding where empty
     seeds = train if rank == 0 else train[:3]
-    lock = PartitionNodeLoader(PartitionNeighborSampler(part, FANOUT, seed=0), features, part.y, seeds,
-                               gather_ranks(seeds.numel()), 8, shuffle=True)
+    lock = PartitionNodeLoader(PartitionNeighborSampler(part, FANOUT, seed=0), features, part.y[seeds],
+                               part.owned[seeds], gather_ranks(seeds.numel()), 8, shuffle=True)
     batches = list(lock)
     covered = torch.cat([b.n_id[:b.batch_size] for b in batches if not b.padding])
     result["lockstep"] = {"steps": len(batches), "len": len(lock), "padding": sum(b.padding for b in batches),
@@ -100,10 +101,25 @@ def worker(rank: int, world: int, out: str, entry_path: str, *part_paths: str) -
                           "scales": [float(b.loss_scale) for b in batches],
                           "padding_scales": [float(b.loss_scale) for b in batches if b.padding]}
 
+    # even seed counts: rank 1 keeps 3 of its seeds, rank 0 hands it some of its own; their batches
+    # are the whole graph's, labels and all
+    mine = part.owned[seeds].to(torch.int64)
+    even, labels = balance_seeds(part, features.directory, mine, part.y[seeds])
+    even_loader = PartitionNodeLoader(PartitionNeighborSampler(part, FANOUT, seed=0), features, labels, even,
+                                      gather_ranks(even.numel()), 8, shuffle=True)
+    even_batches = list(even_loader)
+    facts = [edge_facts(b, indptr, indices, FANOUT) for b in even_batches]
+    result["balanced"] = {"before": mine.tolist(), "after": even.tolist(), "labels": torch.equal(labels, y[even]),
+                          "padding": sum(b.padding for b in even_batches),
+                          "batches": all(all(f.values()) for f in facts) and all(
+                              torch.equal(b.x, x[b.n_id]) and torch.equal(b.y, y[b.n_id[:b.batch_size]])
+                              for b in even_batches),
+                          "covered": sorted(torch.cat([b.n_id[:b.batch_size] for b in even_batches]).tolist())}
+
     # determinism: the same seed gives the same batches; a restored generator continues exactly
     def epoch(sampler):
         return [(b.n_id.tolist(), b.e_id.tolist()) for b in PartitionNodeLoader(
-            sampler, features, part.y, train, gather_ranks(train.numel()), 16, shuffle=True)]
+            sampler, features, part.y[train], part.owned[train], gather_ranks(train.numel()), 16, shuffle=True)]
 
     first, again = PartitionNeighborSampler(part, FANOUT, seed=5), PartitionNeighborSampler(part, FANOUT, seed=5)
     one = epoch(first)
@@ -118,8 +134,8 @@ def worker(rank: int, world: int, out: str, entry_path: str, *part_paths: str) -
 
     # all neighbours: the batches and logits of one process on the whole graph
     seeds = part.split["test"]
-    exact = PartitionNodeLoader(PartitionNeighborSampler(part, [-1, -1], seed=0), features, part.y, seeds,
-                                gather_ranks(seeds.numel()), 7, shuffle=False)
+    exact = PartitionNodeLoader(PartitionNeighborSampler(part, [-1, -1], seed=0), features, part.y[seeds],
+                                part.owned[seeds], gather_ranks(seeds.numel()), 7, shuffle=False)
     ours = [b for b in exact if not b.padding]
     theirs = [next(iter(neighbor_loader(Data(x=x, y=y, num_nodes=graph.num_nodes), indptr, indices, [-1, -1],
                                         input_nodes=b.n_id[:b.batch_size], batch_size=b.batch_size, shuffle=False)))
