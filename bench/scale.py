@@ -45,8 +45,10 @@ without the halo, and with each sampling rate), ``epoch_partitioned_over_replica
 Each run trains ``--epochs`` epochs and tests on ``--test-nodes`` nodes of the test split drawn once
 (the same for every run; each evaluated once, sampled with the training fan-out). A row holds the
 largest graph + feature bytes a rank holds (the partition's arrays with the owner map, and its node
-directory; the cache apart), peak RSS per rank, the median epoch time, remote feature bytes fetched
-per epoch (all ranks), the cache's hit rate and the test accuracy. ``--json`` keeps the other mode's results of
+directory; the cache apart), peak RSS per rank, the median epoch time (and every epoch's: the first
+is slower, a replicated rank faulting in the whole graph, so use ``--epochs 3`` or more for a
+steady-state median), remote feature bytes fetched per epoch (all ranks), the cache's hit rate and
+the test accuracy. ``--json`` keeps the other mode's results of
 an existing file: the sampled rows sit under ``sampled`` (rows of another ``--network`` kept), and
 ``summary`` gains ``sampled_memory_per_rank_over_replicated_p4`` (cache included),
 ``sampled_acc_gap`` (single process at the same global batch minus partitioned at the largest P, in
@@ -328,6 +330,7 @@ def sampled_worker(args: argparse.Namespace) -> None:
             "cache_mb": round(max(r[5] for r in ranks) / 2**20, 2),
             "peak_rss_mb": [round(r[0], 1) for r in ranks],
             "epoch_s": round(statistics.median(times), 3),
+            "epoch_times_s": [round(t, 3) for t in times],
             "remote_dtype": args.remote_dtype if args.mode == "partitioned" else None,
             "balance_seeds": args.balance_seeds if args.mode == "partitioned" else None,
             "remote_fetch_mb_per_epoch": round(sum(r[2] for r in ranks) / 2**20 / args.epochs, 1),

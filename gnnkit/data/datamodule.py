@@ -400,7 +400,11 @@ class GraphDataModule(pl.LightningDataModule):
         positions = part.split[SPLIT_OF_STAGE[stage]]
         seeds, labels = part.owned[positions].to(torch.int64), part.y[positions]
         if self.hparams.balance_seeds:
+            own = seeds.numel()
             seeds, labels = balance_seeds(part, directory, seeds, labels)
+            received = int((directory.slots(seeds) < 0).sum())
+            log.info("partition %d of %d, %s: %d seeds (%d of its own handed over, %d received)", part.part,
+                     part.parts, stage, seeds.numel(), own - (seeds.numel() - received), received)
         sampler = PartitionNeighborSampler(part, fanout, seed=self.hparams.seed, directory=directory)
         return PartitionNodeLoader(sampler, self._remote, labels, seeds, gather_ranks(int(seeds.numel())),
                                    batch_size, shuffle=stage == "train")

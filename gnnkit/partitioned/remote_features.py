@@ -9,9 +9,10 @@ partition entry; ties by id), as many as ``cache_fraction`` x the rank's owned n
 exchange at setup; a cached row is never fetched again. With ``dtype`` ``float16`` (or ``bfloat16``)
 the fetched and cached rows travel and stay in 16 bits: half the bytes on the wire and in the cache,
 so twice the rows fit in the same memory (quantised messages between partitions, as AdaQP does for
-full-graph training, <https://arxiv.org/abs/2306.01381>; owned rows stay exact). Labels never
-travel: a batch's loss needs only its seeds', which the rank owns (DistDGL's training loop reads
-them the same way).
+full-graph training, <https://arxiv.org/abs/2306.01381>; owned rows stay exact). Labels are not
+fetched: a batch's loss needs only its seeds', which the rank holds (its own, and those handed over
+with seeds by :mod:`~gnnkit.partitioned.seed_balance`; DistDGL's training loop reads them the same
+way).
 :class:`FetchStats` counts what was fetched, served and found in the cache.
 """
 

@@ -93,6 +93,7 @@ def test_a_recipe_trains_on_two_partitions_and_reports_them(straight):
     assert report["test"] > 0.3  # 8 classes, 3 epochs of sign descent: it learns
     log = straight.with_suffix(".log").read_text()
     assert "partition 0 of 2, after fit: " in log and "fetched (" in log
+    assert "partition 0 of 2, train: " in log and "handed over" in log  # data.balance_seeds (default)
 
 
 def test_a_lost_rank_resumes_with_the_uninterrupted_runs_losses(straight):
