@@ -239,16 +239,14 @@ def _partition_loaders(args, entry, torch):
     from gnnkit.partitioned.remote_features import RemoteFeatures
     from gnnkit.partitioned.remote_sampler import PartitionNeighborSampler
     from gnnkit.partitioned.sampled_loader import PartitionNodeLoader
-    from gnnkit.partitioned.seed_balance import balance_seeds
+    from gnnkit.partitioned.seed_balance import rank_seeds
     from gnnkit.rank_state import gather_ranks
 
     part = open_rank_partition(entry, args.ranks)
     features = RemoteFeatures(part, args.remote_cache, dtype=args.remote_dtype)
 
     def loader(positions, seed: int, batch_size: int, shuffle: bool):
-        seeds, labels = part.owned[positions].to(torch.int64), part.y[positions]
-        if args.balance_seeds:
-            seeds, labels = balance_seeds(part, features.directory, seeds, labels)
+        seeds, labels = rank_seeds(part, features.directory, positions, args.balance_seeds)
         sampler = PartitionNeighborSampler(part, args.fanout, seed=seed, directory=features.directory)
         return PartitionNodeLoader(sampler, features, labels, seeds, gather_ranks(seeds.numel()), batch_size, shuffle)
 

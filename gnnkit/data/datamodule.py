@@ -26,7 +26,7 @@ from gnnkit.partitioned.rank_data import (
 from gnnkit.partitioned.remote_features import RemoteFeatures, wire_dtype
 from gnnkit.partitioned.remote_sampler import PartitionNeighborSampler
 from gnnkit.partitioned.sampled_loader import PartitionNodeLoader
-from gnnkit.partitioned.seed_balance import balance_seeds
+from gnnkit.partitioned.seed_balance import rank_seeds
 from gnnkit.partitioned.stale_halo import StaleHalo
 from gnnkit.rank_state import gather_ranks, my_rank_state
 from gnnkit.sparse import Adjacency
@@ -397,14 +397,8 @@ class GraphDataModule(pl.LightningDataModule):
         it is a collective: every rank agrees on the steps)."""
         assert self._remote is not None
         part, directory = self._partition, self._remote.directory
-        positions = part.split[SPLIT_OF_STAGE[stage]]
-        seeds, labels = part.owned[positions].to(torch.int64), part.y[positions]
-        if self.hparams.balance_seeds:
-            own = seeds.numel()
-            seeds, labels = balance_seeds(part, directory, seeds, labels)
-            received = int((directory.slots(seeds) < 0).sum())
-            log.info("partition %d of %d, %s: %d seeds (%d of its own handed over, %d received)", part.part,
-                     part.parts, stage, seeds.numel(), own - (seeds.numel() - received), received)
+        seeds, labels = rank_seeds(part, directory, part.split[SPLIT_OF_STAGE[stage]], self.hparams.balance_seeds,
+                                   stage)
         sampler = PartitionNeighborSampler(part, fanout, seed=self.hparams.seed, directory=directory)
         return PartitionNodeLoader(sampler, self._remote, labels, seeds, gather_ranks(int(seeds.numel())),
                                    batch_size, shuffle=stage == "train")

@@ -21,6 +21,7 @@ from torch import Tensor
 from gnnkit.partitioned.halo import all_to_all_rows
 from gnnkit.partitioned.node_directory import NodeDirectory
 from gnnkit.rank_state import gather_ranks
+from pipeline import log
 from pipeline.partitioned import Partition
 
 
@@ -53,29 +54,30 @@ def transfer_plan(counts: list[int]) -> list[list[int]]:
     return plan
 
 
-def share_owned_by(part: Partition, directory: NodeDirectory, seeds: Tensor, rank: int) -> Tensor:
-    """Fraction of each seed's in-neighbours (its CSR row) that ``rank`` owns (0 for no neighbours).
+def neighbour_shares(part: Partition, directory: NodeDirectory, seeds: Tensor, world: int) -> Tensor:
+    """``[S, world]``: the fraction of each seed's in-neighbours (its CSR row) that each rank owns (0
+    for no neighbours).
 
     Args:
         part: This rank's partition (CSR rows of its owned nodes, global neighbour ids).
         directory: Its node directory (owned rows and owners).
         seeds: Global ids of nodes this rank owns.
-        rank: The rank whose neighbours are counted.
+        world: Ranks in the group.
     """
     rows = directory.owned_rows(seeds)
     start = part.indptr[rows].to(torch.int64)
     degree = part.indptr[rows + 1].to(torch.int64) - start
     first = torch.cumsum(degree, 0) - degree
     edge = torch.arange(int(degree.sum())) - torch.repeat_interleave(first - start, degree)
-    on_rank = directory.owners(torch.index_select(part.indices, 0, edge).to(torch.int64)) == rank
-    row_of_edge = torch.repeat_interleave(torch.arange(seeds.numel()), degree)
-    hits = torch.zeros(seeds.numel()).index_add_(0, row_of_edge, on_rank.to(torch.float32))
-    return hits / degree.clamp(min=1)
+    owners = directory.owners(torch.index_select(part.indices, 0, edge).to(torch.int64))
+    cell = torch.repeat_interleave(torch.arange(seeds.numel()), degree) * world + owners
+    hits = torch.bincount(cell, minlength=seeds.numel() * world).view(seeds.numel(), world)
+    return hits.to(torch.float32) / degree.clamp(min=1).unsqueeze(1)
 
 
 def balance_seeds(part: Partition, directory: NodeDirectory, seeds: Tensor, labels: Tensor,
-                  group: dist.ProcessGroup | None = None) -> tuple[Tensor, Tensor]:
-    """This rank's seeds after evening out the counts of all ranks (a collective).
+                  group: dist.ProcessGroup | None = None, stage: str = "seeds") -> tuple[Tensor, Tensor]:
+    """This rank's seeds after evening out the counts of all ranks (a collective; logs what moved).
 
     Args:
         part: This rank's partition.
@@ -84,6 +86,7 @@ def balance_seeds(part: Partition, directory: NodeDirectory, seeds: Tensor, labe
         labels: Their labels, ``[S, ...]``.
         group: Process group (default: the default group; must span the same ranks as
             :func:`~gnnkit.rank_state.gather_ranks`'s).
+        stage: What the seeds are for, in the log line (e.g. ``train``).
 
     Returns:
         ``(seeds, labels)``: the seeds it keeps, in their order, then those received, by giving rank
@@ -95,17 +98,27 @@ def balance_seeds(part: Partition, directory: NodeDirectory, seeds: Tensor, labe
         return seeds, labels
     rank = part.part
     plan = transfer_plan(counts)
+    sent, received = plan[rank], [plan[giver][rank] for giver in range(len(counts))]
     keep = torch.ones(seeds.numel(), dtype=torch.bool)
     given = []
-    for taker, count in enumerate(plan[rank]):
+    shares = neighbour_shares(part, directory, seeds, len(counts)) if sum(sent) else None
+    for taker, count in enumerate(sent):
         if count:
             candidates = torch.nonzero(keep).view(-1)
-            share = share_owned_by(part, directory, seeds[candidates], taker)
-            picked = candidates[torch.argsort(share, descending=True, stable=True)[:count]]
+            picked = candidates[torch.argsort(shares[candidates, taker], descending=True, stable=True)[:count]]
             keep[picked] = False
             given.append(picked)
     order = torch.cat(given) if given else seeds.new_zeros(0)
-    sent, received = plan[rank], [plan[giver][rank] for giver in range(len(counts))]
     new_seeds = all_to_all_rows(seeds[order], received, sent, group)
     new_labels = all_to_all_rows(labels[order], received, sent, group)
+    log.info("partition %d of %d, %s: %d seeds (%d of its own handed over, %d received)", rank, len(counts), stage,
+             counts[rank] - sum(sent) + sum(received), sum(sent), sum(received))
     return torch.cat([seeds[keep], new_seeds]), torch.cat([labels[keep], new_labels])
+
+
+def rank_seeds(part: Partition, directory: NodeDirectory, positions: Tensor, balance: bool,
+               stage: str = "seeds") -> tuple[Tensor, Tensor]:
+    """Global ids and labels of this rank's seeds of a split (``positions`` in its owned nodes),
+    evened out across the ranks by :func:`balance_seeds` when ``balance`` (a collective then)."""
+    seeds, labels = part.owned[positions].to(torch.int64), part.y[positions]
+    return balance_seeds(part, directory, seeds, labels, stage=stage) if balance else (seeds, labels)

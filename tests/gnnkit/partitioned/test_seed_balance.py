@@ -8,7 +8,7 @@ import random
 import torch
 
 from gnnkit.partitioned.node_directory import NodeDirectory
-from gnnkit.partitioned.seed_balance import balance_seeds, even_targets, share_owned_by, transfer_plan
+from gnnkit.partitioned.seed_balance import balance_seeds, even_targets, neighbour_shares, transfer_plan
 from pipeline.partitioned import Partition
 
 
@@ -51,7 +51,7 @@ def test_the_share_of_neighbours_on_a_rank_is_counted_per_row():
         for seed in seeds.tolist():
             row = part.indices[part.indptr[seed]:part.indptr[seed + 1]]  # owned row = node id here
             expected.append(float((part.owner[row] == rank).sum()) / max(1, row.numel()))
-        assert torch.allclose(share_owned_by(part, directory, seeds, rank), torch.tensor(expected))
+        assert torch.allclose(neighbour_shares(part, directory, seeds, 3)[:, rank], torch.tensor(expected))
 
 
 def test_one_rank_keeps_its_seeds():
