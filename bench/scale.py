@@ -46,9 +46,9 @@ Each run trains ``--epochs`` epochs and tests on ``--test-nodes`` nodes of the t
 (the same for every run; each evaluated once, sampled with the training fan-out). A row holds the
 largest graph + feature bytes a rank holds (the partition's arrays with the owner map, and its node
 directory; the cache apart), peak RSS per rank, the median epoch time (and every epoch's: the first
-is slower in both modes, so use ``--epochs 3`` or more for a steady-state median), remote feature bytes fetched per epoch (all ranks), the cache's hit rate and
-the test accuracy. ``--json`` keeps the other mode's results of
-an existing file: the sampled rows sit under ``sampled`` (rows of another ``--network`` kept), and
+is slower in both modes, so use ``--epochs 3`` or more for a steady-state median), remote feature
+bytes fetched per epoch (all ranks), the cache's hit rate and the test accuracy. ``--json`` keeps
+the other mode's results of an existing file: the sampled rows sit under ``sampled`` (rows of another ``--network`` kept), and
 ``summary`` gains ``sampled_memory_per_rank_over_replicated_p4`` (cache included),
 ``sampled_acc_gap`` (single process at the same global batch minus partitioned at the largest P, in
 points; ``sampled_acc_gap_vs_batch<B>`` against the recipe's batch) and
