@@ -174,7 +174,10 @@ class KFAC(torch.optim.Optimizer):
             over the factors).
         base: ``"adam"`` or ``"sgd"``.
         kfac_pipeline: On 2+ ranks, all-reduce each factor as soon as it is ready, overlapping
-            backward (SPD-KFAC); otherwise all factors are reduced after backward (D-KFAC).
+            backward (SPD-KFAC), and on steps without an inversion fold the reduced factors in
+            when the next step starts, so the reductions also overlap the preconditioning and
+            update (same factors, same steps); otherwise all factors are reduced after backward
+            and waited for at once (D-KFAC).
     """
 
     def __init__(
@@ -211,6 +214,8 @@ class KFAC(torch.optim.Optimizer):
         self._layers: list[_Layer] = []
         self._handles: list[Any] = []
         self.comm: FactorComm | None = None
+        #: Pipelined factor reductions still in flight, and the ``(weight, A, G)`` they fold into.
+        self._deferred: tuple[list[Any], list[tuple[Tensor, Tensor, Tensor]]] | None = None
 
     # -- binding and hooks -------------------------------------------------------------------
 
@@ -232,7 +237,8 @@ class KFAC(torch.optim.Optimizer):
         return self
 
     def unbind(self) -> None:
-        """Remove the hooks of an earlier :meth:`bind`."""
+        """Remove the hooks of an earlier :meth:`bind` (folding in any deferred factors first)."""
+        self._fold_deferred()
         for handle in self._handles:
             handle.remove()
         self._handles, self._layers = [], []
@@ -274,9 +280,11 @@ class KFAC(torch.optim.Optimizer):
                 loss = closure()
         counters = self.state[KFAC_KEY]
         step = counters["step"]
+        self._fold_deferred()
+        inverting = step % self.options.inv_update_interval == 0
         if step % self.options.factor_update_interval == 0:
-            self._update_factors()
-        if step % self.options.inv_update_interval == 0:
+            self._update_factors(defer=not inverting)
+        if inverting:
             self._update_inverses()
         for layer in self._layers:
             self._precondition(layer)
@@ -287,24 +295,51 @@ class KFAC(torch.optim.Optimizer):
         counters["step"] = step + 1
         return loss
 
-    def _update_factors(self) -> None:
-        ready = [layer for layer in self._layers if layer.new_a is not None and layer.new_g is not None]
-        if self.comm is not None:
-            if not self.options.kfac_pipeline:
-                for layer in ready:
-                    self.comm.reduce_async(layer.new_a)
-                    self.comm.reduce_async(layer.new_g)
-            self.comm.wait()
+    def _update_factors(self, defer: bool) -> None:
+        """Reduce this step's factors across the ranks and fold them into the running averages; with
+        ``defer`` (pipelined, and no inversion this step) the fold waits until the next step starts
+        (:meth:`_fold_deferred`), so the reductions overlap the preconditioning and the update."""
+        ready = [(layer.weight, layer.new_a, layer.new_g) for layer in self._layers
+                 if layer.new_a is not None and layer.new_g is not None]
+        for layer in self._layers:
+            layer.new_a = layer.new_g = None
+        if self.comm is None:
+            self._fold(ready)
+            return
+        if not self.options.kfac_pipeline:
+            for _, new_a, new_g in ready:
+                self.comm.reduce_async(new_a)
+                self.comm.reduce_async(new_g)
+        works = self.comm.detach()
+        if defer and self.options.kfac_pipeline:
+            self._deferred = (works, ready)
+            return
+        self.comm.wait(works)
+        self._fold(ready)
+
+    def _fold_deferred(self) -> None:
+        """Wait for the reductions an earlier step deferred and fold their factors in."""
+        if self._deferred is not None:
+            works, ready = self._deferred
+            self._deferred = None
+            self.comm.wait(works)
+            self._fold(ready)
+
+    def _fold(self, ready: list[tuple[Tensor, Tensor, Tensor]]) -> None:
+        """``F <- decay F + (1 - decay) F_new`` for each layer's ``A`` and ``G`` (the first replaces)."""
         decay = self.options.factor_decay
-        for layer in ready:
-            state = self.state[layer.weight]
-            for key, new in (("A", layer.new_a), ("G", layer.new_g)):
+        for weight, new_a, new_g in ready:
+            state = self.state[weight]
+            for key, new in (("A", new_a), ("G", new_g)):
                 if key in state:
                     state[key].mul_(decay).add_(new, alpha=1.0 - decay)
                 else:
                     state[key] = new.clone()
-        for layer in self._layers:
-            layer.new_a = layer.new_g = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer's state, with any deferred factors folded in first."""
+        self._fold_deferred()
+        return super().state_dict()
 
     def _update_inverses(self) -> None:
         opts = self.options

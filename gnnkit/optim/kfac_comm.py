@@ -8,7 +8,9 @@ owner rank and broadcast from it. Owners are placed by cost: layers sorted by ``
 (descending), each given to the rank with the least work so far (greedy longest processing time).
 With ``kfac_pipeline`` the optimizer launches each factor's all-reduce from its hook as soon as it is
 ready (``A`` after the layer's forward, ``G`` in its backward), overlapping the rest of the
-backward pass (SPD-KFAC's pipelining); otherwise all are launched after backward (D-KFAC).
+backward pass (SPD-KFAC's pipelining), and on steps that invert nothing it waits for them only at the
+start of the next step, so they also overlap the preconditioning and the parameter update; otherwise
+all are launched after backward and waited for at once (D-KFAC).
 
 The factors travel on their own process group so that their asynchronous collectives never
 interleave with DDP's gradient buckets on the default group.
@@ -84,8 +86,16 @@ class FactorComm:
         for tensor in tensors:
             self._pending.append(dist.broadcast(tensor, src=src, group=self.group, async_op=True))
 
-    def wait(self) -> None:
-        """Wait for every collective started since the last wait."""
-        for work in self._pending:
+    def detach(self) -> list[Any]:
+        """The collectives started since the last :meth:`wait` or :meth:`detach`, handed to the
+        caller to wait for later (:meth:`wait` no longer waits for them)."""
+        works, self._pending = self._pending, []
+        return works
+
+    def wait(self, works: list[Any] | None = None) -> None:
+        """Wait for ``works`` (from :meth:`detach`), or else every collective started since the last
+        wait or detach."""
+        if works is None:
+            works, self._pending = self._pending, []
+        for work in works:
             work.wait()
-        self._pending = []

@@ -19,7 +19,7 @@ from torch import nn
 sys.path.insert(0, os.getcwd())
 from gnnkit.optim import KFAC  # noqa: E402
 
-STEPS = 3
+STEPS = 4
 OPTIONS = {"lr": 0.05, "damping": 0.03, "factor_decay": 0.5, "inv_update_interval": 2}
 
 
@@ -55,6 +55,8 @@ def worker(rank: int, port: int, out: str, pipeline: bool) -> None:
     net = model()
     opt = KFAC(net.parameters(), kfac_pipeline=pipeline, **OPTIONS).bind(net)
     in_flight = train(net, opt, slice(rank, None, 2), 2)
+    deferred = opt._deferred is not None  # pipelined: step 3 inverts nothing, its factors are still in flight
+    opt.state_dict()  # folds them in
     dist.barrier()
     alone = model()
     dist.destroy_process_group()  # the single-rank run below sees no process group
@@ -65,7 +67,7 @@ def worker(rank: int, port: int, out: str, pipeline: bool) -> None:
                   for p, q in zip(net.parameters(), alone.parameters()) if p.dim() == 2 for k in ("A", "G"))
     weights = max((p - q).abs().max().item() for p, q in zip(net.parameters(), alone.parameters()))
     result = {"factors_max_diff": factors, "weights_max_diff": weights, "owners": opt.comm.owners,
-              "in_flight_after_backward": in_flight}
+              "in_flight_after_backward": in_flight, "deferred_at_end": deferred}
     with open(f"{out}.{rank}", "w") as handle:
         json.dump(result, handle)
 

@@ -222,7 +222,10 @@ def test_dkfac_on_two_gloo_ranks_equals_one_rank(tmp_path, pipeline):
     # Inversion costs d_A^3 + d_G^3 = 855, 854, 243: rank 1 inverts (and broadcasts) two layers.
     assert result["owners"] == [0, 1, 1]
     # Pipelined, each layer's A and G all-reduces are already in flight when backward returns.
-    assert result["0"]["in_flight_after_backward"] == ([6, 6, 6] if pipeline else [0, 0, 0])
+    assert result["0"]["in_flight_after_backward"] == ([6, 6, 6, 6] if pipeline else [0, 0, 0, 0])
+    # Pipelined, a step without inversion (the last, step 3) leaves its reductions in flight;
+    # state_dict() folds them in, so the factors below still equal the single rank's.
+    assert result["0"]["deferred_at_end"] is pipeline
     for rank in ("0", "1"):
         assert result[rank]["factors_max_diff"] < 1e-5, result
         assert result[rank]["weights_max_diff"] < 1e-5, result
