@@ -13,6 +13,7 @@ from gnnkit.models.inrank import InRankOptions
 from gnnkit.models.node_gnn import NodeGNN, NodeGNNOptions, resolve_model
 from gnnkit.optim import module_optimizer, with_scheduler
 from gnnkit.partitioned.batch_norm import partition_batch_norms
+from gnnkit.pseudo_labels import pseudo_label_loss, pseudo_label_weight
 from gnnkit.task_module import STAGES, RunLengthHooks, TaskModule
 from gnnkit.tt import TTEmbedding, auto_config
 
@@ -32,6 +33,17 @@ def batch_targets(batch: Data) -> Tensor:
     if target is not None:
         return target
     return torch.arange(batch.batch_size, device=batch.y.device)
+
+
+def _check_pseudo_labels(gamma: float, full_batch: bool, multiclass: bool) -> None:
+    """One-line errors for a ``model.pseudo_label_gamma`` the run cannot use."""
+    if not gamma > 0:
+        raise ValueError(f"model.pseudo_label_gamma: expected > 0 (Izadi et al. sweep 1 to 10), got {gamma!r}")
+    if not full_batch:
+        raise ValueError("model.pseudo_label_gamma: needs full-graph training (data.batch_size: 0); a sampled "
+                         "batch has no predictions for the nodes outside its seeds")
+    if not multiclass:
+        raise ValueError("model.pseudo_label_gamma: needs a multi-class task (pseudo-labels are argmax classes)")
 
 
 def _inrank_options(fields: dict[str, Any] | None) -> InRankOptions:
@@ -112,6 +124,11 @@ class NodeClassifier(RunLengthHooks, TaskModule):
             ``threshold``, ``warmup`` and ``gap`` in training batches (one optimizer step each without
             gradient accumulation), ``max_rank_fraction``, ``init_scale``, ``frozen_base``); the
             reference's defaults where unset.
+        pseudo_label_gamma: ``None`` (default), or Izadi et al.'s semi-supervised objective
+            (<https://arxiv.org/abs/2008.09624>, :mod:`gnnkit.pseudo_labels`): the training loss
+            gains ``(epoch / max_epochs) ** gamma`` times the cross-entropy of the nodes outside the
+            training split against the model's own predictions. Full-graph multi-class training
+            on one graph only (not partition-parallel).
     """
 
     def __init__(
@@ -150,6 +167,7 @@ class NodeClassifier(RunLengthHooks, TaskModule):
         lr_scheduler: dict[str, Any] | None = None,
         low_rank: str | None = None,
         inrank: dict[str, Any] | None = None,
+        pseudo_label_gamma: float | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -171,6 +189,8 @@ class NodeClassifier(RunLengthHooks, TaskModule):
         if weight_decay_scope not in WEIGHT_DECAY_SCOPES:
             raise ValueError(f"model.weight_decay_scope: expected one of {list(WEIGHT_DECAY_SCOPES)}, "
                              f"got {weight_decay_scope!r}")
+        if pseudo_label_gamma is not None:
+            _check_pseudo_labels(pseudo_label_gamma, full_batch, self.multiclass)
         if embedding not in EMBEDDINGS:
             raise ValueError(f"model.embedding: expected one of {list(EMBEDDINGS)}, got {embedding!r}")
         self.embedding: nn.Module | None = None
@@ -215,6 +235,9 @@ class NodeClassifier(RunLengthHooks, TaskModule):
         normalise each rank's batches, as replicated DDP does). TT tables: give them the dataset's
         node order and hot (highest-degree) nodes."""
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        if getattr(datamodule, "partitions", None) is not None and self.hparams.get("pseudo_label_gamma") is not None:
+            raise ValueError("model.pseudo_label_gamma: not available with data.partitions (each rank sees only "
+                             "its partition's nodes)")
         if getattr(datamodule, "partitions", None) is not None and getattr(datamodule, "full_batch", True):
             if self.gnn.aggregation != "gnnkit" and self.gnn.model != "mlp":
                 raise ValueError("data.partitions: partition-parallel layers need model.aggregation: gnnkit")
@@ -254,11 +277,14 @@ class NodeClassifier(RunLengthHooks, TaskModule):
 
     def forward(self, batch: Data) -> Tensor:
         """Logits for the batch's target nodes."""
-        out = self.gnn(self.node_input(batch), getattr(batch, "edge_index", None), adj=getattr(batch, "adj", None),
-                       num_sampled_nodes=getattr(batch, "num_sampled_nodes", None),
-                       num_sampled_edges=getattr(batch, "num_sampled_edges", None),
-                       halo=getattr(batch, "halo", None))
-        return out[batch_targets(batch)]
+        return self.node_logits(batch)[batch_targets(batch)]
+
+    def node_logits(self, batch: Data) -> Tensor:
+        """Logits of every node of the batch."""
+        return self.gnn(self.node_input(batch), getattr(batch, "edge_index", None), adj=getattr(batch, "adj", None),
+                        num_sampled_nodes=getattr(batch, "num_sampled_nodes", None),
+                        num_sampled_edges=getattr(batch, "num_sampled_edges", None),
+                        halo=getattr(batch, "halo", None))
 
     def _loss(self, logits: Tensor, y: Tensor) -> Tensor:
         if self.multiclass:
@@ -267,8 +293,11 @@ class NodeClassifier(RunLengthHooks, TaskModule):
         return nn.functional.binary_cross_entropy_with_logits(logits[known], y[known])
 
     def _step(self, batch: Data, stage: str) -> Tensor:
-        logits = self(batch)
-        y = batch.y[batch_targets(batch)]
+        pseudo = stage == "train" and self.hparams.get("pseudo_label_gamma") is not None
+        targets = batch_targets(batch)
+        every = self.node_logits(batch) if pseudo else None
+        logits = every[targets] if every is not None else self(batch)
+        y = batch.y[targets]
         loss = self._loss(logits, y)
         # A padding batch (a rank keeping step with the others in sampled partition-parallel runs)
         # weighs nothing: in the loss, the logged mean and the metric.
@@ -277,6 +306,9 @@ class NodeClassifier(RunLengthHooks, TaskModule):
                  prog_bar=stage != "test", sync_dist=True)  # the mean over ranks (a no-op on one)
         kept = slice(0, 0) if padding else slice(None)
         self._outputs[stage].append((y[kept].detach(), logits[kept].detach()))
+        if every is not None:  # logged above: the supervised loss alone, comparable across runs
+            weight = pseudo_label_weight(self.current_epoch, self.trainer.max_epochs, self.hparams.pseudo_label_gamma)
+            loss = loss + weight * pseudo_label_loss(every, targets)
         # A partition's loss counts in proportion to its share of the split (or of the step's seeds),
         # so the ranks' averaged gradients are the whole graph's (1 elsewhere).
         return loss * getattr(batch, "loss_scale", 1.0)
