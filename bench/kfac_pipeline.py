@@ -13,7 +13,8 @@ with :class:`gnnkit.optim.KFAC` (every step a factor update; inverses only on th
 step, so the timed steps are forward + backward + gradient and factor all-reduces + preconditioned
 Adam step). The two modes take turns over ``--rounds`` rounds of ``--steps`` timed steps each, on
 their own models and process groups; the table shows each mode's median training step and median
-``optimizer.step()`` (which, pipelined, only waits for communication started during backward).
+``optimizer.step()`` (pipelined, a step that inverts nothing waits only for the previous step's
+factor reductions, which had its whole forward and backward to finish).
 On this 2-core machine the ratio of a run of 3-5 rounds ranged over 0.79-0.94 for the same code
 (4 ranks and the delay line share the cores); 10 rounds (50 steps per mode) narrow it. The
 ``1gbit`` network puts each rank in a network namespace behind the emulated 1 Gbit/s link of
