@@ -12,7 +12,8 @@ the largest one when none does (:func:`next_rank`). The explained ratio is the r
 ``1 - var(s - s_k) / var(s)``, ``s_k`` keeping the top ``k`` singular values and zeroing the rest
 (:func:`explained_ratio`). The rank never shrinks and stops at ``max_rank - buffer`` (so at most
 ``max_rank`` modes are applied); ``max_rank`` is ``max_rank_fraction * min(in, out)``, half in the
-reference.
+reference, or with ``max_params_fraction`` that fraction of the break-even rank ``in * out / (in +
+out)``, which bounds the weight entries a layer trains against its dense counterpart's.
 
 Defaults are the reference's GPT-2 settings (``configs/experiment/wt103/*in_rank_efficient*``):
 initial rank 2, threshold 0.9, warm-up 200 and gap 25 iterations, half the smaller side as the
@@ -61,6 +62,10 @@ class InRankOptions:
         warmup: Optimizer steps before the first rank check (reference: 200).
         gap: Optimizer steps between rank checks (reference: 25).
         max_rank_fraction: Maximum applied rank as a fraction of ``min(in, out)`` (reference: 0.5).
+        max_params_fraction: When set, caps the applied rank by weight entries instead: at most
+            this fraction of the dense layer's ``in * out``, i.e. a rank of at most
+            ``fraction * in * out / (in + out)`` (the break-even rank times the fraction), so every
+            layer, and the model, trains at most that fraction of the dense weights.
         init_scale: Multiplies the initial factors (reference: 1.0); the product then has Glorot's
             variance ``2 / (in + out)``.
         frozen_base: The paper's InRank proper rather than its efficient variant: the weight is
@@ -75,6 +80,7 @@ class InRankOptions:
     warmup: int = 200
     gap: int = 25
     max_rank_fraction: float = 0.5
+    max_params_fraction: float | None = None
     init_scale: float = 1.0
     frozen_base: bool = False
 
@@ -88,6 +94,8 @@ class InRankOptions:
             raise ValueError(f"inrank.threshold: expected a ratio in (0, 1], got {self.threshold!r}")
         if not 0.0 < self.max_rank_fraction <= 1.0:
             raise ValueError(f"inrank.max_rank_fraction: expected a fraction in (0, 1], got {self.max_rank_fraction!r}")
+        if self.max_params_fraction is not None and not 0.0 < self.max_params_fraction <= 1.0:
+            raise ValueError(f"inrank.max_params_fraction: expected a fraction in (0, 1], got {self.max_params_fraction!r}")
         if not self.init_scale > 0.0:
             raise ValueError(f"inrank.init_scale: expected > 0, got {self.init_scale!r}")
 
@@ -118,6 +126,16 @@ def next_rank(s: Tensor, rank: int, buffer: int, max_rank: int, threshold: float
     return top
 
 
+def max_rank(in_features: int, out_features: int, options: InRankOptions) -> int:
+    """Most modes a layer applies: ``max_params_fraction`` of the break-even rank
+    ``in * out / (in + out)`` when set, else ``max_rank_fraction * min(in, out)``; at least 1."""
+    if options.max_params_fraction is not None:
+        cap = options.max_params_fraction * in_features * out_features / (in_features + out_features)
+    else:
+        cap = options.max_rank_fraction * min(in_features, out_features)
+    return max(1, int(cap))
+
+
 class InRankLinear(nn.Module):
     """``y = x V U^T + b`` with the first ``rank + buffer`` modes of ``U`` and ``V`` applied, the rank
     growing by :meth:`step` (<https://arxiv.org/abs/2306.11250>; see the module docstring).
@@ -127,8 +145,8 @@ class InRankLinear(nn.Module):
         out_features: Output width.
         bias: Learn an additive bias.
         options: Initial rank, buffer, threshold, schedule and maximum; default ``InRankOptions()``.
-            A layer too small for them clamps its own: ``max_rank = max(1, floor(fraction * min(in,
-            out)))``, rank ``<= max_rank``, buffer ``<= max_rank - rank``.
+            A layer too small for them clamps its own: ``max_rank`` from :func:`max_rank`, rank
+            ``<= max_rank``, buffer ``<= max_rank - rank``.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True,
@@ -136,7 +154,7 @@ class InRankLinear(nn.Module):
         super().__init__()
         self.options = opts = options or InRankOptions()
         self.in_features, self.out_features = in_features, out_features
-        self.max_rank = max(1, int(opts.max_rank_fraction * min(in_features, out_features)))
+        self.max_rank = max_rank(in_features, out_features, opts)
         self.init_rank = min(opts.init_rank, self.max_rank)
         self.buffer = min(opts.buffer, self.max_rank - self.init_rank)
         self.u = nn.Parameter(torch.empty(out_features, self.max_rank))

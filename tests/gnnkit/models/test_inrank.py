@@ -5,8 +5,8 @@ import torch
 from torch.nn import functional as F
 from torch_geometric.nn import GCNConv, SAGEConv
 
-from gnnkit.models.inrank import (InRankLinear, InRankOptions, describe_low_rank, explained_ratio, next_rank,
-                                  replace_linears)
+from gnnkit.models.inrank import (InRankLinear, InRankOptions, describe_low_rank, explained_ratio, max_rank,
+                                  next_rank, replace_linears)
 from gnnkit.models.node_gnn import NodeGNN, NodeGNNOptions
 
 
@@ -154,6 +154,18 @@ def test_bad_options_raise_one_line_errors():
         InRankOptions(threshold=1.5)
     with pytest.raises(ValueError, match="inrank.init_rank: expected >= 1"):
         InRankOptions(init_rank=0)
+    with pytest.raises(ValueError, match=r"inrank.max_params_fraction: expected a fraction in \(0, 1\]"):
+        InRankOptions(max_params_fraction=0.0)
+
+
+@pytest.mark.parametrize("shape", [(128, 256), (256, 256), (256, 40), (1433, 16), (3, 5)])
+def test_max_params_fraction_bounds_the_trained_entries(shape):
+    options = InRankOptions(init_rank=500, buffer=8, max_params_fraction=0.5)
+    layer = InRankLinear(*shape, options=options)
+    assert layer.max_rank == max_rank(*shape, options) == max(1, int(0.5 * shape[0] * shape[1] / sum(shape)))
+    assert layer.applied_rank == layer.max_rank  # the initial rank is clamped to the cap
+    assert layer.num_params() <= 0.5 * layer.full_params() or layer.max_rank == 1
+    assert max_rank(256, 256, InRankOptions()) == 128  # unset: half the smaller side, as the reference
 
 
 def test_gnnkit_run_reports_the_grown_ranks(tmp_path):
