@@ -67,7 +67,9 @@ class InRankOptions:
             ``fraction * in * out / (in + out)`` (the break-even rank times the fraction), so every
             layer, and the model, trains at most that fraction of the dense weights.
         init_scale: Multiplies the initial factors (reference: 1.0); the product then has Glorot's
-            variance ``2 / (in + out)``.
+            variance ``2 / (in + out)`` times its square. With ``frozen_base`` only ``V`` starts
+            non-zero, and its scale sets how fast the update ``U V^T`` moves: Adam moves ``U`` by
+            about ``lr`` per entry, so ``U V^T`` moves in proportion to ``V``'s entries.
         frozen_base: The paper's InRank proper rather than its efficient variant: the weight is
             ``W_0 + U V^T``, ``W_0`` a frozen Glorot-uniform matrix regenerated from a stored seed
             (never trained, never stored) and ``U V^T`` the cumulative update, starting at zero
