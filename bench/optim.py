@@ -80,8 +80,8 @@ class Comparison:
 #: on a 2-core CPU): both sides of a comparison get the same budget.
 ARXIV_EPOCHS = ("--trainer.max_epochs", "30")
 #: InRank's warm-up and growth gap (200 and 25 optimizer steps over 500) scaled to the 30 steps.
-INRANK_SHORT = ("--model.inrank", json.dumps({"init_rank": 2, "buffer": 8, "threshold": 0.9, "warmup": 12, "gap": 2,
-                                               "max_rank_fraction": 0.5, "init_scale": 1.0, "frozen_base": True}))
+INRANK_SHORT = ("--model.inrank", json.dumps({"init_rank": 40, "buffer": 8, "threshold": 0.9, "warmup": 12, "gap": 2,
+                                               "max_params_fraction": 0.5, "init_scale": 4.0, "frozen_base": True}))
 COMPARISONS = (
     Comparison("kfac-arxiv", "gcn_synthetic_arxiv", "opt_kfac_synthetic_arxiv", args=ARXIV_EPOCHS, long=True),
     Comparison("kfac-cora", "gcn_citation", "opt_kfac_citation", graph="cora"),
