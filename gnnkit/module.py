@@ -122,8 +122,8 @@ class NodeClassifier(RunLengthHooks, TaskModule):
             params, full_params}``.
         inrank: Fields of :class:`~gnnkit.models.inrank.InRankOptions` (``init_rank``, ``buffer``,
             ``threshold``, ``warmup`` and ``gap`` in training batches (one optimizer step each without
-            gradient accumulation), ``max_rank_fraction``, ``init_scale``, ``frozen_base``); the
-            reference's defaults where unset.
+            gradient accumulation), ``max_rank_fraction``, ``max_params_fraction``, ``init_scale``,
+            ``frozen_base``); the reference's defaults where unset.
         pseudo_label_gamma: ``None`` (default), or Izadi et al.'s semi-supervised objective
             (<https://arxiv.org/abs/2008.09624>, :mod:`gnnkit.pseudo_labels`): the training loss
             gains ``(epoch / max_epochs) ** gamma`` times the cross-entropy of the nodes outside the
@@ -235,9 +235,13 @@ class NodeClassifier(RunLengthHooks, TaskModule):
         normalise each rank's batches, as replicated DDP does). TT tables: give them the dataset's
         node order and hot (highest-degree) nodes."""
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        if getattr(datamodule, "partitions", None) is not None and self.hparams.get("pseudo_label_gamma") is not None:
-            raise ValueError("model.pseudo_label_gamma: not available with data.partitions (each rank sees only "
-                             "its partition's nodes)")
+        if self.hparams.get("pseudo_label_gamma") is not None:
+            if getattr(datamodule, "partitions", None) is not None:
+                raise ValueError("model.pseudo_label_gamma: not available with data.partitions (each rank sees "
+                                 "only its partition's nodes)")
+            if stage == "fit" and not (self.trainer.max_epochs or 0) > 0:
+                raise ValueError("model.pseudo_label_gamma: needs trainer.max_epochs (the weight grows over the "
+                                 f"epochs), got {self.trainer.max_epochs!r}")
         if getattr(datamodule, "partitions", None) is not None and getattr(datamodule, "full_batch", True):
             if self.gnn.aggregation != "gnnkit" and self.gnn.model != "mlp":
                 raise ValueError("data.partitions: partition-parallel layers need model.aggregation: gnnkit")

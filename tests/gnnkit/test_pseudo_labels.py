@@ -81,3 +81,11 @@ def test_unusable_settings_raise_one_line_errors(tiny, kwargs, message):
     task = {"name": "x", "eval_metric": "rocauc", "num_tasks": 3, "task_type": "binary classification"}
     with pytest.raises(ValueError, match="multi-class"):
         NodeClassifier(in_channels=4, out_channels=3, full_batch=True, task=task, pseudo_label_gamma=1.0)
+
+
+def test_an_unbounded_run_is_refused_at_setup(tiny):
+    model = _module(tiny, pseudo_label_gamma=1.0)
+    trainer = pl.Trainer(max_epochs=-1, max_steps=3, accelerator="cpu", logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False)
+    with pytest.raises(ValueError, match="model.pseudo_label_gamma: needs trainer.max_epochs"):
+        trainer.fit(model, datamodule=tiny)
