@@ -3,13 +3,13 @@
 Zhao et al., "InRank: Incremental Low-Rank Learning" (<https://arxiv.org/abs/2306.11250>) grow a
 factorised layer's rank because the cumulative update ``W_t - W_0`` of full-rank training has a low
 effective rank. This script trains a recipe's model with plain Adam for ``--steps`` full-graph steps,
-then prints, for every GNN linear map, the rank that holds 90 % and 99 % of the update's energy
+(the recipe's model, data and Adam learning rate), then prints, for every GNN linear map, the rank that holds 90 % and 99 % of the update's energy
 (squared singular values), and the validation accuracy of the model whose every update is truncated
 to rank ``k`` (``W_0 + U_k S_k V_k^T``). Where the truncated model keeps the full one's
 accuracy, InRank's ``W_0 + U V^T`` layers of that rank can in principle match full-rank training.
 
-    python bench/update_rank.py [--dataset synthetic-arxiv] [--steps 30] [--ranks 4 8 16 32 64]
-                                [--json PATH]
+    python bench/update_rank.py [--recipe recipes/gcn_synthetic_arxiv.yaml] [--steps 30]
+                                [--ranks 4 8 16 32 64] [--json PATH]
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ import sys
 from pathlib import Path
 
 import torch
+import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 from pipeline import atomic_write_text  # noqa: E402
 
@@ -46,22 +48,24 @@ def main() -> None:
     from gnnkit.module import NodeClassifier
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="synthetic-arxiv")
+    parser.add_argument("--recipe", type=Path, default=ROOT / "recipes" / "gcn_synthetic_arxiv.yaml",
+                        help="a full-graph node-classification recipe (its model: and data: sections)")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--ranks", type=int, nargs="+", default=[4, 8, 16, 32, 64])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    recipe = yaml.safe_load(args.recipe.read_text())
     pl.seed_everything(args.seed)
-    data = GraphDataModule(args.dataset, undirected=True)
+    data = GraphDataModule(**recipe["data"])
     data.setup("fit")
-    # recipes/gcn_synthetic_arxiv.yaml's model and optimizer
-    model = NodeClassifier(model="gcn", hidden_channels=256, num_layers=3, dropout=0.5, batch_norm=True,
-                           in_channels=data.num_features, out_channels=data.num_classes,
+    if not data.full_batch:
+        raise SystemExit(f"{args.recipe}: data: expected full-graph training (batch_size 0)")
+    model = NodeClassifier(**recipe["model"], in_channels=data.num_features, out_channels=data.num_classes,
                            num_nodes=data.num_nodes, task=data.task, full_batch=True)
     linears = {name: module for name, module in model.named_modules() if name.endswith(".lin")}
     start = {name: module.weight.detach().clone() for name, module in linears.items()}
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    optimizer = torch.optim.Adam(model.parameters(), lr=model.hparams.lr)
     train, valid = next(iter(data.train_dataloader())), next(iter(data.val_dataloader()))
 
     def accuracy() -> float:
@@ -77,7 +81,7 @@ def main() -> None:
         if (step + 1) % 10 == 0:
             print(f"step {step + 1}/{args.steps}", flush=True)
     trained = {name: module.weight.detach().clone() for name, module in linears.items()}
-    result = {"dataset": args.dataset, "steps": args.steps, "val_full": accuracy(), "layers": {}, "val_truncated": {}}
+    result = {"dataset": data.hparams.dataset, "steps": args.steps, "val_full": accuracy(), "layers": {}, "val_truncated": {}}
     for name in linears:
         update = trained[name] - start[name]
         result["layers"][name] = {"shape": list(update.shape), "rank_90": energy_rank(update, 0.9),

@@ -235,14 +235,15 @@ class NodeClassifier(RunLengthHooks, TaskModule):
         normalise each rank's batches, as replicated DDP does). TT tables: give them the dataset's
         node order and hot (highest-degree) nodes."""
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        partitioned = getattr(datamodule, "partitions", None) is not None
         if self.hparams.get("pseudo_label_gamma") is not None:
-            if getattr(datamodule, "partitions", None) is not None:
+            if partitioned:
                 raise ValueError("model.pseudo_label_gamma: not available with data.partitions (each rank sees "
                                  "only its partition's nodes)")
             if stage == "fit" and not (self.trainer.max_epochs or 0) > 0:
                 raise ValueError("model.pseudo_label_gamma: needs trainer.max_epochs (the weight grows over the "
                                  f"epochs), got {self.trainer.max_epochs!r}")
-        if getattr(datamodule, "partitions", None) is not None and getattr(datamodule, "full_batch", True):
+        if partitioned and getattr(datamodule, "full_batch", True):
             if self.gnn.aggregation != "gnnkit" and self.gnn.model != "mlp":
                 raise ValueError("data.partitions: partition-parallel layers need model.aggregation: gnnkit")
             partition_batch_norms(self.gnn)
@@ -297,10 +298,9 @@ class NodeClassifier(RunLengthHooks, TaskModule):
         return nn.functional.binary_cross_entropy_with_logits(logits[known], y[known])
 
     def _step(self, batch: Data, stage: str) -> Tensor:
-        pseudo = stage == "train" and self.hparams.get("pseudo_label_gamma") is not None
+        every = self.node_logits(batch)
         targets = batch_targets(batch)
-        every = self.node_logits(batch) if pseudo else None
-        logits = every[targets] if every is not None else self(batch)
+        logits = every[targets]
         y = batch.y[targets]
         loss = self._loss(logits, y)
         # A padding batch (a rank keeping step with the others in sampled partition-parallel runs)
@@ -310,7 +310,8 @@ class NodeClassifier(RunLengthHooks, TaskModule):
                  prog_bar=stage != "test", sync_dist=True)  # the mean over ranks (a no-op on one)
         kept = slice(0, 0) if padding else slice(None)
         self._outputs[stage].append((y[kept].detach(), logits[kept].detach()))
-        if every is not None:  # logged above: the supervised loss alone, comparable across runs
+        if stage == "train" and self.hparams.get("pseudo_label_gamma") is not None:
+            # logged above: the supervised loss alone, comparable across runs
             weight = pseudo_label_weight(self.current_epoch, self.trainer.max_epochs, self.hparams.pseudo_label_gamma)
             loss = loss + weight * pseudo_label_loss(every, targets)
         # A partition's loss counts in proportion to its share of the split (or of the step's seeds),
