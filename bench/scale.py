@@ -2,6 +2,7 @@
 
     python bench/scale.py [--json PATH] [--dataset synthetic-arxiv] [--ranks 1 2 4] [--epochs 30]
                           [--network loopback|1gbit] [--model gcn] [--hidden 256] [--layers 3]
+                          [--boundary-sampling 0.5 0.25] [--no-aggregate-input]
     python bench/scale.py --out-of-core [--json PATH] [--out-of-core-json bench/results/out_of_core.json]
     python bench/scale.py --sampled [--json PATH] [--dataset synthetic-products] [--ranks 1 2 4]
                           [--epochs 2] [--network loopback|1gbit] [--batch-size 1024] [--fanout 15 10 5]
@@ -23,10 +24,15 @@ median epoch time, halo bytes sent per epoch (rows x width x 4 bytes, forward an
 layer) and the test metric. ``--network 1gbit`` puts each rank in a network namespace behind the
 emulated 1 Gbit/s link of ``bench/comm.py`` (needs root; loopback otherwise, and the output says so).
 ``--boundary-sampling 0.5 0.25`` adds partitioned runs at the largest P with BNS-GCN's boundary
-sampling at those rates. ``summary`` holds ``memory_per_rank_over_replicated_p4`` (partitioned graph
-+ feature bytes, the halo features a step receives included, over replicated at the largest P; also
-without the halo, and with each sampling rate), ``epoch_partitioned_over_replicated_p4`` and
-``acc_gap`` (single-process metric minus partitioned metric at the largest P, in points).
+sampling at those rates. Unless ``--no-aggregate-input``, one more exact partitioned run at the largest
+P aggregates the first layer's input once, streaming the halo features in chunks
+(:mod:`gnnkit.partitioned.input_aggregation`): it holds ``Â X`` in place of ``X``, its halo feature
+column is the largest chunk it held at once (at setup), and the first layer exchanges nothing.
+``summary`` holds ``memory_per_rank_over_replicated_p4`` (partitioned graph + feature bytes, the halo
+features held included, over replicated at the largest P), ``epoch_partitioned_over_replicated_p4``
+and ``acc_gap`` (single-process metric minus partitioned metric at the largest P, in points) of that
+run, and ``*_every_layer_exchanged`` of the run exchanging the halo in every layer (memory also
+without the halo, and with each sampling rate).
 
 ``--sampled`` compares neighbour-sampled GraphSAGE (the products recipe's shape: 3 x 256, fan-out
 ``--fanout``, ``--batch-size`` seeds per rank and step, Adam 0.003, no BatchNorm) in three modes:
@@ -98,11 +104,21 @@ def _whole(entry, torch):
     return g.x, g.y, adj, g.split, _graph_bytes(entry.manifest["arrays"])
 
 
-def _partition(entry, ranks: int, torch):
+def _partition(entry, ranks: int, input_aggregation: str | None):
+    """This rank's partition as full-batch data, the graph + feature bytes training reads (the
+    first layer's aggregated input in place of the features when ``input_aggregation``), and the
+    halo feature rows held at once: every halo row per step, or once, the largest chunk streamed
+    while aggregating the input."""
+    from gnnkit.partitioned.input_aggregation import DEFAULT_CHUNK_ROWS
     from gnnkit.partitioned.rank_data import held_bytes, open_rank_partition, partition_data
+    from gnnkit.optim.state import tensor_bytes
 
     part = open_rank_partition(entry, ranks)
-    return partition_data(part), part, held_bytes(part, sampled=False)
+    data = partition_data(part, input_aggregation)
+    if input_aggregation is None:
+        return data, part, held_bytes(part, sampled=False), part.halo.numel()
+    held = held_bytes(part, sampled=False) - tensor_bytes([part.x]) + tensor_bytes([data.x])
+    return data, part, held, sum(min(count, DEFAULT_CHUNK_ROWS) for count in data.halo.recv_counts)
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -124,10 +140,14 @@ def worker(args: argparse.Namespace) -> None:
     entry = preprocess(args.dataset)
     meta = entry.manifest["meta"]
     halo_rows = 0
+    torch.manual_seed(0)
+    model = NodeGNN(args.model, meta["num_features"], args.hidden, meta["num_classes"], num_layers=args.layers,
+                    dropout=0.5, batch_norm=True, aggregation="gnnkit", format="csr")
     if args.mode == "partitioned":
-        data, part, held = _partition(entry, args.ranks, torch)
+        data, part, held, halo_rows = _partition(entry, args.ranks,
+                                                 model.input_aggregation() if args.aggregate_input else None)
         x, y, adj, halo = data.x, data.y, data.adj, data.halo
-        halo_rows = int(part.halo.numel() * (args.boundary_sampling or 1.0))  # rows received per step
+        halo_rows = int(halo_rows * (args.boundary_sampling or 1.0))  # rows received per step, or once
         split = part.split
         train = split["train"]
         scale = train.numel() * args.ranks / entry.manifest["arrays"]["split.train"]["shape"][0]
@@ -138,9 +158,6 @@ def worker(args: argparse.Namespace) -> None:
         train = split["train"][args.rank::args.ranks]
         scale = train.numel() * args.ranks / split["train"].numel()
         evaluated = {s: split[s] if args.rank == 0 else split[s][:0] for s in ("valid", "test")}
-    torch.manual_seed(0)
-    model = NodeGNN(args.model, x.size(1), args.hidden, meta["num_classes"], num_layers=args.layers,
-                    dropout=0.5, batch_norm=True, aggregation="gnnkit", format="csr")
     if args.mode == "partitioned":
         partition_batch_norms(model)
     net = DistributedDataParallel(model) if args.ranks > 1 else model
@@ -154,7 +171,7 @@ def worker(args: argparse.Namespace) -> None:
         opt.zero_grad()
         step_halo = sampler.plan(halo, epoch) if sampler is not None else halo
         sent_rows.append(0 if step_halo is None else step_halo.send_rows)
-        out = net(x, None, adj=adj, halo=step_halo)
+        out = net(x, None, adj=adj, halo=step_halo, input_aggregated=args.aggregate_input)
         loss = torch.nn.functional.cross_entropy(out[train], y[train]) * scale
         loss.backward()
         opt.step()
@@ -162,10 +179,10 @@ def worker(args: argparse.Namespace) -> None:
         times.append(time.perf_counter() - start)
     model.eval()
     with torch.no_grad():
-        out = model(x, None, adj=adj, halo=halo)
+        out = model(x, None, adj=adj, halo=halo, input_aggregated=args.aggregate_input)
     evaluator = make_evaluator(meta["name"], meta["eval_metric"], meta["num_tasks"])
     scores = {s: evaluate(evaluator, gather_rows(y[idx]), gather_rows(out[idx])) for s, idx in evaluated.items()}
-    width_bytes = 4 * (x.size(1) + (args.layers - 1) * args.hidden)  # every layer's input row
+    width_bytes = 4 * ((0 if args.aggregate_input else meta["num_features"]) + (args.layers - 1) * args.hidden)
     sent = 2 * statistics.mean(sent_rows) * width_bytes  # forward rows + backward gradients
     peak = torch.tensor([peak_rss_mb()])
     peaks = [torch.zeros(1) for _ in range(args.ranks)]
@@ -173,8 +190,8 @@ def worker(args: argparse.Namespace) -> None:
     if args.rank == 0:
         atomic_write_text(Path(args.out), json.dumps({
             "mode": args.mode, "ranks": args.ranks, "boundary_sampling": args.boundary_sampling,
-            "graph_feature_mb": round(held / 2**20, 2),
-            "halo_feature_mb": round(halo_rows * x.size(1) * x.element_size() / 2**20, 2),
+            "aggregate_input": args.aggregate_input, "graph_feature_mb": round(held / 2**20, 2),
+            "halo_feature_mb": round(halo_rows * meta["num_features"] * 4 / 2**20, 2),
             "peak_rss_mb": [round(float(p), 1) for p in peaks],
             "epoch_s": round(statistics.median(times[1:] or times), 4),
             "halo_mb_per_epoch": round(sent / 2**20, 3),
@@ -185,7 +202,7 @@ def worker(args: argparse.Namespace) -> None:
     leave_process_group()
 
 
-def launch(args: argparse.Namespace, mode: str, ranks: int, rate: float | None, out: Path) -> dict:
+def launch(args: argparse.Namespace, mode: str, ranks: int, rate: float | None, aggregate: bool, out: Path) -> dict:
     from comm import NETWORKS, EmulatedNetwork, free_port, run_ranks
 
     gbit = NETWORKS[args.network]
@@ -194,7 +211,7 @@ def launch(args: argparse.Namespace, mode: str, ranks: int, rate: float | None, 
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--mode", mode, "--ranks", str(ranks),
            "--dataset", args.dataset, "--epochs", str(args.epochs), "--model", args.model,
            "--hidden", str(args.hidden), "--layers", str(args.layers),
-           *(["--boundary-sampling", str(rate)] if rate else []),
+           *(["--boundary-sampling", str(rate)] if rate else []), "--aggregate-input" if aggregate else "--no-aggregate-input",
            "--master", master, "--port", str(29710 if emulated else free_port()), "--out", str(out)]
     with emulated if emulated else contextlib.nullcontext():
         run_ranks(cmd, ranks, emulated, args.timeout, f"bench/scale.py: {mode} on {ranks} ranks")
@@ -418,30 +435,41 @@ def print_sampled_table(rows: list[dict], flush: bool = False) -> None:
 
 
 def summarise(rows: list[dict], network: str) -> dict:
-    by = {(r["mode"], r["ranks"], r.get("boundary_sampling")): r for r in rows}
+    """The exact partitioned run at the largest P against replicated (its first layer's input
+    aggregated once when that run is there; ``*_every_layer_exchanged``: the run exchanging the
+    halo in every layer), and the boundary-sampled runs' memory."""
+    by = {(r["mode"], r["ranks"], r.get("boundary_sampling"), r.get("aggregate_input", False)): r for r in rows}
     top = max(r["ranks"] for r in rows)
-    rep, par, one = by[("replicated", top, None)], by[("partitioned", top, None)], by[("replicated", 1, None)]
-    held = par["graph_feature_mb"] + par["halo_feature_mb"]
-    sampled = {f"memory_per_rank_over_replicated_p4_bns{r['boundary_sampling']}":
-               round((r["graph_feature_mb"] + r["halo_feature_mb"]) / rep["graph_feature_mb"], 4)
+    rep, one = by[("replicated", top, None, False)], by[("replicated", 1, None, False)]
+    exchanged = by[("partitioned", top, None, False)]
+    par = by.get(("partitioned", top, None, True), exchanged)
+
+    def memory(r: dict) -> float:
+        return round((r["graph_feature_mb"] + r["halo_feature_mb"]) / rep["graph_feature_mb"], 4)
+
+    sampled = {f"memory_per_rank_over_replicated_p4_bns{r['boundary_sampling']}": memory(r)
                for r in rows if r["ranks"] == top and r.get("boundary_sampling")}
     return {
-        "ranks": top, "network": network,
-        "memory_per_rank_over_replicated_p4": round(held / rep["graph_feature_mb"], 4),
-        "memory_per_rank_over_replicated_p4_without_halo": round(par["graph_feature_mb"] / rep["graph_feature_mb"], 4),
+        "ranks": top, "network": network, "input_aggregated": par is not exchanged,
+        "memory_per_rank_over_replicated_p4": memory(par),
+        "memory_per_rank_over_replicated_p4_every_layer_exchanged": memory(exchanged),
+        "memory_per_rank_over_replicated_p4_without_halo": round(exchanged["graph_feature_mb"] / rep["graph_feature_mb"], 4),
         **sampled,
         "memory_bound_1_3_over_p": round(1.3 / top, 4),
         "epoch_partitioned_over_replicated_p4": round(par["epoch_s"] / rep["epoch_s"], 4),
+        "epoch_partitioned_over_replicated_p4_every_layer_exchanged": round(exchanged["epoch_s"] / rep["epoch_s"], 4),
         "acc_gap": round(100 * (one["test"] - par["test"]), 2),
+        "acc_gap_every_layer_exchanged": round(100 * (one["test"] - exchanged["test"]), 2),
     }
 
 
 def print_table(rows: list[dict], flush: bool = False) -> None:
-    print(f"{'mode':16} {'ranks':>5} {'graph+feat MB':>13} {'halo feat MB':>12} {'peak RSS MB (max)':>17} "
+    print(f"{'mode':20} {'ranks':>5} {'graph+feat MB':>13} {'halo feat MB':>12} {'peak RSS MB (max)':>17} "
           f"{'epoch s':>8} {'halo MB/epoch':>13} {'valid':>6} {'test':>6}")
     for r in rows:
-        mode = r["mode"] + (f" bns {r['boundary_sampling']}" if r.get("boundary_sampling") else "")
-        print(f"{mode:16} {r['ranks']:5d} {r['graph_feature_mb']:13.1f} {r['halo_feature_mb']:12.1f} "
+        mode = (r["mode"] + (f" bns {r['boundary_sampling']}" if r.get("boundary_sampling") else "")
+                + (" agg-input" if r.get("aggregate_input") else ""))
+        print(f"{mode:20} {r['ranks']:5d} {r['graph_feature_mb']:13.1f} {r['halo_feature_mb']:12.1f} "
               f"{max(r['peak_rss_mb']):17.1f} {r['epoch_s']:8.3f} {r['halo_mb_per_epoch']:13.1f} {r['valid']:6.4f} "
               f"{r['test']:6.4f}", flush=flush)
 
@@ -455,14 +483,19 @@ def plot(report: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     summary, rows = report.get("summary", {}), report.get("rows", [])
-    memory = {"full-graph exact\n(halo counted)": summary.get("memory_per_rank_over_replicated_p4"),
+    aggregated = summary.get("input_aggregated")
+    memory = {"full-graph exact\n(halo counted)": summary.get("memory_per_rank_over_replicated_p4_every_layer_exchanged",
+                                                             summary.get("memory_per_rank_over_replicated_p4")),
               "full-graph exact\n(stored)": summary.get("memory_per_rank_over_replicated_p4_without_halo"),
+              "full-graph exact,\ninput aggregated": summary.get("memory_per_rank_over_replicated_p4") if aggregated else None,
               **{f"full-graph\nBNS {key.rsplit('bns', 1)[1]}": v for key, v in summary.items()
                  if key.startswith("memory_per_rank_over_replicated_p4_bns")},
               "sampled\n(cache counted)": summary.get("sampled_memory_per_rank_over_replicated_p4")}
     top = max((r["ranks"] for r in rows), default=0)
     replicated = next((r for r in rows if (r["mode"], r["ranks"]) == ("replicated", top)), None)
-    epoch = {"full-graph exact": summary.get("epoch_partitioned_over_replicated_p4"),
+    epoch = {"full-graph exact": summary.get("epoch_partitioned_over_replicated_p4_every_layer_exchanged",
+                                             summary.get("epoch_partitioned_over_replicated_p4")),
+             "full-graph exact,\ninput aggregated": summary.get("epoch_partitioned_over_replicated_p4") if aggregated else None,
              **{f"full-graph\nBNS {r['boundary_sampling']}": round(r["epoch_s"] / replicated["epoch_s"], 4)
                 for r in rows if replicated and r["ranks"] == top and r.get("boundary_sampling")},
              "sampled\nloopback": summary.get("sampled_epoch_partitioned_over_replicated_p4_loopback"),
@@ -524,12 +557,14 @@ def run_full_graph(args: argparse.Namespace, network: str) -> None:
     entry = preprocess(args.dataset)
     for ranks in args.ranks:  # built once here, so the ranks only open them
         partition_entry(entry, ranks)
-    runs = [(mode, ranks, None) for ranks in args.ranks for mode in MODES if not (mode == "partitioned" and ranks == 1)]
-    runs += [("partitioned", max(args.ranks), rate) for rate in args.boundary_sampling]  # one partition: the graph
+    runs = [(mode, ranks, None, False) for ranks in args.ranks for mode in MODES
+            if not (mode == "partitioned" and ranks == 1)]  # one partition: the graph
+    runs += [("partitioned", max(args.ranks), None, True)] if args.aggregate_input else []
+    runs += [("partitioned", max(args.ranks), rate, False) for rate in args.boundary_sampling]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for mode, ranks, rate in runs:
-            rows.append(launch(args, mode, ranks, rate, Path(tmp) / f"{mode}{ranks}-{rate}.json"))
+        for mode, ranks, rate, aggregate in runs:
+            rows.append(launch(args, mode, ranks, rate, aggregate, Path(tmp) / f"{mode}{ranks}-{rate}-{aggregate}.json"))
             print_table(rows[-1:], flush=True)
     print()
     print_table(rows)
@@ -597,6 +632,10 @@ def main() -> None:
     parser.add_argument("--model", default="gcn", choices=["gcn", "sage"])
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=3)
+    parser.add_argument("--aggregate-input", action=argparse.BooleanOptionalAction, default=True,
+                        help="also run exact partitioned training at the largest rank count with the first layer's "
+                             "input aggregated once (gnnkit/partitioned/input_aggregation.py); its figures lead the "
+                             "summary")
     parser.add_argument("--boundary-sampling", type=float, nargs="*", default=[],
                         help="also run partitioned training at the largest rank count with these BNS rates")
     parser.add_argument("--batch-size", type=int, default=1024, help="--sampled: seeds per rank and step")

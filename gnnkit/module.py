@@ -230,6 +230,13 @@ class NodeClassifier(RunLengthHooks, TaskModule):
             info["low_rank"] = low_rank
         return info
 
+    def _input_aggregation(self) -> str:
+        """What the first layer aggregates, for ``data.aggregate_input`` (one-line errors)."""
+        if self.embedding is not None:
+            raise ValueError("data.aggregate_input: the input holds a learnable embedding, whose aggregate "
+                             "changes every step; drop model.embedding_dim or data.aggregate_input")
+        return self.gnn.input_aggregation()
+
     def setup(self, stage: str) -> None:
         """Partition-parallel full-batch runs: batch statistics over every partition (sampled ones
         normalise each rank's batches, as replicated DDP does). TT tables: give them the dataset's
@@ -247,6 +254,8 @@ class NodeClassifier(RunLengthHooks, TaskModule):
             if self.gnn.aggregation != "gnnkit" and self.gnn.model != "mlp":
                 raise ValueError("data.partitions: partition-parallel layers need model.aggregation: gnnkit")
             partition_batch_norms(self.gnn)
+            if datamodule.hparams.get("aggregate_input"):
+                datamodule.input_aggregation = self._input_aggregation()
         if not isinstance(self.embedding, TTEmbedding):
             return
         graph = getattr(datamodule, "graph", None)
@@ -289,7 +298,8 @@ class NodeClassifier(RunLengthHooks, TaskModule):
         return self.gnn(self.node_input(batch), getattr(batch, "edge_index", None), adj=getattr(batch, "adj", None),
                         num_sampled_nodes=getattr(batch, "num_sampled_nodes", None),
                         num_sampled_edges=getattr(batch, "num_sampled_edges", None),
-                        halo=getattr(batch, "halo", None))
+                        halo=getattr(batch, "halo", None),
+                        input_aggregated=getattr(batch, "input_aggregated", False))
 
     def _loss(self, logits: Tensor, y: Tensor) -> Tensor:
         if self.multiclass:

@@ -42,10 +42,13 @@ def _single(batch: list[Data]) -> Data:
 
 def _check_partition_options(partitions: int | None, batch_size: int, boundary_sampling: float | None,
                              stale_halo: bool, remote_cache: float, remote_dtype: str | None, num_workers: int,
-                             reuse: Any) -> None:
+                             reuse: Any, aggregate_input: bool = False) -> None:
     """One-line errors for partition options that do not fit together."""
     if partitions is not None and partitions < 1:
         raise ValueError(f"data.partitions: expected a count >= 1, got {partitions}")
+    if aggregate_input and (partitions is None or batch_size != 0):
+        raise ValueError("data.aggregate_input: aggregates the first layer's input of partition-parallel full-batch "
+                         "training once; set data.partitions and data.batch_size 0")
     if boundary_sampling is not None and (partitions is None or batch_size != 0):
         raise ValueError("data.boundary_sampling: samples the halo of partition-parallel full-batch training; "
                          "set data.partitions and data.batch_size 0")
@@ -144,6 +147,7 @@ class GraphDataModule(pl.LightningDataModule):
         remote_cache: float = 0.1,
         remote_dtype: str | None = None,
         balance_seeds: bool = True,
+        aggregate_input: bool = False,
         data_root: str | None = None,
         cache_root: str | None = None,
     ) -> None:
@@ -175,8 +179,9 @@ class GraphDataModule(pl.LightningDataModule):
             raise ValueError("data.reuse: replaying batches needs neighbour sampling (data.batch_size > 0)")
         self.reuse = reuse if reuse is not None and reuse.epochs > 0 else None
         _check_partition_options(partitions, batch_size, boundary_sampling, stale_halo, remote_cache, remote_dtype,
-                                 num_workers, self.reuse)
+                                 num_workers, self.reuse, aggregate_input)
         self.partitions = partitions
+        self.input_aggregation: str | None = None  # what the model's first layer aggregates (aggregate_input)
         self._stale: StaleHalo | None = None
         self.boundary_sampler = (BoundarySampler(boundary_sampling, seed) if boundary_sampling is not None
                                  and boundary_sampling != 1.0 else None)
@@ -249,7 +254,8 @@ class GraphDataModule(pl.LightningDataModule):
         elif self._partition is not None:
             row_bytes = self.graph.num_features * 4
             info["partition"] = partition_facts(self._partition, self._full_graph().halo, row_bytes,
-                                                self.hparams.boundary_sampling, self.hparams.stale_halo)
+                                                self.hparams.boundary_sampling, self.hparams.stale_halo,
+                                                self.hparams.aggregate_input)
         return info
 
     def teardown(self, stage: str) -> None:
@@ -302,7 +308,10 @@ class GraphDataModule(pl.LightningDataModule):
     # -- loaders --
     def _full_graph(self) -> Data:
         if self._full is None and self._partition is not None:
-            self._full = partition_data(self._partition)
+            if self.hparams.aggregate_input and self.input_aggregation is None:
+                raise ValueError("data.aggregate_input: no model named what its first layer aggregates (a "
+                                 "NodeClassifier does at setup; else set the datamodule's input_aggregation)")
+            self._full = partition_data(self._partition, self.input_aggregation if self.hparams.aggregate_input else None)
         if self._full is None:
             g = self.graph
             # adj: the CSR for gnnkit.sparse aggregation; one object for the whole run, so its

@@ -206,6 +206,7 @@ class NodeGNN(nn.Module):
         num_sampled_nodes: list[int] | None = None,
         num_sampled_edges: list[int] | None = None,
         halo: HaloPlan | StaleHalo | None = None,
+        input_aggregated: bool = False,
     ) -> Tensor:
         """Node scores.
 
@@ -232,6 +233,10 @@ class NodeGNN(nn.Module):
                 (:func:`~gnnkit.partitioned.halo.with_halo`); a collective on every rank. A
                 :class:`~gnnkit.partitioned.stale_halo.StaleHalo` trains on the previous step's halo
                 rows instead (PipeGCN).
+            input_aggregated: ``x`` holds the first layer's input aggregated already, as
+                :meth:`input_aggregation` says (``Â X`` for GCN, ``[mean of neighbours, own row]``
+                for SAGE; :mod:`gnnkit.partitioned.input_aggregation`): the first layer only
+                transforms it, with no graph and no halo exchange.
 
         Returns:
             ``[N, out_channels]`` logits, or when trimming ``[num_sampled_nodes[0], out_channels]``
@@ -240,10 +245,14 @@ class NodeGNN(nn.Module):
         x = dropout(x, self.input_dropout, self.training)
         trim = (num_sampled_nodes is not None and num_sampled_edges is not None and self.model in TRIMMABLE
                 and len(num_sampled_edges) == len(self.layers) and adj is None)
-        graph: Tensor | Adjacency = edge_index
+        graph: Tensor | Adjacency | None = None  # what the layers aggregate over, made once
         num_dst = x.size(0)
+        if input_aggregated:
+            self.input_aggregation()  # a model whose first layer cannot start from it fails here
         for i, layer in enumerate(self.layers):
-            if trim:
+            if input_aggregated and i == 0:
+                x = layer.from_aggregated(x)
+            elif trim:
                 if i > 0:  # this hop's edges fed the previous layer only
                     edge_index = edge_index[:, : edge_index.size(1) - num_sampled_edges[-i]]
                 num_dst -= num_sampled_nodes[-(i + 1)]
@@ -251,13 +260,29 @@ class NodeGNN(nn.Module):
             elif halo is not None and self.model != "mlp":
                 x = self._partition_layer(i, layer, x, adj, halo)
             else:
-                if self.model != "mlp" and i == 0:
+                if self.model != "mlp" and graph is None:
                     graph = self._graph(x, edge_index, adj)
                 x = layer(x) if self.model == "mlp" else layer(x, graph)
             if i < len(self.layers) - 1:
                 x = self.activation(self.norms[i](x))
                 x = dropout(x, self.dropout, self.training)
         return x
+
+    def input_aggregation(self) -> str:
+        """What the first layer aggregates, for an input aggregated once before training
+        (:mod:`gnnkit.partitioned.input_aggregation`): ``"gcn"`` (``Â X``) or ``"mean"`` (SAGE).
+
+        Raises:
+            ValueError: The first layer is not linear in an aggregate of ``x`` it could start from
+                (GAT, GIN, MLP, PyG layers) or the input is dropped out.
+        """
+        if self.aggregation != "gnnkit" or self.model not in ("gcn", "sage"):
+            raise ValueError(f"data.aggregate_input: needs model gcn or sage with aggregation gnnkit (a first layer "
+                             f"linear in its aggregated input), got {self.model} with aggregation {self.aggregation}")
+        if self.input_dropout:
+            raise ValueError(f"data.aggregate_input: the input must not be dropped out (model.input_dropout "
+                             f"{self.input_dropout}): an aggregate computed once cannot change per step")
+        return "gcn" if self.model == "gcn" else "mean"
 
     def _partition_layer(self, i: int, layer: nn.Module, x: Tensor, adj: Adjacency | None,
                          halo: HaloPlan | StaleHalo) -> Tensor:

@@ -92,6 +92,12 @@ class SparseGCNConv(SparseAggregation):
         out = self.message_and_aggregate(adj if normalized else gcn_normalized(adj), self.lin(x))
         return out if self.bias is None else out + self.bias
 
+    def from_aggregated(self, aggregated: Tensor) -> Tensor:
+        """The layer's output from its input aggregated already: ``(\\hat A X) W^T + b``, equal to
+        :meth:`forward`'s ``\\hat A (X W^T) + b`` (see :mod:`gnnkit.partitioned.input_aggregation`)."""
+        out = self.lin(aggregated)
+        return out if self.bias is None else out + self.bias
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, format={self.format})"
 
@@ -132,6 +138,13 @@ class SparseSAGEConv(SparseAggregation):
         if self.lin_r is not None:
             out = out + self.lin_r(x[: adj.num_rows])
         return out
+
+    def from_aggregated(self, aggregated: Tensor) -> Tensor:
+        """The layer's output from ``[mean_j x_j, x_i]`` side by side (``[N, 2 * in]``), the row means
+        computed already (see :mod:`gnnkit.partitioned.input_aggregation`)."""
+        mean, own = aggregated.split(self.in_channels, dim=1)
+        out = self.lin_l(mean)
+        return out if self.lin_r is None else out + self.lin_r(own)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, format={self.format})"

@@ -10,6 +10,7 @@ from torch_geometric.data import Data
 
 from gnnkit.optim.state import tensor_bytes
 from gnnkit.partitioned.halo import HaloPlan
+from gnnkit.partitioned.input_aggregation import first_layer_input
 from gnnkit.partitioned.local_graph import local_adjacency
 from gnnkit.partitioned.owner_requests import world_and_rank
 from gnnkit.partitioned.remote_features import FetchStats
@@ -35,22 +36,34 @@ def open_rank_partition(entry: CacheEntry, parts: int, seed: int = 0) -> Partiti
     return open_partition(partition_entry(entry, parts, seed=seed)[rank])  # a cache hit: manifests only
 
 
-def partition_data(part: Partition) -> Data:
+def partition_data(part: Partition, input_aggregation: str | None = None) -> Data:
     """The partition as one full-batch graph: ``x``, ``y`` and ``n_id`` (global ids) of the owned
     nodes, ``adj`` over ``[owned; halo]`` columns and ``halo``, the agreed :class:`HaloPlan`
-    (agreeing is a collective)."""
+    (agreeing is a collective).
+
+    Args:
+        part: This rank's partition.
+        input_aggregation: ``None``, or what the model's first layer aggregates (``"gcn"`` or
+            ``"mean"``, :meth:`~gnnkit.models.node_gnn.NodeGNN.input_aggregation`): ``x`` is then that
+            aggregate, computed once by streaming the halo (a collective), and ``input_aggregated``
+            is ``True`` (:mod:`gnnkit.partitioned.input_aggregation`).
+    """
     plan = HaloPlan.build(part.owned, part.halo, part.halo_owner)
-    return Data(x=part.x, y=part.y, n_id=part.owned, num_nodes=int(part.owned.numel()),
-                adj=local_adjacency(part.indptr, part.indices, part.owned, part.halo), halo=plan)
+    adj = local_adjacency(part.indptr, part.indices, part.owned, part.halo)
+    x = part.x if input_aggregation is None else first_layer_input(part.x, adj, plan, input_aggregation)
+    return Data(x=x, y=part.y, n_id=part.owned, num_nodes=int(part.owned.numel()), adj=adj, halo=plan,
+                input_aggregated=input_aggregation is not None)
 
 
 def partition_facts(part: Partition, plan: HaloPlan, row_bytes: int, boundary_sampling: float | None,
-                    stale_halo: bool) -> dict[str, Any]:
+                    stale_halo: bool, input_aggregated: bool = False) -> dict[str, Any]:
     """What report.json says about this rank's partition (rank 0's, in a distributed run); the rows
-    sent are those of an exact exchange (about ``boundary_sampling`` times as many when sampled)."""
+    sent are those of an exact exchange (about ``boundary_sampling`` times as many when sampled),
+    and with the input aggregated once the first layer exchanges nothing."""
+    input_bytes = 0 if input_aggregated else plan.send_rows * row_bytes
     return {**_facts(part),
-            "rows_sent_per_exchange": plan.send_rows, "input_bytes_sent_per_exchange": plan.send_rows * row_bytes,
-            "boundary_sampling": boundary_sampling, "stale_halo": stale_halo}
+            "rows_sent_per_exchange": plan.send_rows, "input_bytes_sent_per_exchange": input_bytes,
+            "boundary_sampling": boundary_sampling, "stale_halo": stale_halo, "input_aggregated": input_aggregated}
 
 
 def _facts(part: Partition) -> dict[str, Any]:

@@ -129,3 +129,11 @@ def test_a_padding_batch_weighs_nothing(monkeypatch):
     batch.padding, batch.loss_scale = True, 0.0
     assert model.training_step(batch, 1) == 0 and logged[-1] == ("train_loss", 0)
     assert [y.numel() for y, _ in model._outputs["train"]] == [2, 0]
+
+
+def test_input_aggregation_refuses_a_learnable_embedding():
+    model = NodeClassifier(in_channels=4, out_channels=3, num_nodes=10, embedding_dim=8, model="gcn",
+                           aggregation="gnnkit")
+    with pytest.raises(ValueError, match="data.aggregate_input: the input holds a learnable embedding"):
+        model._input_aggregation()
+    assert NodeClassifier(in_channels=4, out_channels=3, model="sage", aggregation="gnnkit")._input_aggregation() == "mean"

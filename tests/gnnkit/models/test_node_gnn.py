@@ -115,3 +115,35 @@ def test_options_are_checked():
         NodeGNN("gcn", 4, 8, 2, input_dropout=1.0)
     with pytest.raises(ValueError, match="not divisible by heads 3"):
         NodeGNN("gat", 4, 8, 2, num_layers=2, heads=3)
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage"])
+def test_input_aggregated_once_gives_the_same_logits_and_gradients(model):
+    """The first layer started from ``Â X`` (GCN) or ``[mean of neighbours, own row]`` (SAGE)."""
+    from gnnkit.sparse import Adjacency, spmm
+    from gnnkit.sparse.normalize import gcn_normalized
+
+    torch.manual_seed(0)
+    net = NodeGNN(model, 8, 16, 3, num_layers=3, dropout=0.0, aggregation="gnnkit", format="csr")
+    x = torch.randn(40, 8)
+    adj = Adjacency.from_edge_index(torch.randint(0, 40, (2, 160)), 40)
+    aggregated = (spmm(gcn_normalized(adj), x) if model == "gcn"
+                  else torch.cat([spmm(adj, x, reduce="mean"), x], dim=1))
+    grads = []
+    for inputs, flag in ((x, False), (aggregated, True)):
+        net.zero_grad()
+        out = net(inputs, None, adj=adj, input_aggregated=flag)
+        out.square().sum().backward()
+        grads.append((out.detach(), [p.grad.clone() for p in net.parameters()]))
+    assert torch.allclose(grads[0][0], grads[1][0], atol=1e-5)
+    assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(grads[0][1], grads[1][1]))
+
+
+def test_input_aggregation_is_refused_where_the_first_layer_cannot_start_from_it():
+    assert NodeGNN("sage", 8, 16, 3, aggregation="gnnkit").input_aggregation() == "mean"
+    with pytest.raises(ValueError, match="data.aggregate_input: needs model gcn or sage with aggregation gnnkit"):
+        NodeGNN("gin", 8, 16, 3, aggregation="gnnkit").input_aggregation()
+    with pytest.raises(ValueError, match="data.aggregate_input: needs model gcn or sage"):
+        NodeGNN("gcn", 8, 16, 3).input_aggregation()  # PyG's layers
+    with pytest.raises(ValueError, match=r"must not be dropped out \(model.input_dropout 0.2\)"):
+        NodeGNN("gcn", 8, 16, 3, aggregation="gnnkit", input_dropout=0.2).input_aggregation()

@@ -17,9 +17,10 @@ import torch.multiprocessing as mp
 sys.path.insert(0, os.getcwd())
 from gnnkit.models.node_gnn import NodeGNN  # noqa: E402
 from gnnkit.partitioned.batch_norm import partition_batch_norms  # noqa: E402
-from gnnkit.partitioned.halo import HaloPlan  # noqa: E402
-from gnnkit.partitioned.local_graph import local_adjacency  # noqa: E402
-from gnnkit.sparse import Adjacency  # noqa: E402
+from gnnkit.partitioned.halo import HaloPlan, with_halo  # noqa: E402
+from gnnkit.partitioned.input_aggregation import aggregate_input, first_layer_input  # noqa: E402
+from gnnkit.partitioned.local_graph import gcn_local_normalized, local_adjacency  # noqa: E402
+from gnnkit.sparse import Adjacency, spmm  # noqa: E402
 from pipeline.graph import edges_to_csr  # noqa: E402
 from pipeline.partition import metis_parts  # noqa: E402
 
@@ -105,7 +106,31 @@ def worker(rank: int, world: int, out: str, name: str) -> None:
         "forward": float((logits - full_logits[owned]).abs().max()),
         "grad": max(float((grads[k] - full_grads[k]).abs().max()) for k in grads),
         "halo": int(part["halo"].size), "sent": plan.send_rows,
+        **aggregated_input(name, x[owned], y[owned], adj, plan, full_logits[owned], full_grads),
     })
+
+
+def aggregated_input(name: str, x: torch.Tensor, y: torch.Tensor, adj: Adjacency, plan: HaloPlan,
+                     full_logits: torch.Tensor, full_grads: dict[str, torch.Tensor]) -> dict:
+    """The first layer's input aggregated once, 5 halo rows per owner and round (several rounds,
+    uneven between the ranks): its aggregate against the exchanged one, and the model on it against
+    the whole graph's; for a model that cannot start from it, its one-line error."""
+    net = partition_batch_norms(model(name))
+    try:
+        kind = net.input_aggregation()
+    except ValueError as error:
+        return {"aggregation_error": str(error)}
+    reduce, graph = ("sum", gcn_local_normalized(adj, plan)) if kind == "gcn" else ("mean", adj)
+    streamed = aggregate_input(x, graph, plan, reduce, chunk_rows=5)
+    exchanged = spmm(graph, with_halo(x, plan), reduce=reduce)
+    logits = net(first_layer_input(x, adj, plan, kind, chunk_rows=5), None, adj=adj, halo=plan, input_aggregated=True)
+    grads = step(net, logits, y, N)
+    for g in grads.values():
+        dist.all_reduce(g)
+    return {"aggregate": float((streamed - exchanged).abs().max()),
+            "rounds": -(-max(plan.send_counts + plan.recv_counts) // 5),
+            "aggregated_forward": float((logits - full_logits).abs().max()),
+            "aggregated_grad": max(float((grads[k] - full_grads[k]).abs().max()) for k in grads)}
 
 
 if __name__ == "__main__":

@@ -44,12 +44,13 @@ def test_sampled_or_stale_halos_train_and_evaluate_exactly(tmp_path, option, val
     assert report["test"] > 0.4 and report["partition"][option] == value  # 8 classes, 8 epochs: it learns
 
 
-def test_two_partitions_train_as_one_process(tmp_path):
+@pytest.mark.parametrize("aggregate_input", [False, True])
+def test_two_partitions_train_as_one_process(tmp_path, aggregate_input):
     one, two = tmp_path / "one", tmp_path / "two"
     result = _run(one, "--data.partitions", "1")
     assert result.returncode == 0, result.stderr[-3000:]
-    result = _run(two, "--data.partitions", "2", "--trainer.devices", "2",
-                  "--trainer.strategy.class_path", "gnnkit.comm.GnnkitStrategy")
+    result = _run(two, "--data.partitions", "2", "--trainer.devices", "2", "--data.aggregate_input",
+                  str(aggregate_input).lower(), "--trainer.strategy.class_path", "gnnkit.comm.GnnkitStrategy")
     assert result.returncode == 0, result.stderr[-3000:]
     # the ranks' gradients average to the whole graph's: the same training losses, the same accuracy
     assert _curve(two, "train_loss") == pytest.approx(_curve(one, "train_loss"), rel=1e-5)
@@ -59,6 +60,7 @@ def test_two_partitions_train_as_one_process(tmp_path):
     part = report["partition"]
     assert part["parts"] == 2 and part["halo_nodes"] > 0 and 0 < part["edge_cut"] < 0.5
     assert part["rows_sent_per_exchange"] > 0
+    assert part["input_aggregated"] is aggregate_input and (part["input_bytes_sent_per_exchange"] == 0) is aggregate_input
 
 
 def test_partitions_need_one_rank_each_and_gnnkit_layers(tmp_path):
@@ -77,6 +79,8 @@ def test_partition_options_are_checked():
         GraphDataModule("synthetic-tiny", partitions=1, boundary_sampling=1.5)
     with pytest.raises(ValueError, match="data.stale_halo: pipelines the halo of partition-parallel full-batch"):
         GraphDataModule("synthetic-tiny", partitions=2, boundary_sampling=0.5, stale_halo=True)
+    with pytest.raises(ValueError, match="data.aggregate_input: aggregates the first layer's input of partition"):
+        GraphDataModule("synthetic-tiny", partitions=2, batch_size=64, aggregate_input=True)
 
 
 NAMESPACES = ("gk21m0", "gk21m1")
