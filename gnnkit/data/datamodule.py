@@ -27,6 +27,7 @@ from gnnkit.partitioned.remote_features import RemoteFeatures, wire_dtype
 from gnnkit.partitioned.remote_sampler import PartitionNeighborSampler
 from gnnkit.partitioned.sampled_loader import PartitionNodeLoader
 from gnnkit.partitioned.seed_balance import rank_seeds
+from gnnkit.partitioned.prefetch import Prefetcher, sampling_group
 from gnnkit.partitioned.stale_halo import StaleHalo
 from gnnkit.rank_state import gather_ranks, my_rank_state
 from gnnkit.sparse import Adjacency
@@ -122,6 +123,16 @@ class GraphDataModule(pl.LightningDataModule):
             (default), ranks above their share handing seeds to ranks below it as DistDGL's
             ``force_even`` split does (:mod:`gnnkit.partitioned.seed_balance`), so that no rank
             straggles at every step; ``false`` keeps every rank's own seeds.
+        prefetch: With ``partitions`` and ``batch_size > 0``: build each training batch while the
+            previous one trains, in a background thread whose collectives run on a gloo group of
+            their own (DistDGL's asynchronous pipeline, :mod:`gnnkit.partitioned.prefetch`), so the
+            waits for remote neighbour lists and features overlap the step; ``false`` builds them
+            in turn.
+        aggregate_input: With ``partitions`` and ``batch_size 0``: aggregate the first layer's input
+            once before training, streaming the halo features in chunks, and train without the
+            first layer's halo exchange or halo features (exact; GCN and SAGE without input dropout,
+            no learnable embedding; :mod:`gnnkit.partitioned.input_aggregation`). The model names
+            what its first layer aggregates at setup (:attr:`input_aggregation`).
         data_root: Raw data folder (default ``$GNNKIT_HOME/data``).
         cache_root: Cache folder (default ``$GNNKIT_HOME/cache``).
     """
@@ -147,6 +158,7 @@ class GraphDataModule(pl.LightningDataModule):
         remote_cache: float = 0.1,
         remote_dtype: str | None = None,
         balance_seeds: bool = True,
+        prefetch: bool = True,
         aggregate_input: bool = False,
         data_root: str | None = None,
         cache_root: str | None = None,
@@ -187,6 +199,7 @@ class GraphDataModule(pl.LightningDataModule):
                                  and boundary_sampling != 1.0 else None)
         self._partition: Any = None  # this rank's Partition, opened in setup
         self._remote: RemoteFeatures | None = None  # its remote rows (sampled partition-parallel runs)
+        self._sampling_group: Any = None  # the prefetching loader's process group
         self.reuse_stats = ReuseStats()
         self._reuse_folder: Path | None = None
         self._samplers: dict[str, Any] = {}  # stage -> the neighbour sampler of its current loader
@@ -275,6 +288,7 @@ class GraphDataModule(pl.LightningDataModule):
             if not self.full_batch:
                 self._remote = RemoteFeatures(self._partition, self.hparams.remote_cache,
                                               dtype=self.hparams.remote_dtype)
+                self._sampling_group = sampling_group() if self.hparams.prefetch else None
                 log.info("partition %d of %d: %d nodes, %d halo nodes, cache of %d remote rows (%.1f MB)",
                          self._partition.part, self.partitions, self._partition.owned.numel(),
                          self._partition.halo.numel(), self._remote.stats.cache_rows, self._remote.stats.cache_bytes / 2**20)
@@ -401,16 +415,20 @@ class GraphDataModule(pl.LightningDataModule):
             self._before_sanity_check[stage] = loader.node_sampler.state_dict()
         return loader
 
-    def _partition_loader(self, stage: str, fanout: list[int], batch_size: int) -> PartitionNodeLoader:
+    def _partition_loader(self, stage: str, fanout: list[int], batch_size: int) -> PartitionNodeLoader | Prefetcher:
         """This rank's batches of its share of the stage's split, sampled across partitions (building
-        it is a collective: every rank agrees on the steps)."""
+        it is a collective: every rank agrees on the steps); training batches are built one ahead
+        with ``data.prefetch``."""
         assert self._remote is not None
         part, directory = self._partition, self._remote.directory
         seeds, labels = rank_seeds(part, directory, part.split[SPLIT_OF_STAGE[stage]], self.hparams.balance_seeds,
                                    stage)
-        sampler = PartitionNeighborSampler(part, fanout, seed=self.hparams.seed, directory=directory)
-        return PartitionNodeLoader(sampler, self._remote, labels, seeds, gather_ranks(int(seeds.numel())),
-                                   batch_size, shuffle=stage == "train")
+        prefetch = stage == "train" and self.hparams.prefetch
+        sampler = PartitionNeighborSampler(part, fanout, seed=self.hparams.seed, directory=directory,
+                                           group=self._sampling_group if prefetch else None)
+        loader = PartitionNodeLoader(sampler, self._remote, labels, seeds, gather_ranks(int(seeds.numel())),
+                                     batch_size, shuffle=stage == "train")
+        return Prefetcher(loader) if prefetch else loader
 
     def rewind_sanity_check(self) -> None:
         """Put the samplers built for Lightning's sanity check back to where they were before it, so

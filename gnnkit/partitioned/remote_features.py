@@ -125,10 +125,12 @@ class RemoteFeatures:
         """Bytes of one node's features as they travel and are cached."""
         return 0 if self.x is None else self.x[0].numel() * torch.empty(0, dtype=self.wire).element_size()
 
-    def _fetch(self, ids: Tensor, out: Tensor | None = None, at: Tensor | None = None) -> Tensor:
-        """Rows of remote ``ids`` from their owners, answering the others' asks (a collective); put at
-        positions ``at`` of ``out`` when given, else returned in the order of ``ids``."""
-        requests = OwnerRequests.exchange(ids, self.directory.owners(ids), self.group)
+    def _fetch(self, ids: Tensor, out: Tensor | None = None, at: Tensor | None = None,
+               group: dist.ProcessGroup | None = None) -> Tensor:
+        """Rows of remote ``ids`` from their owners, answering the others' asks (a collective on
+        ``group``, default :attr:`group`); put at positions ``at`` of ``out`` when given, else
+        returned in the order of ``ids``."""
+        requests = OwnerRequests.exchange(ids, self.directory.owners(ids), group if group is not None else self.group)
         rows = self.directory.owned_rows(requests.requested)
         self.stats.served_rows += int(rows.numel())
         received = requests.received_rows(torch.index_select(self.x, 0, rows).to(self.wire))
@@ -137,11 +139,13 @@ class RemoteFeatures:
         out.index_copy_(0, at[requests.order], received.to(out.dtype))
         return out
 
-    def gather(self, ids: Tensor) -> Tensor | None:
+    def gather(self, ids: Tensor, group: dist.ProcessGroup | None = None) -> Tensor | None:
         """``x`` rows of the global node ``ids`` (``None`` for a featureless graph, without asking).
 
         Args:
             ids: Global node ids, int64 ``[K]``.
+            group: The process group of the fetch (default :attr:`group`; a
+                :class:`~gnnkit.partitioned.prefetch.Prefetcher` fetches on its own).
         """
         if self.x is None:
             return None
@@ -151,7 +155,7 @@ class RemoteFeatures:
         out = self.x.new_empty((ids.numel(), *self.x.shape[1:]))
         out.index_copy_(0, mine_at, torch.index_select(self.x, 0, slots[mine_at]))
         out.index_copy_(0, hit_at, torch.index_select(self.cache_x, 0, -2 - slots[hit_at]).to(out.dtype))
-        self._fetch(ids[fetch_at], out, fetch_at)
+        self._fetch(ids[fetch_at], out, fetch_at, group)
         remote, hits = int(ids.numel() - mine_at.numel()), int(hit_at.numel())
         self.stats.remote_rows += remote
         self.stats.cache_hits += hits

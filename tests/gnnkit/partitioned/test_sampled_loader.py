@@ -35,6 +35,13 @@ def test_ranks_with_unequal_seeds_keep_step(sampled_ranks):
         assert a + b == pytest.approx(2.0)
 
 
+def test_prefetching_builds_the_same_batches_and_checkpoints_the_state_before_the_next(sampled_ranks):
+    for result in sampled_ranks:
+        facts = result["prefetch"]
+        assert facts["batches"] > 2 and facts["same_batches"], facts
+        assert facts["held_states"] and facts["after"], facts
+
+
 def test_steps_follow_replicated_ddp_in_training_and_the_largest_rank_in_evaluation():
     assert lockstep_steps([90, 10], 16, train=True) == 4  # ceil(50 / 16): as DDP's 50 seeds per rank
     assert lockstep_steps([90, 10], 16, train=False) == 6  # ceil(90 / 16)
