@@ -16,6 +16,7 @@ from gnnkit.data.device_sampling import SamplingPlacement, plan_placement, resol
 from gnnkit.data.preprocessing import PreprocessOverrides, describe_line, graph_facts, resolve_options
 from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats, default_folder
 from gnnkit.partitioned.boundary_sampling import BoundarySampler
+from gnnkit.partitioned.prefetch import Prefetcher, sampling_group
 from gnnkit.partitioned.rank_data import (
     describe_fetches,
     open_rank_partition,
@@ -27,7 +28,6 @@ from gnnkit.partitioned.remote_features import RemoteFeatures, wire_dtype
 from gnnkit.partitioned.remote_sampler import PartitionNeighborSampler
 from gnnkit.partitioned.sampled_loader import PartitionNodeLoader
 from gnnkit.partitioned.seed_balance import rank_seeds
-from gnnkit.partitioned.prefetch import Prefetcher, sampling_group
 from gnnkit.partitioned.stale_halo import StaleHalo
 from gnnkit.rank_state import gather_ranks, my_rank_state
 from gnnkit.sparse import Adjacency

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-import torch
 import torch.distributed as dist
 from torch import Tensor
 

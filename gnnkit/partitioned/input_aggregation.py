@@ -90,13 +90,13 @@ def aggregate_input(x: Tensor, adj: Adjacency, plan: HaloPlan, reduce: str = "su
     out = spmm(_entries(adj, ~is_halo, columns, n), x, format="csr")
     halo = columns[is_halo] - n
     round_of, slot_of = _halo_slots(plan, chunk_rows)
+    slots = torch.zeros_like(columns)  # each halo entry's row among its round's received rows
+    slots[is_halo] = slot_of[halo]
     for k in range(_rounds(plan, chunk_rows)):
         received = all_to_all_rows(x[_sent_in_round(plan, k, chunk_rows)], _in_round(plan.recv_counts, k, chunk_rows),
                                    _in_round(plan.send_counts, k, chunk_rows), plan.group)
         keep = is_halo.clone()
         keep[is_halo] = round_of[halo] == k
-        slots = torch.zeros_like(columns)
-        slots[is_halo] = slot_of[halo]
         out += spmm(_entries(adj, keep, slots, received.size(0)), received, format="csr")
     return out * adj.inv_row_counts() if reduce == "mean" else out
 
