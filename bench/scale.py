@@ -6,7 +6,7 @@
     python bench/scale.py --out-of-core [--json PATH] [--out-of-core-json bench/results/out_of_core.json]
     python bench/scale.py --sampled [--json PATH] [--dataset synthetic-products] [--ranks 1 2 4]
                           [--epochs 2] [--network loopback|1gbit] [--batch-size 1024] [--fanout 15 10 5]
-                          [--remote-cache 0.1] [--remote-dtype float16] [--no-balance-seeds] [--no-prefetch]
+                          [--remote-cache 0.1] [--remote-dtype float16] [--no-balance-seeds]
                           [--test-nodes 50000]
 
 Both modes train the same full-graph GNN (gnnkit aggregation, Adam, the arxiv recipe's shape) for
@@ -46,8 +46,7 @@ without the halo, and with each sampling rate).
   owners with a cache of ``--remote-cache`` x its owned nodes (:mod:`gnnkit.partitioned.remote_features`),
   remote rows travelling and cached in ``--remote-dtype`` (default: the features' own dtype), the
   ranks' seed counts evened out (:mod:`gnnkit.partitioned.seed_balance`; ``--no-balance-seeds``:
-  every rank trains on its own seeds only), each training batch built while the previous one trains
-  (:mod:`gnnkit.partitioned.prefetch`; ``--no-prefetch``: in turn).
+  every rank trains on its own seeds only).
 
 Each run trains ``--epochs`` epochs and tests on ``--test-nodes`` nodes of the test split drawn once
 (the same for every run; each evaluated once, sampled with the training fan-out). A row holds the
@@ -253,7 +252,6 @@ def _whole_loaders(args, entry, torch):
 def _partition_loaders(args, entry, torch):
     """Partitioned: this rank's partition only, its own seeds, sampled across partitions."""
     from gnnkit.partitioned.halo import sorted_positions
-    from gnnkit.partitioned.prefetch import Prefetcher, sampling_group
     from gnnkit.partitioned.rank_data import held_bytes, open_rank_partition
     from gnnkit.partitioned.remote_features import RemoteFeatures
     from gnnkit.partitioned.remote_sampler import PartitionNeighborSampler
@@ -263,15 +261,13 @@ def _partition_loaders(args, entry, torch):
 
     part = open_rank_partition(entry, args.ranks)
     features = RemoteFeatures(part, args.remote_cache, dtype=args.remote_dtype)
-    group = sampling_group() if args.prefetch else None
 
-    def loader(positions, seed: int, batch_size: int, shuffle: bool, group=None):
+    def loader(positions, seed: int, batch_size: int, shuffle: bool):
         seeds, labels = rank_seeds(part, features.directory, positions, args.balance_seeds)
-        sampler = PartitionNeighborSampler(part, args.fanout, seed=seed, directory=features.directory, group=group)
+        sampler = PartitionNeighborSampler(part, args.fanout, seed=seed, directory=features.directory)
         return PartitionNodeLoader(sampler, features, labels, seeds, gather_ranks(seeds.numel()), batch_size, shuffle)
 
-    train = loader(part.split["train"], 0, args.batch_size, shuffle=True, group=group)
-    train = Prefetcher(train) if args.prefetch else train
+    train = loader(part.split["train"], 0, args.batch_size, shuffle=True)
     positions, mine = sorted_positions(part.owned, _test_nodes(entry, args.test_nodes, torch))
     evaluation = loader(positions[mine], 7, args.eval_batch_size, shuffle=False)
     held = held_bytes(part, sampled=True) + features.directory.nbytes
@@ -351,7 +347,6 @@ def sampled_worker(args: argparse.Namespace) -> None:
             "epoch_times_s": [round(t, 3) for t in times],
             "remote_dtype": args.remote_dtype if args.mode == "partitioned" else None,
             "balance_seeds": args.balance_seeds if args.mode == "partitioned" else None,
-            "prefetch": args.prefetch if args.mode == "partitioned" else None,
             "remote_fetch_mb_per_epoch": round(sum(r[2] for r in ranks) / 2**20 / args.epochs, 1),
             "cache_hit_rate": round(sum(r[4] for r in ranks) / needed, 4) if needed else None,
             "nodes_per_batch": round(statistics.mean(r[6] for r in ranks)),
@@ -376,7 +371,6 @@ def sampled_launch(args: argparse.Namespace, mode: str, ranks: int, batch_size: 
            "--remote-cache", str(args.remote_cache), "--test-nodes", str(args.test_nodes),
            *(["--remote-dtype", args.remote_dtype] if args.remote_dtype else []),
            "--balance-seeds" if args.balance_seeds else "--no-balance-seeds",
-           "--prefetch" if args.prefetch else "--no-prefetch",
            "--max-steps", str(args.max_steps), "--network", args.network,
            "--master", master, "--port", str(29710 if emulated else free_port()), "--out", str(out)]
     with emulated if emulated else contextlib.nullcontext():
@@ -624,6 +618,8 @@ def run_sampled(args: argparse.Namespace) -> None:
 def main() -> None:
     from comm import EmulatedNetwork, add_worker_args
 
+    from gnnkit.partitioned.remote_features import WIRE_DTYPES
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--sampled", action="store_true", help="compare neighbour-sampled training")
@@ -649,13 +645,10 @@ def main() -> None:
     parser.add_argument("--fanout", type=int, nargs="+", default=[15, 10, 5])
     parser.add_argument("--remote-cache", type=float, default=0.1,
                         help="--sampled: cache of remote rows, as a fraction of a rank's owned nodes")
-    parser.add_argument("--remote-dtype", choices=["float32", "float16", "bfloat16"],
+    parser.add_argument("--remote-dtype", choices=list(WIRE_DTYPES),
                         help="--sampled: dtype remote rows travel and are cached in (default: the features')")
     parser.add_argument("--balance-seeds", action=argparse.BooleanOptionalAction, default=True,
                         help="--sampled: even out the partitioned ranks' seed counts (seed_balance.py)")
-    parser.add_argument("--prefetch", action=argparse.BooleanOptionalAction, default=True,
-                        help="--sampled: build each partitioned training batch while the previous one trains "
-                             "(gnnkit/partitioned/prefetch.py)")
     parser.add_argument("--test-nodes", type=int, default=50_000, help="--sampled: test nodes evaluated")
     parser.add_argument("--max-steps", type=int, default=0, help="--sampled: stop each epoch after this many steps")
     parser.add_argument("--modes", nargs="+", choices=SAMPLED_MODES, help="--sampled: run only these modes")

@@ -16,7 +16,6 @@ from gnnkit.data.device_sampling import SamplingPlacement, plan_placement, resol
 from gnnkit.data.preprocessing import PreprocessOverrides, describe_line, graph_facts, resolve_options
 from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats, default_folder
 from gnnkit.partitioned.boundary_sampling import BoundarySampler
-from gnnkit.partitioned.prefetch import Prefetcher, sampling_group
 from gnnkit.partitioned.rank_data import (
     describe_fetches,
     open_rank_partition,
@@ -117,17 +116,13 @@ class GraphDataModule(pl.LightningDataModule):
             edges into its rows, fetched once at setup and never again
             (:mod:`gnnkit.partitioned.remote_features`); 0 fetches every remote row per batch.
         remote_dtype: With ``partitions`` and ``batch_size > 0``: ``float16`` or ``bfloat16`` sends and
-            caches remote feature rows in 16 bits (half the traffic; twice the cached rows per byte);
+            caches remote feature rows in 16 bits (half the traffic; twice the cached rows per byte),
+            ``int8`` in 8-bit integers with a per-row scale (about a quarter; AdaQP's quantisation);
             ``null`` (default) keeps them exact.
         balance_seeds: With ``partitions`` and ``batch_size > 0``: even out the ranks' seed counts
             (default), ranks above their share handing seeds to ranks below it as DistDGL's
             ``force_even`` split does (:mod:`gnnkit.partitioned.seed_balance`), so that no rank
             straggles at every step; ``false`` keeps every rank's own seeds.
-        prefetch: With ``partitions`` and ``batch_size > 0``: build each training batch while the
-            previous one trains, in a background thread whose collectives run on a gloo group of
-            their own (DistDGL's asynchronous pipeline, :mod:`gnnkit.partitioned.prefetch`), so the
-            waits for remote neighbour lists and features overlap the step; ``false`` builds them
-            in turn.
         aggregate_input: With ``partitions`` and ``batch_size 0``: aggregate the first layer's input
             once before training, streaming the halo features in chunks, and train without the
             first layer's halo exchange or halo features (exact; GCN and SAGE without input dropout,
@@ -158,7 +153,6 @@ class GraphDataModule(pl.LightningDataModule):
         remote_cache: float = 0.1,
         remote_dtype: str | None = None,
         balance_seeds: bool = True,
-        prefetch: bool = True,
         aggregate_input: bool = False,
         data_root: str | None = None,
         cache_root: str | None = None,
@@ -199,7 +193,6 @@ class GraphDataModule(pl.LightningDataModule):
                                  and boundary_sampling != 1.0 else None)
         self._partition: Any = None  # this rank's Partition, opened in setup
         self._remote: RemoteFeatures | None = None  # its remote rows (sampled partition-parallel runs)
-        self._sampling_group: Any = None  # the prefetching loader's process group
         self.reuse_stats = ReuseStats()
         self._reuse_folder: Path | None = None
         self._samplers: dict[str, Any] = {}  # stage -> the neighbour sampler of its current loader
@@ -288,7 +281,6 @@ class GraphDataModule(pl.LightningDataModule):
             if not self.full_batch:
                 self._remote = RemoteFeatures(self._partition, self.hparams.remote_cache,
                                               dtype=self.hparams.remote_dtype)
-                self._sampling_group = sampling_group() if self.hparams.prefetch else None
                 log.info("partition %d of %d: %d nodes, %d halo nodes, cache of %d remote rows (%.1f MB)",
                          self._partition.part, self.partitions, self._partition.owned.numel(),
                          self._partition.halo.numel(), self._remote.stats.cache_rows, self._remote.stats.cache_bytes / 2**20)
@@ -415,20 +407,16 @@ class GraphDataModule(pl.LightningDataModule):
             self._before_sanity_check[stage] = loader.node_sampler.state_dict()
         return loader
 
-    def _partition_loader(self, stage: str, fanout: list[int], batch_size: int) -> PartitionNodeLoader | Prefetcher:
+    def _partition_loader(self, stage: str, fanout: list[int], batch_size: int) -> PartitionNodeLoader:
         """This rank's batches of its share of the stage's split, sampled across partitions (building
-        it is a collective: every rank agrees on the steps); training batches are built one ahead
-        with ``data.prefetch``."""
+        it is a collective: every rank agrees on the steps)."""
         assert self._remote is not None
         part, directory = self._partition, self._remote.directory
         seeds, labels = rank_seeds(part, directory, part.split[SPLIT_OF_STAGE[stage]], self.hparams.balance_seeds,
                                    stage)
-        prefetch = stage == "train" and self.hparams.prefetch
-        sampler = PartitionNeighborSampler(part, fanout, seed=self.hparams.seed, directory=directory,
-                                           group=self._sampling_group if prefetch else None)
-        loader = PartitionNodeLoader(sampler, self._remote, labels, seeds, gather_ranks(int(seeds.numel())),
-                                     batch_size, shuffle=stage == "train")
-        return Prefetcher(loader) if prefetch else loader
+        sampler = PartitionNeighborSampler(part, fanout, seed=self.hparams.seed, directory=directory)
+        return PartitionNodeLoader(sampler, self._remote, labels, seeds, gather_ranks(int(seeds.numel())),
+                                   batch_size, shuffle=stage == "train")
 
     def rewind_sanity_check(self) -> None:
         """Put the samplers built for Lightning's sanity check back to where they were before it, so

@@ -8,8 +8,9 @@ cache here holds the halo nodes with the most edges into this rank's rows (``hal
 partition entry; ties by id), as many as ``cache_fraction`` x the rank's owned nodes, fetched in one
 exchange at setup; a cached row is never fetched again. With ``dtype`` ``float16`` (or ``bfloat16``)
 the fetched and cached rows travel and stay in 16 bits: half the bytes on the wire and in the cache,
-so twice the rows fit in the same memory (quantised messages between partitions, as AdaQP does for
-full-graph training, <https://arxiv.org/abs/2306.01381>; owned rows stay exact). Labels are not
+so twice the rows fit in the same memory; with ``int8``, 8-bit integers with a per-row scale, about
+a quarter (quantised messages between partitions, as AdaQP does for full-graph training,
+<https://arxiv.org/abs/2306.01381>; owned rows stay exact). Labels are not
 fetched: a batch's loss needs only its seeds', which the rank holds (its own, and those handed over
 with seeds by :mod:`~gnnkit.partitioned.seed_balance`; DistDGL's training loop reads them the same
 way).
@@ -66,7 +67,10 @@ class FetchStats:
         return FetchStats(*counts.tolist())
 
 
-WIRE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+WIRE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int8": torch.int8}
+
+#: Bytes of the per-row scale an ``int8`` row carries after its values.
+_SCALE_BYTES = 4
 
 
 def wire_dtype(name: str | None) -> torch.dtype | None:
@@ -78,6 +82,27 @@ def wire_dtype(name: str | None) -> torch.dtype | None:
     if name is not None and name not in WIRE_DTYPES:
         raise ValueError(f"data.remote_dtype: expected one of {', '.join(WIRE_DTYPES)} or null, got {name!r}")
     return None if name is None else WIRE_DTYPES[name]
+
+
+def encode_rows(rows: Tensor, wire: torch.dtype) -> Tensor:
+    """Feature rows as they travel and are cached: cast to ``wire``, or for ``int8`` rounded to
+    ``round(x / s)`` with the row's scale ``s = max |x| / 127``, the scale's 4 bytes after the values
+    (``[K, F + 4]`` int8; AdaQP's per-row integer quantisation, <https://arxiv.org/abs/2306.01381>,
+    rounded to nearest, so a node's features are the same in every batch)."""
+    if wire != torch.int8:
+        return rows.to(wire)
+    rows = rows.float()
+    scale = rows.abs().amax(dim=1, keepdim=True).clamp(min=torch.finfo(torch.float32).tiny) / 127
+    values = torch.round(rows / scale).clamp(-127, 127).to(torch.int8)
+    return torch.cat([values, scale.view(torch.int8)], dim=1)
+
+
+def decode_rows(rows: Tensor, dtype: torch.dtype) -> Tensor:
+    """:func:`encode_rows`'s rows back as ``dtype`` features."""
+    if rows.dtype != torch.int8:
+        return rows.to(dtype)
+    values, scale = rows[:, :-_SCALE_BYTES], rows[:, -_SCALE_BYTES:].contiguous().view(torch.float32)
+    return (values.float() * scale).to(dtype)
 
 
 def hot_halo(part: Partition, count: int) -> Tensor:
@@ -123,29 +148,30 @@ class RemoteFeatures:
     @property
     def row_bytes(self) -> int:
         """Bytes of one node's features as they travel and are cached."""
-        return 0 if self.x is None else self.x[0].numel() * torch.empty(0, dtype=self.wire).element_size()
+        if self.x is None:
+            return 0
+        return self.x[0].numel() * torch.empty(0, dtype=self.wire).element_size() + (
+            _SCALE_BYTES if self.wire == torch.int8 else 0)
 
-    def _fetch(self, ids: Tensor, out: Tensor | None = None, at: Tensor | None = None,
-               group: dist.ProcessGroup | None = None) -> Tensor:
-        """Rows of remote ``ids`` from their owners, answering the others' asks (a collective on
-        ``group``, default :attr:`group`); put at positions ``at`` of ``out`` when given, else
-        returned in the order of ``ids``."""
-        requests = OwnerRequests.exchange(ids, self.directory.owners(ids), group if group is not None else self.group)
+    def _fetch(self, ids: Tensor, out: Tensor | None = None, at: Tensor | None = None) -> Tensor:
+        """Rows of remote ``ids`` from their owners, answering the others' asks (a collective); put at
+        positions ``at`` of ``out`` when given, else returned in the order of ``ids``."""
+        requests = OwnerRequests.exchange(ids, self.directory.owners(ids), self.group)
         rows = self.directory.owned_rows(requests.requested)
         self.stats.served_rows += int(rows.numel())
-        received = requests.received_rows(torch.index_select(self.x, 0, rows).to(self.wire))
-        if out is None:
+        received = requests.received_rows(encode_rows(torch.index_select(self.x, 0, rows), self.wire))
+        if out is None:  # kept as they travelled (the cache)
             out, at = received.new_empty(received.shape), torch.arange(received.size(0))
-        out.index_copy_(0, at[requests.order], received.to(out.dtype))
+        else:
+            received = decode_rows(received, out.dtype)
+        out.index_copy_(0, at[requests.order], received)
         return out
 
-    def gather(self, ids: Tensor, group: dist.ProcessGroup | None = None) -> Tensor | None:
+    def gather(self, ids: Tensor) -> Tensor | None:
         """``x`` rows of the global node ``ids`` (``None`` for a featureless graph, without asking).
 
         Args:
             ids: Global node ids, int64 ``[K]``.
-            group: The process group of the fetch (default :attr:`group`; a
-                :class:`~gnnkit.partitioned.prefetch.Prefetcher` fetches on its own).
         """
         if self.x is None:
             return None
@@ -154,8 +180,8 @@ class RemoteFeatures:
         mine_at, hit_at, fetch_at = (torch.nonzero(m).view(-1) for m in (mine, cached, ~(mine | cached)))
         out = self.x.new_empty((ids.numel(), *self.x.shape[1:]))
         out.index_copy_(0, mine_at, torch.index_select(self.x, 0, slots[mine_at]))
-        out.index_copy_(0, hit_at, torch.index_select(self.cache_x, 0, -2 - slots[hit_at]).to(out.dtype))
-        self._fetch(ids[fetch_at], out, fetch_at, group)
+        out.index_copy_(0, hit_at, decode_rows(torch.index_select(self.cache_x, 0, -2 - slots[hit_at]), out.dtype))
+        self._fetch(ids[fetch_at], out, fetch_at)
         remote, hits = int(ids.numel() - mine_at.numel()), int(hit_at.numel())
         self.stats.remote_rows += remote
         self.stats.cache_hits += hits

@@ -69,7 +69,6 @@ class PartitionNeighborSampler:
         self.group = group
         self.seed = seed
         self.generator = torch.Generator().manual_seed(rank_seed(seed, self.rank))
-        self.held_state: Tensor | None = None  # set by a Prefetcher while it draws the next batch
         num_nodes = int(part.owner.numel())
         self._local: Tensor | None = None  # scratch over global ids, made on first use
         self._scratch = (num_nodes, torch.int32 if num_nodes < 2**31 - 2 else torch.int64)
@@ -84,10 +83,8 @@ class PartitionNeighborSampler:
         return self._scratch[0] * torch.empty(0, dtype=self._scratch[1]).element_size()
 
     def state_dict(self) -> dict[str, Any]:
-        """The generator's state, for checkpoints: while a
-        :class:`~gnnkit.partitioned.prefetch.Prefetcher` builds the next batch, the state before it
-        (``held_state``), so that a resumed run draws that batch again."""
-        return {"generator": self.held_state if self.held_state is not None else self.generator.get_state()}
+        """The generator's state, for checkpoints."""
+        return {"generator": self.generator.get_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a :meth:`state_dict`."""

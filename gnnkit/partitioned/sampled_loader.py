@@ -108,7 +108,7 @@ class PartitionNodeLoader:
         out = hops.output(NodeSamplerInput(input_id=positions, node=seeds))
         total = self._totals[step]
         y = self.padding_labels if padding else self.labels[positions]
-        data = Data(x=self.features.gather(out.node, self.node_sampler.group), y=y, edge_index=torch.stack([out.row, out.col]),
+        data = Data(x=self.features.gather(out.node), y=y, edge_index=torch.stack([out.row, out.col]),
                     n_id=out.node, e_id=out.edge, batch_size=int(seeds.numel()), input_id=positions,
                     num_sampled_nodes=out.num_sampled_nodes, num_sampled_edges=out.num_sampled_edges,
                     num_nodes=int(out.node.numel()))

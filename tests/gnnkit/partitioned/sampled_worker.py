@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from torch_geometric.data import Data
 
 sys.path.insert(0, os.getcwd())
@@ -17,8 +16,7 @@ from halo_worker import finish, spawn  # noqa: E402
 
 from gnnkit.data.sampler import neighbor_loader  # noqa: E402
 from gnnkit.models.node_gnn import NodeGNN  # noqa: E402
-from gnnkit.partitioned.prefetch import Prefetcher, sampling_group  # noqa: E402
-from gnnkit.partitioned.remote_features import RemoteFeatures  # noqa: E402
+from gnnkit.partitioned.remote_features import RemoteFeatures, decode_rows, encode_rows  # noqa: E402
 from gnnkit.partitioned.remote_sampler import PartitionNeighborSampler  # noqa: E402
 from gnnkit.partitioned.sampled_loader import PartitionNodeLoader  # noqa: E402
 from gnnkit.partitioned.seed_balance import balance_seeds  # noqa: E402
@@ -91,6 +89,13 @@ def worker(rank: int, world: int, out: str, entry_path: str, *part_paths: str) -
                       "cache_dtype": str(half.cache_x.dtype), "row_bytes": half.row_bytes, "width": x.size(1),
                       "fetched_bytes": half.stats.fetched_bytes, "fetched_rows": half.stats.fetched_rows}
 
+    # 8-bit remote rows: cached and fetched rows are the codec's roundings, owned rows exact
+    eight = RemoteFeatures(part, cache_fraction=0.5, dtype="int8")
+    coded = torch.cat([decode_rows(encode_rows(x[mixed[:-3]], torch.int8), torch.float32), x[mixed[-3:]]])
+    result["int8"] = {"equal": bool(torch.equal(eight.gather(mixed), coded)), "cache_dtype": str(eight.cache_x.dtype),
+                      "row_bytes": eight.row_bytes, "fetched_bytes": eight.stats.fetched_bytes,
+                      "fetched_rows": eight.stats.fetched_rows}
+
     # lockstep: rank 1 holds 3 seeds only; both take the same steps, padding where empty
     seeds = train if rank == 0 else train[:3]
     lock = PartitionNodeLoader(PartitionNeighborSampler(part, FANOUT, seed=0), features, part.y[seeds],
@@ -133,26 +138,6 @@ def worker(rank: int, world: int, out: str, entry_path: str, *part_paths: str) -
     other = epoch(PartitionNeighborSampler(part, FANOUT, seed=6))
     result["determinism"] = {"same_seed": one == same, "epochs_differ": one != two,
                              "restored": epoch(restored) == two, "other_seed_differs": other != one}
-
-    # prefetching: the same batches, built one ahead on a group of their own while this thread runs
-    # collectives on the default group; during a batch, the state is the one after it
-    plain_sampler = PartitionNeighborSampler(part, FANOUT, seed=3)
-    plain = PartitionNodeLoader(plain_sampler, features, part.y[train], part.owned[train],
-                                gather_ranks(train.numel()), 16, shuffle=True)
-    expected, states = [], []
-    for b in plain:
-        expected.append((b.n_id.tolist(), b.x.tolist(), b.y.tolist()))
-        states.append(plain_sampler.generator.get_state())
-    ahead_sampler = PartitionNeighborSampler(part, FANOUT, seed=3, group=sampling_group())
-    ahead = Prefetcher(PartitionNodeLoader(ahead_sampler, features, part.y[train], part.owned[train],
-                                           gather_ranks(train.numel()), 16, shuffle=True))
-    got, held = [], []
-    for b in ahead:
-        got.append((b.n_id.tolist(), b.x.tolist(), b.y.tolist()))
-        held.append(torch.equal(ahead.node_sampler.state_dict()["generator"], states[len(got) - 1]))
-        dist.all_reduce(torch.ones(1))  # the step's collective on the default group, meanwhile
-    result["prefetch"] = {"same_batches": got == expected, "batches": len(got), "held_states": all(held),
-                          "after": torch.equal(ahead_sampler.state_dict()["generator"], states[-1])}
 
     # all neighbours: the batches and logits of one process on the whole graph
     seeds = part.split["test"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gnnkit.partitioned.remote_features import hot_halo, wire_dtype
+from gnnkit.partitioned.remote_features import decode_rows, encode_rows, hot_halo, wire_dtype
 from pipeline.partitioned import Partition
 
 
@@ -31,11 +31,30 @@ def test_sixteen_bit_rows_are_the_roundings_of_the_remote_rows(sampled_ranks):
         assert half["fetched_bytes"] == half["fetched_rows"] * half["row_bytes"] > 0
 
 
+def test_eight_bit_rows_are_the_codecs_roundings_of_the_remote_rows(sampled_ranks):
+    for result in sampled_ranks:
+        eight, half = result["int8"], result["half"]
+        assert eight["equal"] and eight["cache_dtype"] == "torch.int8" and eight["row_bytes"] == half["width"] + 4
+        assert eight["fetched_bytes"] == eight["fetched_rows"] * eight["row_bytes"] > 0
+
+
+def test_eight_bit_rows_round_each_value_to_its_rows_scale():
+    torch.manual_seed(0)
+    rows = torch.randn(50, 33) * torch.logspace(-3, 3, 50).unsqueeze(1)  # rows of very different sizes
+    rows[7] = 0.0
+    packed = encode_rows(rows, torch.int8)
+    assert packed.dtype == torch.int8 and packed.shape == (50, 37)
+    back = decode_rows(packed, torch.float32)
+    bound = rows.abs().amax(dim=1, keepdim=True) / 254  # half a step of max |x| / 127
+    assert bool(((back - rows).abs() <= bound * (1 + 1e-5)).all()) and bool((back[7] == 0).all())
+    assert torch.equal(decode_rows(encode_rows(rows, torch.float16), torch.float32), rows.half().float())
+
+
 def test_an_unknown_remote_dtype_is_one_line():
-    with pytest.raises(ValueError, match=r"data.remote_dtype: expected one of float32, float16, bfloat16 or null, "
-                                         r"got 'int8'"):
-        wire_dtype("int8")
-    assert wire_dtype(None) is None and wire_dtype("bfloat16") == torch.bfloat16
+    with pytest.raises(ValueError, match=r"data.remote_dtype: expected one of float32, float16, bfloat16, int8 or "
+                                         r"null, got 'int4'"):
+        wire_dtype("int4")
+    assert wire_dtype(None) is None and wire_dtype("bfloat16") == torch.bfloat16 and wire_dtype("int8") == torch.int8
 
 
 def test_the_cache_takes_the_most_referenced_halo_nodes():

@@ -35,13 +35,6 @@ def test_ranks_with_unequal_seeds_keep_step(sampled_ranks):
         assert a + b == pytest.approx(2.0)
 
 
-def test_prefetching_builds_the_same_batches_and_checkpoints_the_state_before_the_next(sampled_ranks):
-    for result in sampled_ranks:
-        facts = result["prefetch"]
-        assert facts["batches"] > 2 and facts["same_batches"], facts
-        assert facts["held_states"] and facts["after"], facts
-
-
 def test_steps_follow_replicated_ddp_in_training_and_the_largest_rank_in_evaluation():
     assert lockstep_steps([90, 10], 16, train=True) == 4  # ceil(50 / 16): as DDP's 50 seeds per rank
     assert lockstep_steps([90, 10], 16, train=False) == 6  # ceil(90 / 16)
@@ -56,7 +49,7 @@ def test_partition_options_that_do_not_fit_are_one_line():
         GraphDataModule("synthetic-tiny", batch_size=64, partitions=2, num_workers=2)
     with pytest.raises(ValueError, match="data.remote_cache: expected a fraction >= 0"):
         GraphDataModule("synthetic-tiny", batch_size=64, partitions=2, remote_cache=-1.0)
-    with pytest.raises(ValueError, match="data.remote_dtype: expected one of float32, float16, bfloat16 or null"):
+    with pytest.raises(ValueError, match="data.remote_dtype: expected one of float32, float16, bfloat16, int8 or null"):
         GraphDataModule("synthetic-tiny", batch_size=64, partitions=2, remote_dtype="half")
     with pytest.raises(ValueError, match="data.reuse: replaying batches is not supported with data.partitions"):
         GraphDataModule("synthetic-tiny", batch_size=64, partitions=2, reuse={"epochs": 2})
