@@ -109,16 +109,16 @@ def _partition(entry, ranks: int, input_aggregation: str | None):
     first layer's aggregated input in place of the features when ``input_aggregation``), and the
     halo feature rows held at once: every halo row per step, or once, the largest chunk streamed
     while aggregating the input."""
-    from gnnkit.partitioned.input_aggregation import DEFAULT_CHUNK_ROWS
-    from gnnkit.partitioned.rank_data import held_bytes, open_rank_partition, partition_data
     from gnnkit.optim.state import tensor_bytes
+    from gnnkit.partitioned.input_aggregation import largest_chunk_rows
+    from gnnkit.partitioned.rank_data import held_bytes, open_rank_partition, partition_data
 
     part = open_rank_partition(entry, ranks)
     data = partition_data(part, input_aggregation)
     if input_aggregation is None:
         return data, part, held_bytes(part, sampled=False), part.halo.numel()
     held = held_bytes(part, sampled=False) - tensor_bytes([part.x]) + tensor_bytes([data.x])
-    return data, part, held, sum(min(count, DEFAULT_CHUNK_ROWS) for count in data.halo.recv_counts)
+    return data, part, held, largest_chunk_rows(data.halo)
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -211,7 +211,8 @@ def launch(args: argparse.Namespace, mode: str, ranks: int, rate: float | None, 
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--mode", mode, "--ranks", str(ranks),
            "--dataset", args.dataset, "--epochs", str(args.epochs), "--model", args.model,
            "--hidden", str(args.hidden), "--layers", str(args.layers),
-           *(["--boundary-sampling", str(rate)] if rate else []), "--aggregate-input" if aggregate else "--no-aggregate-input",
+           *(["--boundary-sampling", str(rate)] if rate else []),
+           "--aggregate-input" if aggregate else "--no-aggregate-input",
            "--master", master, "--port", str(29710 if emulated else free_port()), "--out", str(out)]
     with emulated if emulated else contextlib.nullcontext():
         run_ranks(cmd, ranks, emulated, args.timeout, f"bench/scale.py: {mode} on {ranks} ranks")

@@ -90,15 +90,20 @@ def aggregate_input(x: Tensor, adj: Adjacency, plan: HaloPlan, reduce: str = "su
     out = spmm(_entries(adj, ~is_halo, columns, n), x, format="csr")
     halo = columns[is_halo] - n
     round_of, slot_of = _halo_slots(plan, chunk_rows)
-    slots = torch.zeros_like(columns)  # each halo entry's row among its round's received rows
+    rounds = torch.full_like(columns, -1)  # each halo entry's round (-1: an owned column)
+    rounds[is_halo] = round_of[halo]
+    slots = torch.zeros_like(columns)  # and its row among that round's received rows
     slots[is_halo] = slot_of[halo]
     for k in range(_rounds(plan, chunk_rows)):
         received = all_to_all_rows(x[_sent_in_round(plan, k, chunk_rows)], _in_round(plan.recv_counts, k, chunk_rows),
                                    _in_round(plan.send_counts, k, chunk_rows), plan.group)
-        keep = is_halo.clone()
-        keep[is_halo] = round_of[halo] == k
-        out += spmm(_entries(adj, keep, slots, received.size(0)), received, format="csr")
+        out += spmm(_entries(adj, rounds == k, slots, received.size(0)), received, format="csr")
     return out * adj.inv_row_counts() if reduce == "mean" else out
+
+
+def largest_chunk_rows(plan: HaloPlan, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> int:
+    """The most halo rows :func:`aggregate_input` holds at once on this rank (its first round's)."""
+    return sum(_in_round(plan.recv_counts, 0, chunk_rows))
 
 
 def _entries(adj: Adjacency, keep: Tensor, columns: Tensor, num_cols: int) -> Adjacency:
