@@ -67,6 +67,16 @@ std::vector<at::Tensor> sample_neighbors(const at::Tensor& indptr, const at::Ten
                        sample_neighbors_cuda(indptr, indices, seeds, fanouts, replace, seed, local));
 }
 
+std::vector<at::Tensor> sample_rows(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& rows,
+                                    int64_t k, bool replace, int64_t seed, const std::optional<at::Tensor>& edge_base) {
+  // CPU only: the partitioned sampler answers other ranks over gloo, on the CPU.
+  return sample_rows_cpu(indptr, indices, rows, k, replace, seed, edge_base);
+}
+
+std::vector<at::Tensor> relabel(const at::Tensor& src, at::Tensor local, int64_t next_id) {
+  return relabel_cpu(src, local, next_id);
+}
+
 std::vector<at::Tensor> tt_forward(const at::Tensor& rows, const at::Tensor& c0, const at::Tensor& c1,
                                    const at::Tensor& c2) {
   GNNKIT_DEVICE_SWITCH(c0, tt_forward_cpu(rows, c0, c1, c2), tt_forward_cuda(rows, c0, c1, c2));
@@ -90,8 +100,8 @@ at::Tensor dropout(const at::Tensor& x, double p, int64_t seed) {
 }
 
 std::vector<std::string> kernels() {
-  std::vector<std::string> names{"spmm_csr", "spmm_sell", "gine_sum", "sample_neighbors", "tt_lookup",
-                                 "select_magnitude", "dropout"};
+  std::vector<std::string> names{"spmm_csr",    "spmm_sell",  "gine_sum",         "sample_neighbors", "sample_rows",
+                                 "relabel",     "tt_lookup",  "select_magnitude", "dropout"};
 #ifdef GNNKIT_WITH_CUDA
   for (const char* n : {"spmm_csr_cuda", "spmm_sell_cuda", "sample_neighbors_cuda", "tt_lookup_cuda"}) names.push_back(n);
 #endif
@@ -110,6 +120,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gine_sum_backward", &gnnkit::gine_sum_backward, "gradients of gine_sum, walking the entries by source");
   m.def("gine_sum_coded_backward", &gnnkit::gine_sum_coded_backward, "gradients of gine_sum_coded");
   m.def("sample_neighbors", &gnnkit::sample_neighbors, "uniform multi-hop neighbour sampling");
+  m.def("sample_rows", &gnnkit::sample_rows, "one hop of uniform neighbour sampling over given rows");
+  m.def("relabel", &gnnkit::relabel, "local ids of sampled nodes, new ones in order of first occurrence");
   m.def("tt_forward", &gnnkit::tt_forward, "fused 3-core TT lookup with prefix reuse");
   m.def("tt_backward", &gnnkit::tt_backward, "gradients of the fused TT lookup");
   m.def("select_magnitude", &gnnkit::select_magnitude, "elements with |x| >= threshold, with their indices");

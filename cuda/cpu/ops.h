@@ -54,6 +54,16 @@ std::vector<at::Tensor> sample_neighbors_cpu(const at::Tensor& indptr, const at:
                                              const at::Tensor& seeds, const std::vector<int64_t>& fanouts,
                                              bool replace, int64_t seed, at::Tensor local);
 
+// One hop over the given rows (the partitioned sampler's): (src, edge, count), edges grouped by row;
+// edge is a position in indices, or edge_base[row] + its offset in the row when edge_base is given.
+std::vector<at::Tensor> sample_rows_cpu(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& rows,
+                                        int64_t k, bool replace, int64_t seed,
+                                        const std::optional<at::Tensor>& edge_base);
+
+// Local ids of src under the scratch map local (new nodes numbered from next_id in order of first
+// occurrence, and recorded in local): (src_local, new nodes).
+std::vector<at::Tensor> relabel_cpu(const at::Tensor& src, at::Tensor local, int64_t next_id);
+
 // Fused three-core TT lookup with prefix reuse (TT-Rec / FBTT, https://arxiv.org/abs/2101.11714).
 // Returns (out [B, D], perm [B], seg [U+1], uniq [U], group [M+1], level [M, q1 q2 r2]).
 std::vector<at::Tensor> tt_forward_cpu(const at::Tensor& rows, const at::Tensor& c0, const at::Tensor& c1,

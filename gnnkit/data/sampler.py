@@ -105,6 +105,14 @@ def relabel(src: Tensor, local: Tensor, num_seen: int) -> tuple[Tensor, Tensor]:
     return src_local.long(), new
 
 
+def _relabel(src: Tensor, local: Tensor, num_seen: int) -> tuple[Tensor, Tensor]:
+    """:func:`relabel` by the native kernel when it is built (the same numbering, one pass)."""
+    from gnnkit.native.ops import relabel as native_relabel
+
+    out = native_relabel(src, local, num_seen)
+    return relabel(src, local, num_seen) if out is None else out
+
+
 @dataclass
 class SampledHops:
     """A multi-hop sample in PyG's layout (see :class:`CSRNeighborSampler`): per hop, the nodes it
@@ -162,7 +170,7 @@ def sample_hops(seed_nodes: Tensor, num_neighbors: Sequence[int], expand: Expand
     num_seen, frontier_start, frontier = num_seeds, 0, seed_nodes
     for k in num_neighbors:
         src, segment, edge = expand(frontier, k)
-        src_local, new = relabel(src, local, num_seen)
+        src_local, new = _relabel(src, local, num_seen)
         rows.append(src_local)
         cols.append(segment + frontier_start)  # frontier nodes are local ids start..start+F-1
         edges.append(edge)
@@ -410,6 +418,36 @@ class CSRNeighborSampler(BaseSampler):
                 values = (torch.index_select(start, 0, sub).unsqueeze(1) + picked).view(-1)
                 edge.index_copy_(0, slots, values)
         return edge, segment, count
+
+    def sample_row_edges(self, rows: Tensor, k: int, generator: torch.Generator | None,
+                         edge_base: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """One hop over ``rows`` with the sources and ids of the sampled edges: :meth:`sample_rows`'s
+        edges, drawn by the native kernel when it is built (:func:`gnnkit.native.ops.sample_rows`,
+        the same fan-out rules, its own random stream).
+
+        Args:
+            rows: Rows to expand, int64 ``[F]``.
+            k: Fan-out (``-1``: all).
+            generator: Random generator.
+            edge_base: int64 ``[num_nodes]``: edge ids ``edge_base[row] + offset in the row``
+                (e.g. a partition's rows in the whole graph's edge numbering) instead of positions in
+                ``indices``.
+
+        Returns:
+            ``(src, edge, count)``: the sampled edges' sources (``indices`` entries) and ids,
+            grouped by row in row order, int64 ``[E]``; the edge count per row, int64 ``[F]``.
+        """
+        from gnnkit.native.ops import sample_rows as native_sample_rows
+
+        out = native_sample_rows(self, rows, k, generator, edge_base)
+        if out is not None:
+            return out
+        edge, segment, count = self.sample_rows(rows, k, generator)
+        src = torch.index_select(self.indices, 0, edge)
+        if edge_base is not None:
+            row = torch.index_select(rows, 0, segment)
+            edge = torch.index_select(edge_base, 0, row) + (edge - torch.index_select(self.indptr, 0, row))
+        return src, edge, count
 
     @staticmethod
     def _pick_floyd(deg: Tensor, k: int, generator: torch.Generator | None) -> Tensor:

@@ -3,6 +3,8 @@
 * :func:`spmm` / :func:`spmm_sell`: ``A @ X`` (sum or row mean) over CSR or SELL-C-sigma, with the
   backward pass multiplying by the transpose;
 * :func:`sample_neighbors`: one multi-hop uniform neighbour sample;
+* :func:`sample_rows` / :func:`relabel`: one hop over given rows, and the numbering of the nodes it
+  reached (the partitioned sampler's steps);
 * :func:`tt_lookup`: the fused three-core TT lookup and its gradients;
 * :func:`select_magnitude`: the elements of a gradient at or above a magnitude threshold;
 * :func:`dropout`: inverted dropout whose mask is a function of a seed (regenerated for backward).
@@ -232,6 +234,27 @@ def select_magnitude(x: Tensor, threshold: float) -> tuple[Tensor, Tensor]:
     return indices, values
 
 
+# -- sampling ---------------------------------------------------------------------------------------
+def _native_graph(sampler: Any, sources_are_rows: bool = True) -> bool:
+    """Whether the native kernels can sample ``sampler``'s graph (built, on the CPU, ``indices``
+    contiguous). Its O(E) checks run on a sampler's first call only: a well-formed CSR whose sources
+    are its rows (multi-hop sampling numbers them) or, with ``sources_are_rows=False``, any
+    non-negative ids (one hop over a partition's rows, whose sources are the whole graph's ids)."""
+    if sampler.indptr.device.type != "cpu" or get() is None or not sampler.indices.is_contiguous():
+        return False
+    flag = "_native_graph_checked" if sources_are_rows else "_native_rows_checked"
+    if not getattr(sampler, flag, False):
+        checks.csr("CSRNeighborSampler", sampler.indptr, sampler.indices, None,
+                   sampler.num_nodes if sources_are_rows else 2**63 - 1)
+        setattr(sampler, flag, True)
+    return True
+
+
+def _kernel_seed(generator: torch.Generator | None) -> int:
+    """The seed of one kernel call, drawn from ``generator`` (torch's default one when ``None``)."""
+    return int(torch.randint(0, 2**62, (1,), generator=generator))
+
+
 def sample_from_nodes(sampler: Any, seed_nodes: Tensor, generator: torch.Generator | None, local: Tensor,
                       index: Any) -> Any:
     """:meth:`CSRNeighborSampler.sample_from_nodes` by the native kernel, or ``None`` without it.
@@ -250,19 +273,80 @@ def sample_from_nodes(sampler: Any, seed_nodes: Tensor, generator: torch.Generat
         A :class:`~torch_geometric.sampler.SamplerOutput`, or ``None`` when the native sampler is
         unavailable (disabled, not built, a graph not on the CPU or ``indices`` a strided view).
     """
-    if sampler.indptr.device.type != "cpu" or get() is None or not sampler.indices.is_contiguous():
+    if not _native_graph(sampler):
         return None
-    if not getattr(sampler, "_native_graph_checked", False):  # the O(E) checks, once per sampler
-        checks.csr("CSRNeighborSampler", sampler.indptr, sampler.indices, None, sampler.num_nodes)
-        sampler._native_graph_checked = True
     from torch_geometric.sampler import SamplerOutput
 
-    seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+    seed = _kernel_seed(generator)
     # The graph is checked once above, the seeds by the sampler per batch: no O(E) pass per batch.
     node, row, col, edge, num_nodes, num_edges = _sample_raw(
         sampler.indptr, sampler.indices, seed_nodes, sampler.num_neighbors, sampler.replace, seed, local)
     return SamplerOutput(node=node, row=row, col=col, edge=edge, batch=None, num_sampled_nodes=num_nodes,
                          num_sampled_edges=num_edges, metadata=(index.input_id, index.time))
+
+
+def sample_rows(sampler: Any, rows: Tensor, k: int, generator: torch.Generator | None,
+                edge_base: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor] | None:
+    """One hop of ``sampler``'s fan-out rules over its ``rows`` by the native kernel, or ``None``
+    without it (see :meth:`CSRNeighborSampler.sample_row_edges
+    <gnnkit.data.sampler.CSRNeighborSampler.sample_row_edges>`).
+
+    Each row draws from the kernel's counter-based stream keyed by the call's seed (drawn from
+    ``generator``) and the row's position, as :func:`sample_neighbors` draws one hop.
+
+    Args:
+        sampler: The :class:`~gnnkit.data.sampler.CSRNeighborSampler`.
+        rows: Rows to expand, int64 ``[F]``.
+        k: Fan-out (``-1``: all).
+        generator: The generator the call's seed is drawn from.
+        edge_base: int64 ``[num_rows]``: number edges ``edge_base[row] + offset in the row``
+            instead of by their positions in ``indices``.
+
+    Returns:
+        ``(src, edge, count)``: the sampled edges' sources and ids, grouped by row in row order,
+        int64 ``[E]``, and the edge count per row, int64 ``[F]``; ``None`` when the native kernel
+        is unavailable.
+
+    Raises:
+        ValueError: Rows out of range, a fan-out below -1 or an ``edge_base`` of another shape.
+    """
+    if not _native_graph(sampler, sources_are_rows=False):
+        return None
+    checks.index_vector("sample_rows", "rows", rows)
+    checks.same_device("sample_rows", indptr=sampler.indptr, rows=rows, edge_base=edge_base)
+    checks.in_range("sample_rows", "rows", rows, sampler.num_nodes)
+    if k < -1:
+        raise ValueError(f"sample_rows: the fan-out must be >= -1 (-1: all neighbours), got {k}")
+    if edge_base is not None:
+        checks.index_vector("sample_rows", "edge_base", edge_base)
+        if edge_base.numel() != sampler.num_nodes:
+            raise ValueError(f"sample_rows: edge_base must hold {sampler.num_nodes} entries (one a row), "
+                             f"got {edge_base.numel()}")
+    src, edge, count = _module().sample_rows(sampler.indptr, sampler.indices, rows, int(k), bool(sampler.replace),
+                                             _kernel_seed(generator), edge_base)
+    return src, edge, count
+
+
+def relabel(src: Tensor, local: Tensor, num_seen: int) -> tuple[Tensor, Tensor] | None:
+    """:func:`gnnkit.data.sampler.relabel` by the native kernel (one sequential pass, as pyg-lib
+    relabels), or ``None`` without it or off the CPU.
+
+    Raises:
+        ValueError: Ids out of ``local``'s range, or a scratch map that is not a contiguous int32/int64
+            CPU vector.
+        RuntimeError: More nodes than ``local``'s dtype can number (as the PyTorch version).
+    """
+    if get() is None or src.device.type != "cpu" or local.device.type != "cpu":
+        return None
+    checks.index_vector("relabel", "src", src)
+    if local.dim() != 1 or local.dtype not in (torch.int32, torch.int64) or not local.is_contiguous():
+        raise ValueError(f"relabel: local must be a contiguous int32/int64 vector, got {local.dtype} "
+                         f"{tuple(local.shape)}")
+    checks.in_range("relabel", "src", src, local.numel())
+    if num_seen < 0 or num_seen + src.numel() > torch.iinfo(local.dtype).max - 2:
+        raise RuntimeError(f"too many sampled edges in one hop ({src.numel()})")
+    src_local, new = _module().relabel(src, local, int(num_seen))
+    return src_local, new
 
 
 # -- dropout ----------------------------------------------------------------------------------------

@@ -149,3 +149,80 @@ def test_csr_neighbor_sampler_hook(ext, graph, forced_off, monkeypatch):
         outs.append(out)
     assert torch.equal(outs[0].edge, outs[1].edge)
     assert native.available() is not forced_off
+
+
+@pytest.mark.parametrize("k", [-1, 0, 3, 40, 150])
+@pytest.mark.parametrize("replace", [False, True])
+def test_sample_rows_keeps_the_fanout_rules(ext, graph, k, replace):
+    """One hop over given rows (repeats included): each row's edges lie in the row, with its sources,
+    as many as the rules say, distinct without replacement; renumbered edges shift by the row's base."""
+    indptr, indices = graph
+    sampler = CSRNeighborSampler(indptr, indices, [k], replace=replace)
+    rows = torch.tensor([0, 7, 499, 7, 12, 250, 3])
+    base = torch.randint(0, 10**9, (500,), generator=torch.Generator().manual_seed(1))
+    src, edge, count = ops.sample_rows(sampler, rows, k, torch.Generator().manual_seed(2))
+    _, shifted, again = ops.sample_rows(sampler, rows, k, torch.Generator().manual_seed(2), edge_base=base)
+    assert torch.equal(count, again) and torch.equal(src, indices[edge])
+    segment = torch.repeat_interleave(torch.arange(rows.numel()), count)
+    row = rows[segment]
+    assert torch.equal(shifted, base[row] + edge - indptr[row])
+    deg = indptr[rows + 1] - indptr[rows]
+    expected = deg if k < 0 else torch.where(deg > 0, k, 0) if replace else deg.clamp(max=k)
+    assert torch.equal(count, expected)
+    assert bool(((indptr[row] <= edge) & (edge < indptr[row + 1])).all())
+    if not replace:
+        assert all(part.unique().numel() == part.numel() for part in torch.split(edge, count.tolist()))
+    if k < 0:
+        assert torch.equal(edge, torch.cat([torch.arange(int(indptr[r]), int(indptr[r + 1])) for r in rows]))
+
+
+def test_sample_rows_repeats_under_its_generator_and_checks_inputs(ext, graph):
+    indptr, indices = graph
+    sampler = CSRNeighborSampler(indptr, indices, [5])
+    rows = torch.arange(0, 500, 7)
+    one, two = (ops.sample_rows(sampler, rows, 5, torch.Generator().manual_seed(s))[1] for s in (3, 3))
+    assert torch.equal(one, two)
+    assert not torch.equal(one, ops.sample_rows(sampler, rows, 5, torch.Generator().manual_seed(4))[1])
+    with pytest.raises(ValueError, match=r"sample_rows: rows out of range: entries must lie in \[0, 500\)"):
+        ops.sample_rows(sampler, torch.tensor([500]), 5, None)
+    with pytest.raises(ValueError, match="sample_rows: rows must be a 1-D int64 tensor"):
+        ops.sample_rows(sampler, torch.tensor([1], dtype=torch.int32), 5, None)
+    with pytest.raises(ValueError, match="sample_rows: the fan-out must be >= -1"):
+        ops.sample_rows(sampler, rows, -2, None)
+    with pytest.raises(ValueError, match="sample_rows: edge_base must hold 500 entries"):
+        ops.sample_rows(sampler, rows, 5, None, edge_base=torch.zeros(3, dtype=torch.long))
+
+
+def test_sample_row_edges_falls_back_to_pytorch(ext, graph, monkeypatch):
+    """CSRNeighborSampler.sample_row_edges: the kernel when built, sample_rows when not; with fan-out
+    -1 both give the same edges, sources and renumbered ids."""
+    indptr, indices = graph
+    sampler = CSRNeighborSampler(indptr, indices, [-1])
+    rows, base = torch.tensor([3, 0, 3, 42]), torch.arange(500) * 1000
+    built = sampler.sample_row_edges(rows, -1, None, base)
+    monkeypatch.setenv("GNNKIT_NATIVE", "0")
+    assert not native.available()
+    plain = sampler.sample_row_edges(rows, -1, None, base)
+    assert all(torch.equal(a, b) for a, b in zip(built, plain))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_relabel_equals_the_pytorch_relabelling(ext, dtype):
+    """The kernel numbers nodes as gnnkit.data.sampler.relabel does, and records them the same way."""
+    from gnnkit.data.sampler import relabel as torch_relabel
+
+    gen = torch.Generator().manual_seed(0)
+    local = torch.full((300,), -1, dtype=dtype)
+    local[torch.tensor([5, 9, 17])] = torch.tensor([0, 1, 2], dtype=dtype)
+    src = torch.randint(0, 300, (2000,), generator=gen)
+    theirs_local = local.clone()
+    ours, ours_new = ops.relabel(src, local, 3)
+    theirs, theirs_new = torch_relabel(src, theirs_local, 3)
+    assert torch.equal(ours, theirs) and torch.equal(ours_new, theirs_new) and torch.equal(local, theirs_local)
+    assert ours.dtype == torch.int64 and torch.equal(ops.relabel(src[:0], local, 3)[1], src[:0])
+    with pytest.raises(ValueError, match=r"relabel: src out of range: entries must lie in \[0, 300\)"):
+        ops.relabel(torch.tensor([300]), local, 0)
+    with pytest.raises(ValueError, match="relabel: local must be a contiguous int32/int64 vector"):
+        ops.relabel(src, local.float(), 0)
+    with pytest.raises(RuntimeError, match="too many sampled edges"):
+        ops.relabel(src, local, torch.iinfo(dtype).max)
