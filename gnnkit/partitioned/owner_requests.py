@@ -95,15 +95,14 @@ class OwnerRequests:
             values: ``[counts.sum(), ...]``: the answers, one id's after the other.
 
         Returns:
-            ``(asker, values)``: this rank's answers, grouped by asked id (by owner, then in the
-            order asked), each list in the order its owner sent it; ``asker[i]`` is the position
-            among this rank's ids of the one that value ``i`` answers.
+            ``(lengths, values)``: this rank's answers in the order its ids travelled (by owner, then
+            in the order asked), each list as its owner sent it; ``lengths[i]`` is the length of the
+            list answering the id at position ``order[i]`` of those it asked.
         """
         lengths = all_to_all_rows(counts.to(torch.int64), self.asked_counts, self.requested_counts, self.group)
         sent_per_rank = _sums(counts, self.requested_counts)
         got_per_rank = _sums(lengths, self.asked_counts)
-        received = all_to_all_rows(values, got_per_rank, sent_per_rank, self.group)
-        return torch.repeat_interleave(self.order, lengths, output_size=received.size(0)), received
+        return lengths, all_to_all_rows(values, got_per_rank, sent_per_rank, self.group)
 
 
 def _sums(counts: Tensor, sizes: list[int]) -> list[int]:

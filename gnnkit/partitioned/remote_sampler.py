@@ -13,9 +13,12 @@ fan-out ``-1`` the sample is the single-process sample of the same seeds, node f
 edge.
 
 Every rank calls :meth:`PartitionNeighborSampler.sample` in lockstep (four all-to-alls per hop, asking
-or not). Randomness comes from a private generator seeded by ``(seed, rank)``; a rank draws for its own
-rows first, then for the rows the others asked about, in rank order, so a run repeats under its seed
-and a checkpointed generator (:meth:`~PartitionNeighborSampler.state_dict`) continues exactly.
+or not). Randomness comes from a private generator seeded by ``(seed, rank)``; a rank samples its own
+rows and then the rows the others asked about, in rank order, in one call per hop
+(:meth:`CSRNeighborSampler.sample_row_edges <gnnkit.data.sampler.CSRNeighborSampler.sample_row_edges>`:
+the native kernel draws the hop's seed from that generator), so a run repeats under its seed and a
+checkpointed generator (:meth:`~PartitionNeighborSampler.state_dict`) continues exactly. The lists
+that come back are put in frontier order by a scatter to each node's place (:class:`_FrontierLists`).
 """
 
 from __future__ import annotations
@@ -123,13 +126,39 @@ class PartitionNeighborSampler:
         remote = frontier[remote_at]
         requests = OwnerRequests.exchange(remote, self.directory.owners(remote), self.group)
         rows = torch.cat([slots[mine_at], self.directory.owned_rows(requests.requested)])
-        edge, segment, count = self.rows.sample_rows(rows, k, self.generator)
-        src = torch.index_select(self.rows.indices, 0, edge)
-        row = torch.index_select(rows, 0, segment)
-        edge_id = self.row_start[row] + (edge - self.rows.indptr[row])  # position in the whole graph
+        src, edge_id, count = self.rows.sample_row_edges(rows, k, self.generator, self.row_start)
         own = int(count[:mine_at.numel()].sum())
-        asker, answers = requests.answer_lists(count[mine_at.numel():], torch.stack([src[own:], edge_id[own:]], 1))
-        position = torch.cat([mine_at[segment[:own]], remote_at[asker]])
-        order = torch.argsort(position, stable=True)  # by frontier position; each row keeps its order
-        return (torch.cat([src[:own], answers[:, 0]])[order], position[order],
-                torch.cat([edge_id[:own], answers[:, 1]])[order])
+        lengths, answers = requests.answer_lists(count[mine_at.numel():], torch.stack([src[own:], edge_id[own:]], 1))
+        lists = _FrontierLists(frontier.numel(), torch.cat([mine_at, remote_at[requests.order]]),
+                               torch.cat([count[:mine_at.numel()], lengths]))
+        return (lists.place(src[:own], answers[:, 0]), lists.segment(),
+                lists.place(edge_id[:own], answers[:, 1]))
+
+
+class _FrontierLists:
+    """Edge lists that arrive as blocks, one per frontier node in any order, put in frontier order
+    (each block keeps its own order): a scatter to each block's place, not a sort.
+
+    Args:
+        size: Frontier nodes.
+        at: Frontier position of each block, in arrival order (each position once).
+        lengths: Each block's length, in arrival order.
+    """
+
+    def __init__(self, size: int, at: Tensor, lengths: Tensor) -> None:
+        counts = torch.zeros(size, dtype=torch.int64).index_copy_(0, at, lengths)
+        self.counts, total = counts, int(lengths.sum())
+        start = torch.cumsum(counts, 0) - counts  # where each frontier node's list goes
+        arrived = torch.cumsum(lengths, 0) - lengths  # where each block is in the arrival order
+        shift = torch.repeat_interleave(torch.index_select(start, 0, at) - arrived, lengths, output_size=total)
+        self.destination = torch.arange(total) + shift
+
+    def place(self, *blocks: Tensor) -> Tensor:
+        """The values of the blocks (concatenated in arrival order) in frontier order."""
+        values = torch.cat(blocks)
+        return torch.empty_like(values).index_copy_(0, self.destination, values)
+
+    def segment(self) -> Tensor:
+        """The frontier position of each value in frontier order."""
+        return torch.repeat_interleave(torch.arange(self.counts.numel()), self.counts,
+                                       output_size=self.destination.numel())

@@ -14,8 +14,8 @@ def test_a_world_of_one_asks_nobody():
     requests = OwnerRequests.exchange(empty, empty)
     assert world_and_rank() == (1, 0) and requests.num_asked == 0 and requests.requested.numel() == 0
     assert requests.received_rows(torch.zeros(0, 3)).shape == (0, 3)
-    asker, values = requests.answer_lists(empty, torch.zeros(0, 2, dtype=torch.int64))
-    assert asker.numel() == 0 and values.shape == (0, 2)
+    lengths, values = requests.answer_lists(empty, torch.zeros(0, 2, dtype=torch.int64))
+    assert lengths.numel() == 0 and values.shape == (0, 2)
 
 
 def test_asking_oneself_or_outside_the_world_is_refused():

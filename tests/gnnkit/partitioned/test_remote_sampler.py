@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch_geometric.sampler import NodeSamplerInput
 
-from gnnkit.partitioned.remote_sampler import PartitionNeighborSampler, rank_seed
+from gnnkit.partitioned.remote_sampler import PartitionNeighborSampler, _FrontierLists, rank_seed
 from pipeline.partitioned import Partition
 
 
@@ -57,3 +57,10 @@ def test_one_partition_samples_like_one_process():
     wrong.meta = {"part": 1, "parts": 2}
     with pytest.raises(ValueError, match="partition: part 1 of 2 opened on rank 0 of 1"):
         PartitionNeighborSampler(wrong, [2])
+
+
+def test_lists_arriving_in_any_order_are_put_in_frontier_order():
+    # blocks arrive for frontier nodes 2, 0, 3 (empty), 1; each keeps its own order
+    lists = _FrontierLists(4, torch.tensor([2, 0, 3, 1]), torch.tensor([1, 2, 0, 3]))
+    assert lists.place(torch.tensor([20, 0, 1]), torch.tensor([10, 11, 12])).tolist() == [0, 1, 10, 11, 12, 20]
+    assert lists.segment().tolist() == [0, 0, 1, 1, 1, 2]
