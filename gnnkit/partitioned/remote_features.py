@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from gnnkit.partitioned.node_directory import NodeDirectory
+from gnnkit.partitioned.node_directory import REMOTE, NodeDirectory
 from gnnkit.partitioned.owner_requests import OwnerRequests, world_and_rank
 from pipeline.partitioned import Partition
 
@@ -176,13 +176,15 @@ class RemoteFeatures:
         if self.x is None:
             return None
         slots = self.directory.slots(ids)
-        mine, cached = slots >= 0, slots <= -2
-        mine_at, hit_at, fetch_at = (torch.nonzero(m).view(-1) for m in (mine, cached, ~(mine | cached)))
-        out = self.x.new_empty((ids.numel(), *self.x.shape[1:]))
-        out.index_copy_(0, mine_at, torch.index_select(self.x, 0, slots[mine_at]))
+        # Most rows are the rank's own: gather every row in one pass (a remote node's row 0 for now),
+        # then overwrite the remote nodes' rows from the cache and the owners.
+        out = torch.index_select(self.x, 0, slots.clamp(min=0)) if self.x.size(0) else (
+            self.x.new_empty((ids.numel(), *self.x.shape[1:])))
+        hit_at, fetch_at = torch.nonzero(slots <= -2).view(-1), torch.nonzero(slots == REMOTE).view(-1)
         out.index_copy_(0, hit_at, decode_rows(torch.index_select(self.cache_x, 0, -2 - slots[hit_at]), out.dtype))
         self._fetch(ids[fetch_at], out, fetch_at)
-        remote, hits = int(ids.numel() - mine_at.numel()), int(hit_at.numel())
+        hits = int(hit_at.numel())
+        remote = hits + int(fetch_at.numel())
         self.stats.remote_rows += remote
         self.stats.cache_hits += hits
         self.stats.fetched_rows += remote - hits
