@@ -37,6 +37,11 @@ class NodeDirectory:
         self.slot[owned] = torch.arange(owned.numel(), dtype=dtype)
 
     @property
+    def id_dtype(self) -> torch.dtype:
+        """The narrowest of int32/int64 that holds every node id (how ids travel between ranks)."""
+        return self.slot.dtype
+
+    @property
     def nbytes(self) -> int:
         return self.slot.numel() * self.slot.element_size()
 

@@ -156,7 +156,7 @@ class RemoteFeatures:
     def _fetch(self, ids: Tensor, out: Tensor | None = None, at: Tensor | None = None) -> Tensor:
         """Rows of remote ``ids`` from their owners, answering the others' asks (a collective); put at
         positions ``at`` of ``out`` when given, else returned in the order of ``ids``."""
-        requests = OwnerRequests.exchange(ids, self.directory.owners(ids), self.group)
+        requests = OwnerRequests.exchange(ids, self.directory.owners(ids), self.group, self.directory.id_dtype)
         rows = self.directory.owned_rows(requests.requested)
         self.stats.served_rows += int(rows.numel())
         received = requests.received_rows(encode_rows(torch.index_select(self.x, 0, rows), self.wire))

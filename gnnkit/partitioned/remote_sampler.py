@@ -19,6 +19,8 @@ rows and then the rows the others asked about, in rank order, in one call per ho
 the native kernel draws the hop's seed from that generator), so a run repeats under its seed and a
 checkpointed generator (:meth:`~PartitionNeighborSampler.state_dict`) continues exactly. The lists
 that come back are put in frontier order by a scatter to each node's place (:class:`_FrontierLists`).
+Node and edge ids travel as int32 when every one fits (agreed by one all-reduce at the first sample),
+halving the bytes of the lists.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ class PartitionNeighborSampler:
         self.generator = torch.Generator().manual_seed(rank_seed(seed, self.rank))
         num_nodes = int(part.owner.numel())
         self._local: Tensor | None = None  # scratch over global ids, made on first use
+        self._wire: torch.dtype | None = None  # how ids and edge ids travel, agreed on first use
         self._scratch = (num_nodes, torch.int32 if num_nodes < 2**31 - 2 else torch.int64)
 
     def __repr__(self) -> str:
@@ -111,11 +114,22 @@ class PartitionNeighborSampler:
                              f"{int(seeds.min())}..{int(seeds.max())}")
         if self._local is None:
             self._local = torch.full((self._scratch[0],), -1, dtype=self._scratch[1])
+        if self._wire is None:
+            self._wire = self._agree_wire()
         try:
             return sample_hops(seeds, self.num_neighbors, self._expand, self._local)
         except BaseException:
             self._local = None  # it may hold stale entries
             raise
+
+    def _agree_wire(self) -> torch.dtype:
+        """int32 when every node id and the whole graph's edge ids fit in it (a collective: the ranks
+        agree on the largest edge id), else int64."""
+        ends = self.row_start + (self.rows.indptr[1:] - self.rows.indptr[:-1])  # one past each row's last edge id
+        largest = torch.tensor([max(self._scratch[0], int(ends.max()) if ends.numel() else 0)])
+        if self.world > 1:
+            dist.all_reduce(largest, op=dist.ReduceOp.MAX, group=self.group)
+        return torch.int32 if int(largest) <= torch.iinfo(torch.int32).max else torch.int64
 
     def _expand(self, frontier: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
         """One hop (see :data:`gnnkit.data.sampler.Expand`): own rows sampled here, the others by their
@@ -124,11 +138,13 @@ class PartitionNeighborSampler:
         mine = slots >= 0
         mine_at, remote_at = torch.nonzero(mine).view(-1), torch.nonzero(~mine).view(-1)
         remote = frontier[remote_at]
-        requests = OwnerRequests.exchange(remote, self.directory.owners(remote), self.group)
+        requests = OwnerRequests.exchange(remote, self.directory.owners(remote), self.group, self._wire)
         rows = torch.cat([slots[mine_at], self.directory.owned_rows(requests.requested)])
         src, edge_id, count = self.rows.sample_row_edges(rows, k, self.generator, self.row_start)
         own = int(count[:mine_at.numel()].sum())
-        lengths, answers = requests.answer_lists(count[mine_at.numel():], torch.stack([src[own:], edge_id[own:]], 1))
+        lengths, answers = requests.answer_lists(count[mine_at.numel():],
+                                                 torch.stack([src[own:], edge_id[own:]], 1).to(self._wire))
+        answers = answers.to(torch.int64)
         lists = _FrontierLists(frontier.numel(), torch.cat([mine_at, remote_at[requests.order]]),
                                torch.cat([count[:mine_at.numel()], lengths]))
         return (lists.place(src[:own], answers[:, 0]), lists.segment(),

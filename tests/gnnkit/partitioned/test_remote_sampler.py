@@ -64,3 +64,14 @@ def test_lists_arriving_in_any_order_are_put_in_frontier_order():
     lists = _FrontierLists(4, torch.tensor([2, 0, 3, 1]), torch.tensor([1, 2, 0, 3]))
     assert lists.place(torch.tensor([20, 0, 1]), torch.tensor([10, 11, 12])).tolist() == [0, 1, 10, 11, 12, 20]
     assert lists.segment().tolist() == [0, 0, 1, 1, 1, 2]
+
+
+def test_edge_ids_past_int32_travel_as_int64():
+    part = _one_part()
+    part.row_start = part.row_start + 2**31  # as if the whole graph had more than 2^31 edges before these
+    sampler = PartitionNeighborSampler(part, [-1], seed=0)
+    out = sampler.sample(torch.tensor([1])).output(NodeSamplerInput(input_id=None, node=torch.tensor([1])))
+    assert sampler._wire == torch.int64 and out.edge.tolist() == [2**31 + 1, 2**31 + 2]
+    small = PartitionNeighborSampler(_one_part(), [-1], seed=0)
+    small.sample(torch.tensor([1]))
+    assert small._wire == torch.int32
