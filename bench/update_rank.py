@@ -6,7 +6,8 @@ effective rank. This script trains a recipe's model on its data with plain Adam 
 learning rate for ``--steps`` full-graph steps, then prints, for every GNN linear map, the rank that
 holds 90 % and 99 % of the update's energy (squared singular values), and the validation accuracy
 of the model whose every update is truncated to rank ``k`` (``W_0 + U_k S_k V_k^T``). Where the
-truncated model keeps the full one's accuracy, InRank's ``W_0 + U V^T`` layers of that rank can in principle match full-rank training.
+truncated model keeps the full one's accuracy, InRank's ``W_0 + U V^T`` layers of that rank can in
+principle match full-rank training.
 
     python bench/update_rank.py [--recipe recipes/gcn_synthetic_arxiv.yaml] [--steps 30]
                                 [--ranks 4 8 16 32 64] [--json PATH]

@@ -53,7 +53,7 @@ _FLOYD_MAX_K = 32
 _DENSE_FACTOR = 2
 
 
-def _exclusive_cumsum(counts: Tensor) -> Tensor:
+def exclusive_cumsum(counts: Tensor) -> Tensor:
     """Start offset of each segment, given segment lengths."""
     return torch.cumsum(counts, 0) - counts
 
@@ -393,7 +393,7 @@ class CSRNeighborSampler(BaseSampler):
             return edge, segment, count
 
         # Whole rows (edge j of a row sits in slot offset + j)...
-        offset = _exclusive_cumsum(count)
+        offset = exclusive_cumsum(count)
         edge = torch.index_select(start - offset, 0, segment) + torch.arange(total, device=device)
         if k < 0:
             return edge, segment, count

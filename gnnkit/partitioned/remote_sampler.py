@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from gnnkit.data.sampler import CSRNeighborSampler, SampledHops, sample_hops
+from gnnkit.data.sampler import CSRNeighborSampler, SampledHops, exclusive_cumsum, sample_hops
 from gnnkit.partitioned.node_directory import NodeDirectory
 from gnnkit.partitioned.owner_requests import OwnerRequests, world_and_rank
 from pipeline.partitioned import Partition
@@ -77,7 +77,7 @@ class PartitionNeighborSampler:
         num_nodes = int(part.owner.numel())
         self._local: Tensor | None = None  # scratch over global ids, made on first use
         self._wire: torch.dtype | None = None  # how ids and edge ids travel, agreed on first use
-        self._scratch = (num_nodes, torch.int32 if num_nodes < 2**31 - 2 else torch.int64)
+        self._scratch = (num_nodes, self.directory.id_dtype)  # the narrowest dtype of every node id
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}(num_neighbors={self.num_neighbors}, seed={self.seed}, "
@@ -164,8 +164,8 @@ class _FrontierLists:
     def __init__(self, size: int, at: Tensor, lengths: Tensor) -> None:
         counts = torch.zeros(size, dtype=torch.int64).index_copy_(0, at, lengths)
         self.counts, total = counts, int(lengths.sum())
-        start = torch.cumsum(counts, 0) - counts  # where each frontier node's list goes
-        arrived = torch.cumsum(lengths, 0) - lengths  # where each block is in the arrival order
+        start = exclusive_cumsum(counts)  # where each frontier node's list goes
+        arrived = exclusive_cumsum(lengths)  # where each block is in the arrival order
         shift = torch.repeat_interleave(torch.index_select(start, 0, at) - arrived, lengths, output_size=total)
         self.destination = torch.arange(total) + shift
 
