@@ -7,7 +7,8 @@ model from features to formats. gnnkit labels the forward product ``A @ X`` and 
 product ``A^T @ dY`` as separate samples (the two passes choose separately) and fits a
 multi-output random forest to the log of each format's cost relative to the best, exported to JSON
 (:class:`~gnnkit.sparse.selector.Selector`). ``gnnkit formats calibrate`` runs the same on a smaller
-corpus to adapt the model to the user's machine.
+corpus to adapt the model to the user's machine. Labelling runs on one device (the matrices and
+their conversions live there) and a model is fitted on the records of one device kind.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from gnnkit.sparse.features import feature_vector, matrix_features
 from gnnkit.sparse.forest import TreeEnsemble
 from gnnkit.sparse.formats import FORMATS
 from gnnkit.sparse.measure import AMORTIZE_STEPS, measure_formats
-from gnnkit.sparse.selector import Selector
+from gnnkit.sparse.selector import Selector, device_kind
 from pipeline.atomic import atomic_write_text
 
 #: Log relative cost given to formats that could not hold a matrix (never chosen for it anyway).
@@ -46,14 +47,21 @@ def label_matrix(
     spec: MatrixSpec,
     widths: Iterable[int],
     repeats: int = 3,
+    device: torch.device | str = "cpu",
 ) -> list[dict[str, Any]]:
     """Measured samples of one corpus matrix: per width, ``A`` and (unless symmetric) ``A^T``.
 
+    Args:
+        spec: The corpus matrix.
+        widths: Feature widths.
+        repeats: Timed products per competitive format.
+        device: Where the matrix lives and the formats run.
+
     Returns:
-        Records ``{"matrix", "spec", "orientation", "width", "threads", "loadavg", "features", "times"}``
-        where ``times`` maps format -> :meth:`FormatTiming.as_dict`.
+        Records ``{"matrix", "spec", "orientation", "width", "threads", "device", "loadavg",
+        "features", "times"}`` where ``times`` maps format -> :meth:`FormatTiming.as_dict`.
     """
-    adj = spec.build()
+    adj = spec.build().to(device)
     sides = [("A", adj)] if is_symmetric(adj) else [("A", adj), ("AT", adj.t())]
     records = []
     for width in widths:
@@ -61,10 +69,11 @@ def label_matrix(
             timings = measure_formats(matrix, int(width), repeats=repeats)
             records.append({
                 "matrix": spec.name, "spec": spec.as_dict(), "orientation": orientation,
-                "width": int(width), "threads": torch.get_num_threads(),
+                "width": int(width), "threads": torch.get_num_threads(), "device": device_kind(adj.device),
                 "loadavg": round(os.getloadavg()[0], 2),  # how busy the machine was (noise)
                 "features": matrix_features(matrix),
                 "times": {name: t.as_dict() for name, t in timings.items()},
+                **_device_name(adj.device),
             })
     return records
 
@@ -76,6 +85,7 @@ def label_corpus(
     repeats: int = 3,
     seed: int = 0,
     progress: Callable[[int, int, MatrixSpec, float], None] | None = None,
+    device: torch.device | str = "cpu",
 ) -> list[dict[str, Any]]:
     """Label ``specs`` into the JSON-lines file ``path``, resuming where a previous run stopped.
 
@@ -86,12 +96,16 @@ def label_corpus(
         repeats: Timed products per competitive format.
         seed: Seed of the width draw.
         progress: Called as ``progress(done, total, spec, seconds)`` after each matrix.
+        device: Where the formats are timed; a file labelled on another device kind is refused.
 
     Returns:
         All records in ``path``.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    done = {r["matrix"] for r in read_records(path)} if path.is_file() else set()
+    earlier = read_records(path) if path.is_file() else []
+    if earlier:
+        records_device(earlier, expected=device_kind(device), source=path)
+    done = {r["matrix"] for r in earlier}
     rng = np.random.default_rng(seed)
     with open(path, "a") as out:
         for i, spec in enumerate(specs):
@@ -99,7 +113,7 @@ def label_corpus(
             if spec.name in done:
                 continue
             start = time.perf_counter()
-            for record in label_matrix(spec, widths, repeats):
+            for record in label_matrix(spec, widths, repeats, device):
                 out.write(json.dumps(record) + "\n")
             out.flush()
             if progress is not None:
@@ -112,6 +126,7 @@ def relabel_formats(
     formats: list[str],
     repeats: int = 3,
     progress: Callable[[int, int, str, float], None] | None = None,
+    device: torch.device | str = "cpu",
 ) -> list[dict[str, Any]]:
     """Measure ``formats`` again on every matrix of the label file ``path``, keeping the other
     formats' times (after a kernel changed speed, instead of labelling the whole corpus again).
@@ -123,17 +138,19 @@ def relabel_formats(
         formats: Format names to re-time.
         repeats: Least timed rounds per format.
         progress: Called as ``progress(done, total, matrix name, seconds)`` after each matrix.
+        device: Where to time them: the device kind the file was labelled on.
 
     Returns:
         The updated records.
     """
     records = read_records(path)
+    records_device(records, expected=device_kind(device), source=path)
     groups: dict[str, list[dict[str, Any]]] = {}
     for record in records:
         groups.setdefault(record["matrix"], []).append(record)
     for i, (name, group) in enumerate(groups.items()):
         start = time.perf_counter()
-        adj = MatrixSpec(**group[0]["spec"]).build()
+        adj = MatrixSpec(**group[0]["spec"]).build().to(device)
         for record in group:
             matrix = adj if record["orientation"] == "A" else adj.t()
             for fmt, timing in measure_formats(matrix, int(record["width"]), formats, repeats=repeats).items():
@@ -154,6 +171,21 @@ def read_records(path: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue
     return records
+
+
+def records_device(records: list[dict[str, Any]], expected: str | None = None, source: Any = "records") -> str:
+    """The one device kind ``records`` were measured on (records from before per-device labels: CPU).
+
+    Raises:
+        ValueError: They mix device kinds, or their kind is not ``expected``.
+    """
+    kinds = sorted({str(r.get("device", "cpu")) for r in records})
+    if len(kinds) > 1:
+        raise ValueError(f"{source}: labels measured on several device kinds {kinds}; one model serves one kind")
+    kind = kinds[0] if kinds else (expected or "cpu")
+    if expected is not None and kind != expected:
+        raise ValueError(f"{source}: labels measured on {kind}, not {expected}; use another labels file")
+    return kind
 
 
 def cost_table(records: list[dict[str, Any]], formats: list[str], amortize: int = AMORTIZE_STEPS) -> np.ndarray:
@@ -204,6 +236,7 @@ def fit_selector(
         raise ImportError("training a selector needs scikit-learn (pip install scikit-learn)") from err
     if not records:
         raise ValueError("fit_selector: no labelled records")
+    kind = records_device(records)
     if formats is None:
         seen = {name for r in records for name in r["times"]}
         formats = [name for name in FORMATS if name in seen]
@@ -212,6 +245,7 @@ def fit_selector(
     forest = RandomForestRegressor(n_estimators=n_trees, max_depth=max_depth, min_samples_leaf=min_samples_leaf,
                                    max_features=0.5, random_state=seed, n_jobs=1)
     forest.fit(x, y)
+    accelerators = sorted({r["device_name"] for r in records if "device_name" in r})
     info = {
         "trained": time.strftime("%Y-%m-%d %H:%M:%S"),
         "samples": len(records),
@@ -220,9 +254,15 @@ def fit_selector(
         "machine": f"{platform.machine()} {platform.processor() or platform.platform()}",
         "torch": torch.__version__,
         "amortize_steps": AMORTIZE_STEPS,
+        **({"device_names": accelerators} if accelerators else {}),
         **(meta or {}),
     }
-    return Selector(TreeEnsemble.from_sklearn(forest), formats, info)
+    return Selector(TreeEnsemble.from_sklearn(forest), formats, info, device=kind)
+
+
+def _device_name(device: torch.device) -> dict[str, str]:
+    """``{"device_name": ...}`` of an accelerator, recorded with its labels (nothing for CPU)."""
+    return {"device_name": torch.cuda.get_device_name(device)} if device.type == "cuda" else {}
 
 
 def selection_quality(selector: Selector, records: list[dict[str, Any]]) -> dict[str, float]:
@@ -326,4 +366,4 @@ def train_and_save(records: list[dict[str, Any]], out: Path, folds: int = 5, see
 
 
 __all__ = ["cross_validate", "fit_selector", "fit_time_model", "label_corpus", "label_matrix", "read_records",
-           "selection_quality", "train_and_save"]
+           "records_device", "selection_quality", "train_and_save"]

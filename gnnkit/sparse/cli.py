@@ -8,7 +8,40 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from gnnkit.sparse.adjacency import Adjacency
+
+
+def _device(name: str) -> torch.device:
+    """``--device``'s value, refused by argparse in one line when this machine cannot use it."""
+    from gnnkit.sparse.selector import DEVICE_KINDS
+
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in DEVICE_KINDS:
+        raise argparse.ArgumentTypeError(f"'{name}' is not a device gnnkit's formats run on (cpu, cuda, cuda:N)")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError(f"'{name}': CUDA is not available here (torch {torch.__version__}, "
+                                         f"{torch.cuda.device_count()} GPUs visible)")
+    return device
+
+
+def _model_line(kind: str) -> str:
+    """Which model speaks for a device kind, and where it comes from."""
+    from gnnkit.sparse.selector import current_selector
+
+    selector = current_selector(kind)
+    if selector is None:
+        return (f"{kind}: no model ('gnnkit formats calibrate --device {kind}' makes one; until then auto "
+                "times the usable formats on matrices that serve many products, else uses csr)")
+    meta = selector.meta
+    source = meta.get("path") or "set in code"
+    where = ", ".join(meta.get("device_names", [])) or meta.get("machine", "?")
+    return (f"{kind}: {source}  ({meta.get('matrices', '?')} matrices, {meta.get('samples', '?')} samples, "
+            f"trained {meta.get('trained', '?')} on {where})")
 
 
 def _load_adjacency(dataset: str) -> tuple[str, Adjacency]:
@@ -22,15 +55,14 @@ def _load_adjacency(dataset: str) -> tuple[str, Adjacency]:
 
 def _list(args: argparse.Namespace) -> int:
     from gnnkit.sparse.formats import FORMATS
-    from gnnkit.sparse.selector import current_selector, model_path
+    from gnnkit.sparse.selector import DEVICE_KINDS
 
     for name, fmt in FORMATS.items():
         doc = (type(fmt).__doc__ or "").strip().splitlines()[0]
-        print(f"  {name:15s} {doc}")
-    selector = current_selector()
-    meta = selector.meta
-    print(f"\nselector model: {model_path()}  ({meta.get('matrices', '?')} matrices, "
-          f"{meta.get('samples', '?')} samples, trained {meta.get('trained', '?')} on {meta.get('machine', '?')})")
+        print(f"  {name:15s} {doc}  [{', '.join(fmt.devices)}]")
+    print("\nselector models, one per device kind:")
+    for kind in DEVICE_KINDS:
+        print(f"  {_model_line(kind)}")
     return 0
 
 
@@ -39,6 +71,7 @@ def _print_decision(decision: Any) -> None:
     from gnnkit.sparse.decision import VERIFY_WITHIN
 
     print(f"  why: {decision.reason}")
+    print(f"  model: the {decision.device} model ({decision.model or 'none for ' + decision.device})")
     if decision.runner_up is not None:
         print(f"  model's pick {decision.pick}, runner-up {decision.runner_up}, margin {decision.margin:.3f} "
               f"(x{math.exp(decision.margin):.2f}; the check needs <= x{VERIFY_WITHIN:g})")
@@ -54,11 +87,14 @@ def _explain(args: argparse.Namespace) -> int:
     from gnnkit.sparse.decision import RunLength, current_run_length, decide
     from gnnkit.sparse.features import describe, matrix_features, transposed_features
     from gnnkit.sparse.measure import AMORTIZE_STEPS, best_format, measure_formats
-    from gnnkit.sparse.selector import model_path
+    from gnnkit.sparse.selector import device_kind
 
+    device = args.device
     name, adj = _load_adjacency(args.dataset)
+    adj = adj.to(device)
     run = RunLength(args.epochs, args.calls_per_epoch) if args.epochs else current_run_length()
-    print(f"{name}: {adj}\nmodel: {model_path()}\nrun: {run.epochs} epochs x {run.calls_per_epoch} "
+    print(f"{name}: {adj} on {device}\nmodel: {_model_line(device_kind(device))}\n"
+          f"run: {run.epochs} epochs x {run.calls_per_epoch} "
           f"products per epoch = {run.products} products per pass and width\n\nfeatures (A, forward pass):")
     print(describe(matrix_features(adj)))
     for label, transpose in (("forward  A @ X", False), ("backward A^T @ dY", True)):
@@ -73,12 +109,13 @@ def _explain(args: argparse.Namespace) -> int:
         timings = {} if args.no_measure else measure_formats(matrix, args.width, repeats=args.repeats)
         best = best_format(timings) if timings else None
         print(f"  {'format':15s} {'predicted':>10s} {'spmm ms':>10s} {'convert ms':>11s} {'cost ms':>10s}")
-        for fmt, predicted in decision.scores.items():
+        for fmt in decision.scores or timings or decision.timings_s:  # no model: no predictions
             t = timings.get(fmt)
+            predicted = f"{decision.scores[fmt]:10.3f}" if fmt in decision.scores else f"{'-':>10s}"
             cells = ([f"{t.spmm_s * 1e3:10.3f}", f"{t.convert_s * 1e3:11.2f}", f"{t.cost() * 1e3:10.3f}"]
                      if t else [f"{'-':>10s}", f"{'-':>11s}", f"{'-':>10s}"])
             marks = (" <- auto" if fmt == decision.choice else "") + (" <- fastest" if fmt == best else "")
-            print(f"  {fmt:15s} {predicted:10.3f} {' '.join(cells)}{marks}")
+            print(f"  {fmt:15s} {predicted} {' '.join(cells)}{marks}")
     if not args.no_measure:
         print(f"\npredicted = log(cost / best cost); cost = spmm + convert / {AMORTIZE_STEPS} (conversion amortised)")
     return 0
@@ -87,9 +124,10 @@ def _explain(args: argparse.Namespace) -> int:
 def _calibrate(args: argparse.Namespace) -> int:
     from gnnkit.sparse.calibrate import label_corpus, train_and_save
     from gnnkit.sparse.corpus import sample_specs
-    from gnnkit.sparse.selector import calibrated_path
+    from gnnkit.sparse.selector import calibrated_path, device_kind
 
-    out = Path(args.out) if args.out else calibrated_path()
+    device = args.device
+    out = Path(args.out) if args.out else calibrated_path(device_kind(device))
     labels = Path(args.labels) if args.labels else out.with_name("calibration_labels.jsonl")
     if labels.exists() and not args.resume:
         labels.unlink()
@@ -98,13 +136,14 @@ def _calibrate(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     records = label_corpus(
         specs, labels, widths_per_matrix=args.widths_per_matrix, repeats=args.repeats, seed=args.seed,
-        progress=lambda i, n, s, sec: print(f"[{i}/{n}] {s.name} {sec:.1f}s", flush=True),
+        progress=lambda i, n, s, sec: print(f"[{i}/{n}] {s.name} {sec:.1f}s", flush=True), device=device,
     )
     selector = train_and_save(records, out, folds=args.folds, meta={"calibrated": True, "corpus": str(labels)})
     quality: dict[str, Any] = {k: round(v, 3) for k, v in selector.meta.items()
                                if k.startswith("cv_") and isinstance(v, float)}
-    print(f"measured {len(records)} samples in {time.perf_counter() - start:.0f}s; "
-          f"held-out quality {quality}\nsaved {out} (used from now on; delete it to return to the shipped model)")
+    print(f"measured {len(records)} samples on {device} in {time.perf_counter() - start:.0f}s; "
+          f"held-out quality {quality}\nsaved {out} (used for {selector.device} matrices from now on; delete it to "
+          "return to the shipped model)")
     return 0
 
 
@@ -119,12 +158,16 @@ def add_parser(subparsers: Any) -> None:
     q.add_argument("--width", type=int, default=128, help="feature width F (default 128)")
     q.add_argument("--repeats", type=int, default=3, help="timed rounds per format")
     q.add_argument("--no-measure", action="store_true", help="only features, predictions and auto's choice")
+    q.add_argument("--device", type=_device, default="cpu",
+                   help="where the matrix lives and is timed: cpu or cuda (that device kind's model speaks)")
     q.add_argument("--epochs", type=int, help="the run's epochs (default: as auto assumes, "
                    "the length set by a fitting model or 100 products)")
     q.add_argument("--calls-per-epoch", type=int, default=2, help="products per epoch and width (default 2: "
                    "one training step and one evaluation of a full graph)")
     q.set_defaults(func=_explain)
-    q = sub.add_parser("calibrate", help="re-measure a small corpus on this machine and retrain the selector")
+    q = sub.add_parser("calibrate", help="re-measure a small corpus on this machine and retrain the selector "
+                       "of one device kind")
+    q.add_argument("--device", type=_device, default="cpu", help="device to measure on: cpu or cuda (default cpu)")
     q.add_argument("--count", type=int, default=60, help="corpus matrices (default 60)")
     q.add_argument("--max-rows", type=int, default=200_000)
     q.add_argument("--max-nnz", type=int, default=500_000)

@@ -13,6 +13,11 @@ itself (as cuDNN's benchmark mode times its candidate algorithms):
   time)``, exceeds the check's own estimated cost (two conversions and
   ``1 + VERIFY_ROUNDS`` products of each format). Absolute times come from :class:`TimeModel`.
 
+The model is the one of the matrix's device kind (:func:`~gnnkit.sparse.selector.current_selector`).
+A device kind without one (no GPU model shipped or calibrated yet) gets the same check widened to
+every usable format, when the matrix serves many products and the check is on; otherwise
+:data:`~gnnkit.sparse.selector.NO_MODEL_DEFAULT` (torch's CSR: cuSPARSE on CUDA).
+
 A timed runner-up replaces the pick only when faster by more than :data:`CHECK_NOISE` (the
 conversion amortised over the run's products); within noise the model's pick stays, and equal
 predictions resolve in the fixed order of :data:`~gnnkit.sparse.formats.FORMATS`. So ``auto``
@@ -144,6 +149,9 @@ class Decision:
         timings_s: Measured amortised seconds per product of the timed formats (when checked).
         width: Feature width.
         transpose: Whether this is the backward matrix ``A^T``.
+        device: The device kind of the matrix, whose model spoke.
+        model: That model's file (``"set in code"`` for :func:`~gnnkit.sparse.selector.set_selector`),
+            ``None`` when the device kind has no model.
     """
 
     choice: str
@@ -159,6 +167,8 @@ class Decision:
     timings_s: dict[str, float] = field(default_factory=dict)
     width: int = 0
     transpose: bool = False
+    device: str = "cpu"
+    model: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -201,21 +211,27 @@ def decide(adj: Adjacency, width: int, transpose: bool = False, verify: bool | N
         transpose: Decide for ``adj^T`` (the backward pass).
         verify: Allow the on-matrix check (default: :func:`verify_enabled`).
         run: The run's length (default: :func:`current_run_length`).
-        selector: The model (default: :func:`~gnnkit.sparse.selector.current_selector`).
+        selector: The model (default: :func:`~gnnkit.sparse.selector.current_selector` of the
+            matrix's device kind).
         timer: Times formats on the matrix (default: :func:`~gnnkit.sparse.measure.measure_formats`).
 
     Returns:
         The :class:`Decision`; its ``choice`` is what ``auto`` uses.
     """
-    from gnnkit.sparse.selector import current_selector, usable
+    from gnnkit.sparse.selector import current_selector, device_kind, usable
 
-    selector = selector or current_selector()
+    kind = device_kind(adj.device)
+    selector = selector or current_selector(kind)
     run = run or current_run_length()
+    ranked_all = [n for n in FORMATS if usable(FORMATS[n], adj)]
+    if selector is None:
+        return _without_model(adj, width, transpose, verify, run, kind, ranked_all, timer)
     costs = selector.costs(adj, width, transpose)
     pick = selector.pick(costs, lambda name: usable(FORMATS[name], adj))
-    ranked = sorted((n for n in costs if usable(FORMATS[n], adj)), key=lambda n: (costs[n], _order(n)))
+    ranked = sorted((n for n in costs if n in ranked_all), key=lambda n: (costs[n], _order(n)))
     scores = {n: costs[n] for n in ranked}
-    base = {"pick": pick, "scores": scores, "width": int(width), "transpose": transpose, "products": run.products}
+    base = {"pick": pick, "scores": scores, "width": int(width), "transpose": transpose, "products": run.products,
+            "device": kind, "model": str(selector.meta.get("path", "set in code"))}
     rivals = [n for n in ranked if n != pick]
     if pick not in costs or not rivals:
         return Decision(choice=pick, reason="only usable format", **base)
@@ -234,9 +250,7 @@ def decide(adj: Adjacency, width: int, transpose: bool = False, verify: bool | N
     if saving <= cost:
         return Decision(choice=pick, reason=f"model's pick (expected saving {saving:.3g} s over {run.products} "
                                             f"products <= check cost {cost:.3g} s)", **base)
-    matrix = adj.t() if transpose else adj
-    timings = (timer or _timer)(matrix, width, [pick, rival], VERIFY_ROUNDS)
-    measured = {n: t.cost(run.products) for n, t in timings.items()}
+    measured = _time_formats(adj, width, transpose, [pick, rival], run, timer)
     base.update(checked=True, timings_s=measured)
     if pick not in measured or rival not in measured:
         return Decision(choice=pick, reason="model's pick (the check could not time both formats)", **base)
@@ -246,3 +260,38 @@ def decide(adj: Adjacency, width: int, transpose: bool = False, verify: bool | N
                                              f"pick {pick} (beyond {CHECK_NOISE:.0%} noise)", **base)
     return Decision(choice=pick, reason=f"timed: model's pick kept (runner-up {rival} took {ratio:.2f}x its time; "
                                         f"a switch needs < {1 - CHECK_NOISE:.2f}x)", **base)
+
+
+def _time_formats(adj: Adjacency, width: int, transpose: bool, names: list[str], run: RunLength,
+                  timer: Timer | None) -> dict[str, float]:
+    """Measured seconds per product of ``names`` on ``adj`` (or ``adj^T``), conversion amortised over the run."""
+    matrix = adj.t() if transpose else adj
+    timings = (timer or _timer)(matrix, width, names, VERIFY_ROUNDS)
+    return {n: t.cost(run.products) for n, t in timings.items()}
+
+
+def _without_model(adj: Adjacency, width: int, transpose: bool, verify: bool | None, run: RunLength, kind: str,
+                   usable_formats: list[str], timer: Timer | None) -> Decision:
+    """``auto`` on a device kind with no model: time every usable format on a matrix that serves
+    many products (as cuDNN's benchmark mode does), else keep the default format."""
+    from gnnkit.sparse.selector import NO_MODEL_DEFAULT
+
+    default = NO_MODEL_DEFAULT if NO_MODEL_DEFAULT in usable_formats else usable_formats[0]
+    missing = f"no selector model for {kind} ('gnnkit formats calibrate --device {kind}' makes one)"
+    base = {"pick": default, "scores": {}, "width": int(width), "transpose": transpose, "products": run.products,
+            "device": kind, "model": None}
+    if len(usable_formats) < 2:
+        return Decision(choice=default, reason=f"only usable format; {missing}", **base)
+    if not verify_enabled(verify) or adj.single_use or adj.nnz == 0:
+        why = "on-matrix check turned off" if not verify_enabled(verify) else "single-use matrix"
+        return Decision(choice=default, reason=f"{missing}; {why}: default {default}", **base)
+    measured = _time_formats(adj, width, transpose, usable_formats, run, timer)
+    base.update(checked=True, timings_s=measured)
+    if default not in measured:
+        return Decision(choice=default, reason=f"{missing}; the check could not time {default}", **base)
+    best = min(measured, key=lambda n: (measured[n], _order(n)))
+    if measured[best] < (1 - CHECK_NOISE) * measured[default]:
+        return Decision(choice=best, reason=f"{missing}; timed every usable format: {best} took "
+                                            f"{measured[best] / measured[default]:.2f}x the time of {default}", **base)
+    return Decision(choice=default, reason=f"{missing}; timed every usable format: default {default} kept "
+                                           f"(best {best} within {CHECK_NOISE:.0%})", **base)

@@ -44,7 +44,7 @@ class FormatTiming:
         return {"convert_s": self.convert_s, "spmm_s": self.spmm_s, "repeats": self.repeats}
 
 
-def _seconds(fn: Callable[[], Any]) -> float:
+def synced_seconds(fn: Callable[[], Any]) -> float:
     """Wall time of ``fn()``, waiting for queued CUDA work before and after (asynchronous kernels)."""
     sync = torch.cuda.synchronize if torch.cuda.is_available() and torch.cuda.is_initialized() else (lambda: None)
     sync()
@@ -103,16 +103,16 @@ def measure_formats(
         with torch.no_grad():
             for name in names:
                 adj.uncache(f"format:{name}:")
-                convert[name] = _seconds(lambda: FORMATS[name].prepare(adj, x.dtype))
+                convert[name] = synced_seconds(lambda: FORMATS[name].prepare(adj, x.dtype))
             for name in names:  # warm-up round
-                fastest[name] = _seconds(lambda: FORMATS[name](adj, x))
+                fastest[name] = synced_seconds(lambda: FORMATS[name](adj, x))
                 counts[name] = 1
             active, start = list(names), time.perf_counter()
             for round_ in range(max_rounds):
                 if round_ >= repeats and time.perf_counter() - start >= min_seconds:
                     break
                 for name in active:
-                    fastest[name] = min(fastest[name], _seconds(lambda: FORMATS[name](adj, x)))
+                    fastest[name] = min(fastest[name], synced_seconds(lambda: FORMATS[name](adj, x)))
                     counts[name] += 1
                 if round_ >= 1:  # two timed products first: one scheduling hiccup must not drop a format
                     best = min(fastest.values(), default=0.0)

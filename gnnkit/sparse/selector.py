@@ -9,10 +9,15 @@ selector takes the smallest prediction among the formats that can hold the matri
 predictions: the first in :data:`~gnnkit.sparse.formats.FORMATS`). Whether ``auto`` then times
 the pick on the matrix is :mod:`gnnkit.sparse.decision`'s call.
 
-Model files are JSON (:meth:`Selector.save` / :meth:`Selector.load`), never pickle. The selector in
-use is, in order: the one set with :func:`set_selector`; the file named by ``$GNNKIT_SELECTOR``;
-the user's calibrated model (``gnnkit formats calibrate``, :func:`calibrated_path`); the model
-shipped with the package (``selector_model.json``).
+Which format is fastest depends on the hardware, so the selector keeps one model per device kind
+(:data:`DEVICE_KINDS`: ``cpu``, ``cuda``), and a matrix is judged by the model of the device it
+lives on. Model files are JSON (:meth:`Selector.save` / :meth:`Selector.load`), never pickle, and
+name the device kind they were measured on. For a device kind, the model in use is, in order: the
+one set with :func:`set_selector`; the file named by ``$GNNKIT_SELECTOR`` (``$GNNKIT_SELECTOR_CUDA``
+for CUDA); the user's calibrated model (``gnnkit formats calibrate --device KIND``,
+:func:`calibrated_path`); the model shipped with the package (:data:`SHIPPED_MODELS`). A kind with
+none of them has no model: :func:`gnnkit.sparse.decision.decide` then times the candidates on the
+matrix where that can pay, and keeps :data:`NO_MODEL_DEFAULT` otherwise.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from gnnkit.sparse.adjacency import Adjacency
 from gnnkit.sparse.features import FEATURE_NAMES, feature_vector, matrix_features, transposed_features
@@ -31,7 +37,28 @@ from gnnkit.sparse.formats import FORMATS
 
 MODEL_KIND = "gnnkit-spmm-selector"
 MODEL_VERSION = 1
-SHIPPED_MODEL = Path(__file__).with_name("selector_model.json")
+#: Device kinds the selector keeps a model for (``torch.device.type``).
+DEVICE_KINDS = ("cpu", "cuda")
+#: The models shipped with the package, per device kind (a kind whose file is absent ships none).
+SHIPPED_MODELS = {"cpu": Path(__file__).with_name("selector_model.json"),
+                  "cuda": Path(__file__).with_name("selector_model_cuda.json")}
+SHIPPED_MODEL = SHIPPED_MODELS["cpu"]
+#: Environment variable naming a model file, per device kind.
+MODEL_ENV = {"cpu": "GNNKIT_SELECTOR", "cuda": "GNNKIT_SELECTOR_CUDA"}
+#: What ``auto`` keeps on a device kind without a model: torch's CSR (MKL on CPU, cuSPARSE on CUDA).
+NO_MODEL_DEFAULT = "csr"
+
+
+def device_kind(device: torch.device | str) -> str:
+    """The device kind whose model judges matrices on ``device`` (``"cuda:1"`` -> ``"cuda"``).
+
+    Raises:
+        ValueError: No SpMM format runs on that kind of device.
+    """
+    kind = torch.device(device).type
+    if kind not in DEVICE_KINDS:
+        raise ValueError(f"format selector: no SpMM formats for device kind '{kind}' (kinds: {', '.join(DEVICE_KINDS)})")
+    return kind
 
 
 class Selector:
@@ -45,10 +72,11 @@ class Selector:
         default: The format kept unless another is predicted clearly faster.
         margin: How much lower (in predicted log cost) another format must be to replace
             ``default``; chosen by cross-validation when training, it guards against noisy labels.
+        device: The device kind the model's timings were measured on (:data:`DEVICE_KINDS`).
     """
 
     def __init__(self, ensemble: TreeEnsemble, formats: list[str], meta: dict[str, Any] | None = None,
-                 default: str = "csr", margin: float = 0.0) -> None:
+                 default: str = "csr", margin: float = 0.0, device: str = "cpu") -> None:
         if ensemble.num_features != len(FEATURE_NAMES):
             raise ValueError(f"Selector: model reads {ensemble.num_features} features, gnnkit computes {len(FEATURE_NAMES)}")
         if ensemble.num_outputs != len(formats):
@@ -60,6 +88,7 @@ class Selector:
         self.meta = dict(meta or {})
         self.default = default
         self.margin = float(margin)
+        self.device = device_kind(device)
 
     def pick(self, costs: dict[str, float], usable: Any) -> str:
         """The format of least predicted cost among those ``usable(name)`` accepts, keeping
@@ -107,8 +136,8 @@ class Selector:
     # -- JSON ----------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         return {"kind": MODEL_KIND, "version": MODEL_VERSION, "features": list(FEATURE_NAMES),
-                "formats": self.formats, "default": self.default, "margin": self.margin, "meta": self.meta,
-                "trees": self.ensemble.to_json()}
+                "device": self.device, "formats": self.formats, "default": self.default, "margin": self.margin,
+                "meta": self.meta, "trees": self.ensemble.to_json()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Selector:
@@ -118,7 +147,7 @@ class Selector:
             raise ValueError("selector model was trained on other features than this gnnkit computes; recalibrate")
         ensemble = TreeEnsemble(data["trees"], len(data["features"]), len(data["formats"]))
         return cls(ensemble, data["formats"], data.get("meta"), data.get("default", "csr"),
-                   data.get("margin", 0.0))
+                   data.get("margin", 0.0), data.get("device", "cpu"))  # models before per-device ones: CPU
 
     def save(self, path: str | Path) -> Path:
         """Write the model as JSON (atomically: temp file then rename)."""
@@ -141,7 +170,7 @@ class Selector:
         return selector
 
     def __repr__(self) -> str:
-        return (f"Selector(formats={self.formats}, trees={len(self.ensemble.trees)}, "
+        return (f"Selector(device={self.device}, formats={self.formats}, trees={len(self.ensemble.trees)}, "
                 f"default={self.default}, margin={self.margin:g})")
 
 
@@ -153,42 +182,70 @@ def usable(fmt: Any, adj: Adjacency) -> bool:
             and fmt.selectable())
 
 
-def calibrated_path() -> Path:
-    """Where ``gnnkit formats calibrate`` saves this machine's model (under ``$GNNKIT_HOME``)."""
+def calibrated_path(kind: str = "cpu") -> Path:
+    """Where ``gnnkit formats calibrate --device KIND`` saves this machine's model (under ``$GNNKIT_HOME``)."""
     from pipeline import paths
 
-    return paths.gnnkit_home() / "sparse" / "selector.json"
+    kind = device_kind(kind)
+    return paths.gnnkit_home() / "sparse" / ("selector.json" if kind == "cpu" else f"selector_{kind}.json")
 
 
-_override: Selector | None = None
+_override: dict[str, Selector] = {}
 _loaded: dict[Path, Selector] = {}
 
 
-def set_selector(selector: Selector | None) -> None:
-    """Use ``selector`` for every ``"auto"`` choice from now on (``None``: back to the files)."""
-    global _override
-    _override = selector
+def set_selector(selector: Selector | None, kind: str | None = None) -> None:
+    """Use ``selector`` for every ``"auto"`` choice on its device kind from now on.
+
+    Args:
+        selector: The model (``None``: back to the files, for ``kind`` or, without it, every kind).
+        kind: The device kind it serves (default: the one it was measured on).
+    """
+    if selector is None:
+        if kind is None:
+            _override.clear()
+        else:
+            _override.pop(device_kind(kind), None)
+        return
+    _override[device_kind(kind or selector.device)] = selector
 
 
-def model_path() -> Path:
-    """The model file the selector loads: ``$GNNKIT_SELECTOR``, else calibrated, else shipped."""
-    env = os.environ.get("GNNKIT_SELECTOR")
+def model_path(kind: str = "cpu") -> Path | None:
+    """The model file the selector loads for a device kind: its environment variable
+    (:data:`MODEL_ENV`), else the calibrated one, else the shipped one; ``None`` if it has none."""
+    kind = device_kind(kind)
+    env = os.environ.get(MODEL_ENV[kind])
     if env:
         return Path(env).expanduser()
-    calibrated = calibrated_path()
-    return calibrated if calibrated.is_file() else SHIPPED_MODEL
+    for path in (calibrated_path(kind), SHIPPED_MODELS[kind]):
+        if path.is_file():
+            return path
+    return None
 
 
-def current_selector() -> Selector:
-    """The selector in use (loaded once per model file)."""
-    if _override is not None:
-        return _override
-    path = model_path()
+def current_selector(kind: str = "cpu") -> Selector | None:
+    """The selector in use for a device kind (each model file loaded once); ``None`` if it has none.
+
+    Raises:
+        FileNotFoundError: The environment names a model file that is not there.
+        ValueError: The model file was measured on another device kind.
+    """
+    kind = device_kind(kind)
+    if kind in _override:
+        return _override[kind]
+    path = model_path(kind)
+    if path is None:
+        return None
     if path not in _loaded:
         if not path.is_file():
-            raise FileNotFoundError(f"selector model {path} not found; run 'gnnkit formats calibrate' or unset GNNKIT_SELECTOR")
+            raise FileNotFoundError(f"selector model {path} not found; run 'gnnkit formats calibrate' "
+                                    f"or unset {MODEL_ENV[kind]}")
         _loaded[path] = Selector.load(path)
-    return _loaded[path]
+    selector = _loaded[path]
+    if selector.device != kind:
+        raise ValueError(f"selector model {path}: measured on {selector.device}, but it is set for {kind} "
+                         f"matrices; calibrate with 'gnnkit formats calibrate --device {kind}'")
+    return selector
 
 
 def choose_format(adj: Adjacency, width: int, transpose: bool = False, verify: bool | None = None) -> str:

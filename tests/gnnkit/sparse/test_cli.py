@@ -1,3 +1,6 @@
+import pytest
+import torch
+
 from gnnkit.cli import main
 from gnnkit.sparse import FORMATS
 from gnnkit.sparse import selector as selector_module
@@ -8,6 +11,20 @@ def test_list_shows_formats_and_model(capsys):
     assert main(["formats", "list"]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in FORMATS) and str(SHIPPED_MODEL) in out
+    assert "cpu: " in out and "cuda: " in out and "[cpu, cuda]" in out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+@pytest.mark.parametrize("command", [["calibrate"], ["explain", "somewhere"]])
+def test_device_option_refuses_cuda_without_a_gpu_in_one_line(command, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["formats", *command, "--device", "cuda"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "argument --device: 'cuda': CUDA is not available here" in err
+    with pytest.raises(SystemExit):
+        main(["formats", *command, "--device", "tpu"])
+    assert "'tpu' is not a device gnnkit's formats run on" in capsys.readouterr().err
 
 
 def test_explain_prints_features_prediction_and_measured_times(capsys, make_ogb_folder):
@@ -17,6 +34,7 @@ def test_explain_prints_features_prediction_and_measured_times(capsys, make_ogb_
     assert "row_cv" in out and "dia_fill" in out and "ell_fill" in out
     assert out.count("auto uses") == 2 and out.count("why: ") == 2 and "backward A^T @ dY" in out
     assert "<- auto" in out and "<- fastest" in out
+    assert "model: cpu: " in out and out.count("model: the cpu model (") == 2
     for name in ("csr", "coo", "segment", "gather_scatter"):
         assert f"\n  {name} " in out
 
@@ -30,6 +48,7 @@ def test_calibrate_writes_a_model_that_is_used_from_then_on(capsys):
         assert "[3/3]" in out and str(calibrated_path()) in out
         assert model_path() == calibrated_path()
         assert current_selector().meta["calibrated"] is True and current_selector().meta["matrices"] == 3
+        assert current_selector().device == "cpu" and "on cpu" in out and model_path("cuda") is None
         times = current_selector().meta["time_model"]  # this machine's absolute times for auto's check
         assert times["s_per_nnz_width"] > 0 and times["convert_s_per_nnz"]["csr"] > 0
     finally:

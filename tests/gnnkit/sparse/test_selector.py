@@ -7,12 +7,14 @@ import torch
 from gnnkit.sparse import FORMATS, Adjacency, plan
 from gnnkit.sparse import decision
 from gnnkit.sparse import selector as selector_module
-from gnnkit.sparse.calibrate import fit_selector, label_corpus, read_records, relabel_formats, selection_quality
+from gnnkit.sparse.calibrate import (fit_selector, label_corpus, read_records, records_device, relabel_formats,
+                                     selection_quality)
 from gnnkit.sparse.corpus import GENERATORS, MatrixSpec, sample_specs
 from gnnkit.sparse.features import FEATURE_NAMES
 from gnnkit.sparse.forest import TreeEnsemble
 from gnnkit.sparse.measure import FormatTiming
-from gnnkit.sparse.selector import SHIPPED_MODEL, Selector, choose_format, current_selector, set_selector
+from gnnkit.sparse.selector import (SHIPPED_MODEL, Selector, calibrated_path, choose_format, current_selector,
+                                    device_kind, model_path, set_selector)
 
 
 def stump(feature: int, threshold: float, low: list[float], high: list[float]) -> dict:
@@ -136,7 +138,7 @@ def test_model_file_round_trip_and_environment_override(tmp_path, monkeypatch):
     monkeypatch.setenv("GNNKIT_SELECTOR", str(path))
     loaded = current_selector()
     assert loaded.formats == formats and loaded.meta["note"] == "test"
-    assert repr(loaded) == "Selector(formats=['csr', 'segment'], trees=1, default=csr, margin=0)"
+    assert repr(loaded) == "Selector(device=cpu, formats=['csr', 'segment'], trees=1, default=csr, margin=0)"
     (tmp_path / "bad.json").write_text(json.dumps({"kind": "something-else", "version": 1}))
     with pytest.raises(ValueError, match="not a gnnkit selector model"):
         Selector.load(tmp_path / "bad.json")
@@ -181,3 +183,84 @@ def test_relabel_re_times_only_the_named_formats(tmp_path):
         assert new["times"]["csr"]["spmm_s"] < 1.0 and set(new["relabelled"]) == {"csr"}
         others = {k: v for k, v in new["times"].items() if k != "csr"}
         assert others == {k: v for k, v in old["times"].items() if k != "csr"}
+
+
+def _two_format_selector(device: str = "cpu") -> Selector:
+    return Selector(TreeEnsemble([stump(0, 1e12, [1.0, 0.0], [1.0, 0.0])], len(FEATURE_NAMES), 2),
+                    ["csr", "segment"], device=device)
+
+
+def test_each_device_kind_has_its_own_model(tmp_path, monkeypatch):
+    assert device_kind("cuda:1") == "cuda" and device_kind(torch.device("cpu")) == "cpu"
+    with pytest.raises(ValueError, match="no SpMM formats for device kind 'meta'"):
+        device_kind("meta")
+    assert calibrated_path("cuda").name == "selector_cuda.json" and calibrated_path("cpu").name == "selector.json"
+    cuda_model = _two_format_selector("cuda")
+    set_selector(cuda_model)  # serves the kind it was measured on
+    try:
+        assert current_selector("cuda") is cuda_model and current_selector("cpu") is not cuda_model
+    finally:
+        set_selector(None, "cuda")
+    assert current_selector("cpu").device == "cpu"
+    path = cuda_model.save(tmp_path / "gpu.json")
+    assert json.loads(path.read_text())["device"] == "cuda" and Selector.load(path).device == "cuda"
+    monkeypatch.setenv("GNNKIT_SELECTOR_CUDA", str(path))
+    assert model_path("cuda") == path and current_selector("cuda").device == "cuda"
+    monkeypatch.setenv("GNNKIT_SELECTOR", str(path))  # a GPU model named for CPU matrices: refused
+    with pytest.raises(ValueError, match="measured on cuda, but it is set for cpu"):
+        current_selector("cpu")
+    selector_module._loaded.clear()
+
+
+def test_a_model_file_from_before_device_kinds_is_a_cpu_model(tmp_path):
+    data = _two_format_selector().to_dict()
+    del data["device"]
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    assert Selector.load(tmp_path / "old.json").device == "cpu"
+
+
+def test_without_a_model_auto_times_every_usable_format_where_it_can_pay(monkeypatch):
+    monkeypatch.setitem(selector_module.SHIPPED_MODELS, "cpu", selector_module.SHIPPED_MODEL.with_name("absent.json"))
+    assert model_path("cpu") is None and current_selector("cpu") is None
+    timed = []
+
+    def timer(adj, width, names, repeats):
+        timed.append(list(names))
+        return {n: FormatTiming(0.0, 0.1 if n == "segment" else 1.0, repeats) for n in names}
+
+    monkeypatch.setattr(decision, "_timer", timer)
+    spec = MatrixSpec("rmat", 3000, 3000, 6, 0)
+    adj, one_off = spec.build(), spec.build()
+    one_off.single_use = True
+    made = decision.decide(adj, 32)
+    assert made.choice == "segment" and made.checked and made.model is None and made.device == "cpu"
+    assert "no selector model for cpu" in made.reason and "--device cpu" in made.reason
+    assert set(timed[0]) == {n for n in FORMATS if selector_module.usable(FORMATS[n], adj)} and len(timed[0]) > 2
+    kept = decision.decide(one_off, 32)  # one product cannot repay timing: the default
+    assert kept.choice == selector_module.NO_MODEL_DEFAULT and not kept.checked and len(timed) == 1
+    assert decision.decide(adj, 32, verify=False).choice == "csr" and len(timed) == 1
+
+    monkeypatch.setattr(decision, "_timer", lambda a, w, names, r: {n: FormatTiming(0.0, 1.0, r) for n in names})
+    assert decision.decide(adj, 32).choice == "csr"  # a tie keeps the default
+
+
+def test_decision_names_the_model_that_spoke():
+    made = decision.decide(MatrixSpec("rmat", 500, 500, 4, 0).build(), 16, verify=False)
+    assert made.device == "cpu" and made.model == str(SHIPPED_MODEL)
+
+
+def test_labels_of_one_device_kind_make_one_model(tmp_path):
+    specs = sample_specs(2, seed=5, min_rows=200, max_rows=400)
+    path = tmp_path / "labels.jsonl"
+    records = label_corpus(specs, path, widths_per_matrix=1, repeats=1)
+    assert records_device(records) == "cpu" and all(r["device"] == "cpu" for r in records)
+    assert records_device([{"times": {}}]) == "cpu"  # labels from before device kinds
+    gpu = [dict(r, device="cuda", device_name="Some GPU") for r in records]
+    with pytest.raises(ValueError, match="several device kinds"):
+        records_device(records + gpu)
+    path.write_text("".join(json.dumps(r) + "\n" for r in gpu))
+    with pytest.raises(ValueError, match="labels measured on cuda, not cpu"):
+        label_corpus(specs, path, widths_per_matrix=1, repeats=1)
+    pytest.importorskip("sklearn")
+    model = fit_selector(gpu * 3, n_trees=2)
+    assert model.device == "cuda" and model.meta["device_names"] == ["Some GPU"]
