@@ -23,9 +23,14 @@ neighbour-sampled batches, with gnnkit ``auto``, gnnkit with each fixed format t
 layers, each configuration in a process of its own (rounds in rotating order);
 ``auto_vs_best_fixed`` is the best fixed format's time over ``auto``'s.
 
+``--device cuda`` runs all of it on the GPU: the matrices, conversions and products live there,
+``auto`` asks the CUDA model (:mod:`gnnkit.sparse.selector` keeps one per device kind), and the
+PyG baselines are its cuSPARSE paths (``EdgeIndex.matmul``, ``torch.sparse.mm``).
+
 Example::
 
     python bench/formats.py --json bench/results/formats.json --png bench/results/formats.png
+    python bench/formats.py --device cuda --json bench/results/formats_gpu.json
 """
 
 from __future__ import annotations
@@ -50,7 +55,8 @@ from gnnkit.sparse import Adjacency, plan, spmm  # noqa: E402
 from gnnkit.sparse.corpus import MatrixSpec  # noqa: E402
 from gnnkit.sparse.formats import FORMATS  # noqa: E402
 from gnnkit.sparse.measure import measure_formats  # noqa: E402
-from gnnkit.sparse.selector import choose_format, current_selector, model_path  # noqa: E402
+from gnnkit.sparse.measure import synced_seconds  # noqa: E402
+from gnnkit.sparse.selector import choose_format, current_selector, device_kind, model_path  # noqa: E402
 from pipeline import atomic_write_text, save_figure  # noqa: E402
 
 warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
@@ -91,9 +97,7 @@ def fastest_autograd(fns: dict[str, Callable[[torch.Tensor], torch.Tensor]], x0:
         for name in names[round_ % len(names):] + names[:round_ % len(names)]:
             fn = fns[name]
             x = x0.detach().requires_grad_(True)
-            start = time.perf_counter()
-            fn(x).backward(grad)
-            elapsed = time.perf_counter() - start
+            elapsed = synced_seconds(lambda: fn(x).backward(grad))
             if round_:
                 best[name] = min(best[name], elapsed)
     return best
@@ -106,7 +110,7 @@ def pyg_paths(adj: Adjacency) -> dict[str, Callable[[torch.Tensor], torch.Tensor
 
     dst, src = adj.rows(), adj.indices
     edge_index = EdgeIndex(torch.stack([dst, src]), sparse_size=adj.shape, sort_order="row")
-    csr = torch.sparse_csr_tensor(adj.indptr, adj.indices, torch.ones(adj.nnz), adj.shape)
+    csr = torch.sparse_csr_tensor(adj.indptr, adj.indices, torch.ones(adj.nnz, device=adj.device), adj.shape)
     return {
         "pyg_edgeindex": lambda x: edge_index.matmul(x),
         "pyg_sparse_mm": lambda x: torch.sparse.mm(csr, x),
@@ -120,17 +124,16 @@ def bench_matrix(name: str, adj: Adjacency, width: int, repeats: int) -> dict[st
     bwd = measure_formats(adj.t(), width, repeats=repeats)
     cost_f = {n: t.cost() for n, t in fwd.items()}
     cost_b = {n: t.cost() for n, t in bwd.items()}
-    start = time.perf_counter()
-    p = plan(adj, width)  # "auto": the model's pick, close calls timed on the matrix
-    plan_s = time.perf_counter() - start
+    plan_s = synced_seconds(lambda: plan(adj, width))  # "auto": the model's pick, close calls timed on the matrix
+    p = plan(adj, width)  # cached by the call above
     predicted_f, predicted_b = (choose_format(adj, width, transpose=t, verify=False) for t in (False, True))
     selected = cost_f[p.forward] + cost_b[p.backward]
     oracle_f, oracle_b = min(cost_f, key=cost_f.get), min(cost_b, key=cost_b.get)
     oracle = cost_f[oracle_f] + cost_b[oracle_b]
     csr = cost_f["csr"] + cost_b["csr"]
 
-    x0 = torch.randn(adj.num_cols, width)
-    grad = torch.randn(adj.num_rows, width)
+    x0 = torch.randn(adj.num_cols, width).to(adj.device)
+    grad = torch.randn(adj.num_rows, width).to(adj.device)
     paths = pyg_paths(adj)
     ours = {"gnnkit_selected": lambda x: spmm(adj, x, format=p.forward, backward_format=p.backward),
             "gnnkit_csr": lambda x: spmm(adj, x, format="csr")}
@@ -176,14 +179,15 @@ class _TrainStep:
     """One Adam training step of a fresh 3-layer ``model`` aggregating as ``config`` says
     (``"pyg"``, or ``"gnnkit-<format>"`` with ``auto`` or a fixed format); same init for all."""
 
-    def __init__(self, model: str, config: str, in_dim: int, hidden: int, classes: int, cached: bool) -> None:
+    def __init__(self, model: str, config: str, in_dim: int, hidden: int, classes: int, cached: bool,
+                 device: torch.device) -> None:
         from gnnkit.models.node_gnn import NodeGNN
 
         torch.manual_seed(0)
         aggregation = "pyg" if config == "pyg" else "gnnkit"
         fmt = config.removeprefix("gnnkit-") if aggregation == "gnnkit" else "auto"
         self.net = NodeGNN(model, in_dim, hidden, classes, num_layers=3, aggregation=aggregation, format=fmt,
-                           cached=cached)
+                           cached=cached).to(device)
         self.opt = torch.optim.Adam(self.net.parameters(), lr=0.01)
 
     def __call__(self, x: torch.Tensor, edge_index: torch.Tensor, adj: Adjacency | None, target: torch.Tensor,
@@ -203,9 +207,10 @@ def e2e_worker(spec: dict[str, Any]) -> dict[str, Any]:
 
     ``spec``: ``dataset``, ``model`` (``"gcn"`` full-batch or ``"sage"`` sampled), ``config``,
     ``count`` (timed steps, after a first step that builds caches and lets ``auto`` decide; its time
-    is returned as ``first_s``), ``hidden`` and ``epochs`` (the run length ``auto`` is told, as
-    :class:`~gnnkit.module.NodeClassifier` tells it when fitting starts). Sampled batches come from
-    a seeded loader, so every process trains on the same batches.
+    is returned as ``first_s``), ``hidden``, ``epochs`` (the run length ``auto`` is told, as
+    :class:`~gnnkit.module.NodeClassifier` tells it when fitting starts) and ``device``. Sampled
+    batches come from a seeded loader, so every process trains on the same batches; they are moved
+    to the device before the timed steps.
     """
     from gnnkit.task_module import run_length
     from gnnkit.sparse.decision import set_run_length
@@ -222,11 +227,12 @@ def e2e_worker(spec: dict[str, Any]) -> dict[str, Any]:
     y = graph.y.view(-1).clamp(min=0) % classes
     train = graph.split["train"]
     full_batch = spec["model"] == "gcn"
+    device = torch.device(spec.get("device", "cpu"))
     set_run_length(run_length(spec.get("epochs"), None, full_batch))
-    step = _TrainStep(spec["model"], config, x.size(1), spec["hidden"], classes, cached=full_batch)
+    step = _TrainStep(spec["model"], config, x.size(1), spec["hidden"], classes, full_batch, device)
     if full_batch:
-        edge_index, adj = graph.edge_index(), Adjacency(graph.indptr, graph.indices)
-        inputs = [(x, edge_index, adj, train, y[train])] * (count + 1)
+        edge_index, adj = graph.edge_index().to(device), Adjacency(graph.indptr, graph.indices).to(device)
+        inputs = [(x.to(device), edge_index, adj, train.to(device), y[train].to(device))] * (count + 1)
     else:
         loader = neighbor_loader(Data(num_nodes=n), graph.indptr, graph.indices, num_neighbors=[15, 10, 5],
                                  input_nodes=train, batch_size=1024, shuffle=True, seed=0)
@@ -234,15 +240,12 @@ def e2e_worker(spec: dict[str, Any]) -> dict[str, Any]:
         for batch in loader:
             if len(inputs) == count + 1:
                 break
-            a = (Adjacency.from_edge_index(batch.edge_index, batch.num_nodes, single_use=True)
+            edge_index = batch.edge_index.to(device)
+            a = (Adjacency.from_edge_index(edge_index, batch.num_nodes, single_use=True)
                  if config != "pyg" else None)
-            inputs.append((x[batch.n_id], batch.edge_index, a, torch.arange(batch.batch_size),
-                           y[batch.n_id[:batch.batch_size]]))
-    times = []
-    for item in inputs:
-        start = time.perf_counter()
-        step(*item)
-        times.append(time.perf_counter() - start)
+            inputs.append((x[batch.n_id].to(device), edge_index, a, torch.arange(batch.batch_size, device=device),
+                           y[batch.n_id[:batch.batch_size]].to(device)))
+    times = [synced_seconds(lambda: step(*item)) for item in inputs]
     return {"times": times[1:], "first_s": times[0], "formats": step.net.format_report() if config != "pyg" else {},
             "epoch_batches": math.ceil(train.numel() / 1024)}
 
@@ -256,7 +259,7 @@ def _run_worker(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def epoch_times(dataset: str, steps: int, batches: int, hidden: int, trials: int,
-                epochs: int = 100) -> list[dict[str, Any]]:
+                epochs: int = 100, device: str = "cpu") -> list[dict[str, Any]]:
     """Training-step times of GCN full-batch and SAGE sampled: gnnkit auto / fixed formats vs PyG.
 
     ``run_s``: a run of ``epochs`` epochs, the median first step (conversions, ``auto``'s decision
@@ -277,7 +280,7 @@ def epoch_times(dataset: str, steps: int, batches: int, hidden: int, trials: int
         for trial in range(trials):
             for config in _rotated(configs, trial):
                 spec = {"dataset": dataset, "model": model, "config": config, "hidden": hidden,
-                        "count": steps if mode == "full-batch" else batches, "epochs": epochs}
+                        "count": steps if mode == "full-batch" else batches, "epochs": epochs, "device": device}
                 result = _run_worker(spec)
                 samples[config] += result["times"]
                 firsts[config].append(result["first_s"])
@@ -361,6 +364,7 @@ def bench_matrices(args: argparse.Namespace) -> list[dict[str, Any]]:
         print(f"(skipping {args.dataset}: {err})")
     rows = []
     for name, adj in matrices:
+        adj = adj.to(args.device)
         for width in args.widths:
             start = time.perf_counter()
             rows.append(bench_matrix(name, adj, width, args.repeats))
@@ -407,6 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--e2e-only", action="store_true",
                         help="only the end-to-end epoch times (an existing --json keeps its matrix rows)")
     parser.add_argument("--quick", action="store_true", help="held-out synthetic matrices at 1/10 size")
+    parser.add_argument("--device", default="cpu", help="where matrices, formats and models run: cpu or cuda")
     parser.add_argument("--e2e-worker", metavar="JSON", help=argparse.SUPPRESS)  # one configuration's steps
     args = parser.parse_args(argv)
     retain_freed_memory()  # as `gnnkit run` does: no page faults on every step's large activations
@@ -414,9 +419,13 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(e2e_worker(json.loads(args.e2e_worker))))
         return 0
 
-    selector = current_selector()
-    print(f"selector: {model_path()} ({selector.meta.get('matrices', '?')} training matrices); "
-          f"threads {torch.get_num_threads()}")
+    kind = device_kind(args.device)
+    if kind == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: CUDA is not available here (torch {torch.__version__})")
+    selector = current_selector(kind)
+    selector_meta = selector.meta if selector is not None else {}
+    print(f"device {args.device}; {kind} selector: {model_path(kind) or 'none (auto times the candidates)'} "
+          f"({selector_meta.get('matrices', '?')} training matrices); threads {torch.get_num_threads()}")
     rows: list[dict[str, Any]] = []
     summary: dict[str, Any] = {}
     if args.e2e_only and args.json and args.json.is_file():  # keep the matrix part of an earlier run
@@ -431,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     e2e = []
     if not args.no_e2e:
         try:
-            e2e = epoch_times(args.dataset, args.steps, args.batches, args.hidden, args.trials, args.epochs)
+            e2e = epoch_times(args.dataset, args.steps, args.batches, args.hidden, args.trials, args.epochs,
+                              args.device)
         except Exception as err:
             print(f"(skipping end-to-end epoch times: {err})")
         if e2e:
@@ -453,8 +463,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{args.epochs} epochs including the first step (conversions, auto's decision and check)")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        meta = {"threads": torch.get_num_threads(), "torch": torch.__version__, "selector": str(model_path()),
-                "selector_meta": selector.meta, "widths": args.widths, "repeats": args.repeats,
+        meta = {"device": args.device, "device_name": torch.cuda.get_device_name() if kind == "cuda" else "cpu",
+                "threads": torch.get_num_threads(), "torch": torch.__version__, "selector": str(model_path(kind)),
+                "selector_meta": selector_meta, "widths": args.widths, "repeats": args.repeats,
                 "quick": args.quick, "e2e_epochs": args.epochs, "e2e_steps": args.steps,
                 "e2e_batches": args.batches, "e2e_trials": args.trials,
                 "loadavg_at_end": os.getloadavg()}
