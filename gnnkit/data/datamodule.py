@@ -12,7 +12,8 @@ import torch
 from torch.utils.data import DataLoader
 from torch_geometric.data import Data
 
-from gnnkit.data.device_sampling import SamplingPlacement, plan_placement, resolve_sampler_device
+from gnnkit.data.device_sampling import (SamplingPlacement, host_fallback, place, plan_placement,
+                                         resolve_sampler_device)
 from gnnkit.data.preprocessing import PreprocessOverrides, describe_line, graph_facts, resolve_options
 from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats, default_folder
 from gnnkit.partitioned.boundary_sampling import BoundarySampler
@@ -92,7 +93,8 @@ class GraphDataModule(pl.LightningDataModule):
             the training process).
         sampler_device: Where neighbour sampling and feature gathering run: ``"auto"`` (the training
             device: the GPU when training there), ``"cpu"`` or ``"cuda"``; on a GPU the CSR, features
-            and labels are copied there once (:mod:`gnnkit.data.device_sampling`).
+            and labels are copied there once, and what does not fit is read from pinned host memory
+            through unified addressing (:mod:`gnnkit.data.device_sampling`).
         seed: Sampler seed.
         reuse: PerFect-style reuse of sampled training batches (record, replay, fine-tune fresh);
             see :class:`~gnnkit.data.reuse.ReuseConfig`. Needs ``batch_size > 0``.
@@ -355,22 +357,29 @@ class GraphDataModule(pl.LightningDataModule):
             g = self.graph
             training = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
             wanted = resolve_sampler_device(self.hparams.sampler_device, training)
-            self._placement = plan_placement([g.indptr, g.indices, g.x, g.y], wanted,
-                                             asked=self.hparams.sampler_device)
+            self._placement = plan_placement(self._host_graph(), wanted, asked=self.hparams.sampler_device)
             log.info(self._placement.reason)
         return self._placement
 
+    def _host_graph(self) -> dict[str, Any]:
+        g = self.graph
+        return {"indptr": g.indptr, "indices": g.indices, "x": g.x, "y": g.y}
+
     def _sampling_graph(self) -> dict[str, Any]:
         """The CSR, features and labels where the sampler reads them: the cached arrays on the host,
-        or their copies on the sampling device (made once per run)."""
-        g = self.graph
-        host = {"indptr": g.indptr, "indices": g.indices, "x": g.x, "y": g.y}
+        or (made once per run) their copies on the sampling device and pinned views of the rest."""
+        host = self._host_graph()
         placement = self._sampling_placement()
         if placement.graph_memory == "host":
             return host
         if self._device_graph is None:
             device = torch.device(placement.device)
-            self._device_graph = {k: None if t is None else t.to(device, copy=True) for k, t in host.items()}
+            try:
+                self._device_graph = {k: place(t, placement.arrays.get(k, "device"), device) for k, t in host.items()}
+            except RuntimeError as err:  # pinning that much host memory failed: sample on the CPU
+                self._placement = host_fallback(placement, err)
+                log.warning(self._placement.reason)
+                return host
         return self._device_graph
 
     def _sampled_loader(self, stage: str) -> Any:

@@ -12,15 +12,18 @@ builds the blocks there, so no mini-batch crosses the host link. The choice:
 * ``"cpu"``: the CPU, in ``num_workers`` loader processes as before;
 * ``"cuda"``: the GPU (an error without one).
 
-A graph whose CSR, features and labels do not fit in the device's free memory (with headroom for
-training) is sampled on the CPU instead, and the log and ``report.json`` say so and why. (Reading a
-graph from pinned host memory through unified addressing, as DGL's UVA sampling does, needs the
-CUDA sampler to accept host pointers; that is not built yet.)
+What does not fit in the device's free memory (with headroom for training) stays in host memory,
+pinned, and the GPU reads it there through unified virtual addressing, as DGL's UVA sampling does
+(<https://docs.dgl.ai/en/latest/guide/minibatch-gpu-sampling.html>): :func:`uva_view` gives a CUDA
+tensor over page-locked host memory, so the same sampler and gathers run on it, each access
+crossing the host link instead of a whole mini-batch. The CSR goes to the device first (sampling
+reads it most randomly), then the labels, then the features. Where even pinning fails, sampling
+falls back to the CPU. The log and ``report.json`` say where each array went and why.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -63,25 +66,34 @@ def resolve_sampler_device(choice: str, training: torch.device) -> torch.device:
     return training if training.type == "cuda" else torch.device("cuda", torch.cuda.current_device())
 
 
+#: The graph's arrays in the order they claim device memory: the CSR first (sampling reads it most
+#: randomly), then labels, then the features (the bulk, read a row at a time).
+DEVICE_ORDER = ("indptr", "indices", "y", "x")
+
+
 @dataclass(frozen=True)
 class SamplingPlacement:
-    """Where sampling runs and why, for the run log and ``report.json``.
+    """Where sampling runs and where it reads the graph, for the run log and ``report.json``.
 
     Attributes:
         device: The sampler's device (``"cpu"``, ``"cuda:0"``).
-        graph_memory: Where the CSR, features and labels are read from: ``"host"`` or ``"device"``.
+        graph_memory: Where the CSR, features and labels are read from: ``"host"`` (sampling on the
+            CPU), ``"device"`` (all in device memory), ``"pinned"`` (all in pinned host memory, read
+            through unified addressing) or ``"device+pinned"``.
         graph_bytes: Their size in bytes.
         reason: One line saying why.
+        arrays: Per array name, ``"device"`` or ``"pinned"`` (empty when sampling on the CPU).
     """
 
     device: str
     graph_memory: str
     graph_bytes: int
     reason: str
+    arrays: dict[str, str] = field(default_factory=dict)
 
     def report(self) -> dict[str, Any]:
         return {"device": self.device, "graph_memory": self.graph_memory, "graph_mb": round(self.graph_bytes / 2**20, 1),
-                "reason": self.reason}
+                "reason": self.reason, "arrays": dict(self.arrays)}
 
 
 def free_device_bytes(device: torch.device) -> int:
@@ -89,25 +101,89 @@ def free_device_bytes(device: torch.device) -> int:
     return int(torch.cuda.mem_get_info(device)[0])
 
 
-def plan_placement(tensors: list[Tensor | None], wanted: torch.device, free_bytes: int | None = None,
+def plan_placement(tensors: dict[str, Tensor | None], wanted: torch.device, free_bytes: int | None = None,
                    asked: str = "auto") -> SamplingPlacement:
-    """Decide where to sample: on ``wanted`` when the graph fits in :data:`DEVICE_SHARE` of its free
-    memory, otherwise on the host.
+    """Decide where to sample and where each array lives: on ``wanted`` in the order of
+    :data:`DEVICE_ORDER` while they fit in :data:`DEVICE_SHARE` of its free memory, the rest in
+    pinned host memory read through unified addressing (:func:`uva_view`).
 
     Args:
-        tensors: The CSR, features and labels (``None`` entries are skipped).
+        tensors: The graph's arrays by name (``indptr``, ``indices``, ``x``, ``y``; ``None`` skipped).
         wanted: The resolved sampler device (:func:`resolve_sampler_device`).
         free_bytes: Free memory of ``wanted`` (default: asked from the device).
         asked: The ``data.sampler_device`` choice, for the reason line.
     """
-    size = tensor_bytes(tensors)
+    present = {name: t for name, t in tensors.items() if t is not None}
+    size = tensor_bytes(list(present.values()))
     if wanted.type == "cpu":
         why = "training on the CPU" if asked == "auto" else "data.sampler_device is 'cpu'"
         return SamplingPlacement("cpu", "host", size, f"sampling on the CPU ({why})")
     free = free_device_bytes(wanted) if free_bytes is None else free_bytes
-    if size > DEVICE_SHARE * free:
-        return SamplingPlacement("cpu", "host", size,
-                                 f"sampling on the CPU: the graph ({size / 2**30:.2f} GiB) does not fit in "
-                                 f"{DEVICE_SHARE:.0%} of {wanted}'s free {free / 2**30:.2f} GiB")
-    return SamplingPlacement(str(wanted), "device", size,
-                             f"sampling on {wanted}: CSR, features and labels ({size / 2**30:.2f} GiB) in device memory")
+    budget, arrays, placed = DEVICE_SHARE * free, {}, 0
+    for name in sorted(present, key=lambda n: DEVICE_ORDER.index(n) if n in DEVICE_ORDER else len(DEVICE_ORDER)):
+        fits = placed + tensor_bytes(present[name]) <= budget
+        arrays[name] = "device" if fits else "pinned"
+        placed += tensor_bytes(present[name]) if fits else 0
+    kinds = set(arrays.values())
+    memory = "device+pinned" if len(kinds) > 1 else kinds.pop() if kinds else "device"
+    where = (f"CSR, features and labels ({size / 2**30:.2f} GiB) in device memory" if memory == "device" else
+             f"{', '.join(n for n, k in arrays.items() if k == 'pinned')} ({(size - placed) / 2**30:.2f} GiB) in "
+             f"pinned host memory read through unified addressing, since {size / 2**30:.2f} GiB exceeds "
+             f"{DEVICE_SHARE:.0%} of {wanted}'s free {free / 2**30:.2f} GiB")
+    return SamplingPlacement(str(wanted), memory, size, f"sampling on {wanted}: {where}", arrays)
+
+
+def host_fallback(placement: SamplingPlacement, error: Exception) -> SamplingPlacement:
+    """The placement when pinning host memory failed: sampling on the CPU, saying why."""
+    return SamplingPlacement("cpu", "host", placement.graph_bytes,
+                             f"sampling on the CPU: the graph does not fit on {placement.device} and pinning "
+                             f"{placement.graph_bytes / 2**30:.2f} GiB of host memory failed ({error})")
+
+
+class _PinnedArray:
+    """A pinned host tensor presented to CUDA as raw bytes through ``__cuda_array_interface__``
+    (<https://numba.readthedocs.io/en/stable/cuda/cuda_array_interface.html>); holding it keeps the
+    host memory alive for as long as a CUDA view of it lives."""
+
+    def __init__(self, tensor: Tensor) -> None:
+        self.tensor = tensor
+        self.__cuda_array_interface__ = cuda_array_interface(tensor)
+
+
+def cuda_array_interface(tensor: Tensor) -> dict[str, Any]:
+    """The ``__cuda_array_interface__`` (version 3) of a contiguous host tensor's bytes."""
+    return {"shape": (tensor.numel() * tensor.element_size(),), "typestr": "|u1", "strides": None,
+            "data": (tensor.data_ptr(), False), "version": 3}
+
+
+def uva_view(tensor: Tensor, device: torch.device) -> Tensor:
+    """A CUDA tensor over the memory of a pinned host tensor (no copy): kernels on ``device`` read
+    it across the host link through unified virtual addressing.
+
+    Args:
+        tensor: A contiguous tensor in page-locked host memory (``tensor.pin_memory()``).
+        device: The CUDA device that reads it.
+
+    Raises:
+        ValueError: ``tensor`` is not a contiguous pinned host tensor, or ``device`` is not CUDA.
+    """
+    if device.type != "cuda":
+        raise ValueError(f"uva_view: unified addressing reads host memory from a CUDA device, not {device}")
+    if tensor.device.type != "cpu" or not tensor.is_contiguous() or not tensor.is_pinned():
+        raise ValueError(f"uva_view: needs a contiguous pinned host tensor (tensor.pin_memory()), got one on "
+                         f"{tensor.device}, contiguous={tensor.is_contiguous()}")
+    if tensor.numel() == 0:
+        return torch.empty(tensor.shape, dtype=tensor.dtype, device=device)
+    with torch.cuda.device(device):
+        raw = torch.as_tensor(_PinnedArray(tensor), device=device)
+    return raw.view(tensor.dtype).view(tensor.shape)
+
+
+def place(tensor: Tensor | None, where: str, device: torch.device) -> Tensor | None:
+    """``tensor`` where a :class:`SamplingPlacement` put it: a copy in device memory, or a
+    :func:`uva_view` of a pinned copy."""
+    if tensor is None:
+        return None
+    if where == "device":
+        return tensor.to(device, copy=True)
+    return uva_view(tensor.contiguous().pin_memory(), device)

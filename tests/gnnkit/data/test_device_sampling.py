@@ -2,11 +2,15 @@ import pytest
 import torch
 
 from gnnkit.data.datamodule import GraphDataModule
+from gnnkit.data import datamodule as datamodule_module
 from gnnkit.data.device_sampling import (
     SamplingPlacement,
     check_sampler_device,
+    cuda_array_interface,
+    host_fallback,
     plan_placement,
     resolve_sampler_device,
+    uva_view,
 )
 
 CPU, GPU = torch.device("cpu"), torch.device("cuda", 0)  # a device object needs no GPU
@@ -33,14 +37,54 @@ def test_cuda_without_a_gpu_fails_with_one_line():
 
 
 def test_the_graph_goes_to_the_device_when_it_fits():
-    graph = [torch.zeros(1000, dtype=torch.int64), None, torch.zeros(10, 4)]  # 8,160 bytes
+    graph = {"indptr": torch.zeros(1000, dtype=torch.int64), "indices": None, "x": torch.zeros(10, 4)}  # 8,160 B
     placed = plan_placement(graph, GPU, free_bytes=1 << 20)
     assert (placed.device, placed.graph_memory, placed.graph_bytes) == ("cuda:0", "device", 8160)
-    too_big = plan_placement(graph, GPU, free_bytes=10_000)  # 8,160 > half of 10,000
-    assert (too_big.device, too_big.graph_memory) == ("cpu", "host")
-    assert "does not fit" in too_big.reason
+    assert placed.arrays == {"indptr": "device", "x": "device"}
     on_cpu = plan_placement(graph, CPU, asked="cpu")
-    assert on_cpu.reason == "sampling on the CPU (data.sampler_device is 'cpu')"
+    assert on_cpu.reason == "sampling on the CPU (data.sampler_device is 'cpu')" and on_cpu.arrays == {}
+
+
+def test_what_does_not_fit_is_read_from_pinned_host_memory():
+    graph = {"x": torch.zeros(1000, 10), "y": torch.zeros(1000, dtype=torch.int64),
+             "indptr": torch.zeros(1001, dtype=torch.int64), "indices": torch.zeros(5000, dtype=torch.int64)}
+    csr_and_labels = 8 * (1001 + 5000 + 1000)  # 56,008 bytes; the features 40,000 more
+    part = plan_placement(graph, GPU, free_bytes=2 * csr_and_labels)  # half the free memory: CSR and labels
+    assert part.arrays == {"indptr": "device", "indices": "device", "y": "device", "x": "pinned"}
+    assert part.device == "cuda:0" and part.graph_memory == "device+pinned"
+    assert "x (0.00 GiB) in pinned host memory read through unified addressing" in part.reason
+    assert part.report()["arrays"]["x"] == "pinned"
+    nothing = plan_placement(graph, GPU, free_bytes=1000)
+    assert nothing.graph_memory == "pinned" and set(nothing.arrays.values()) == {"pinned"}
+    fallback = host_fallback(part, RuntimeError("cudaHostAlloc: out of memory"))
+    assert (fallback.device, fallback.graph_memory) == ("cpu", "host")
+    assert "pinning 0.00 GiB of host memory failed (cudaHostAlloc: out of memory)" in fallback.reason
+
+
+def test_pinned_views_are_refused_for_what_unified_addressing_cannot_read():
+    t = torch.arange(12, dtype=torch.int64)
+    interface = cuda_array_interface(t)
+    assert interface["shape"] == (96,) and interface["typestr"] == "|u1" and interface["data"] == (t.data_ptr(), False)
+    with pytest.raises(ValueError, match="reads host memory from a CUDA device, not cpu"):
+        uva_view(t, CPU)
+    with pytest.raises(ValueError, match=r"needs a contiguous pinned host tensor \(tensor.pin_memory\(\)\)"):
+        uva_view(t, GPU)  # not pinned (and no GPU needed to say so)
+
+
+def test_a_failed_pin_falls_back_to_sampling_on_the_cpu(monkeypatch):
+    dm = GraphDataModule("synthetic-tiny", batch_size=64, num_neighbors=[5, 3])
+    planned = SamplingPlacement("cuda:0", "pinned", 100, "test", {"indptr": "pinned", "indices": "pinned",
+                                                                  "x": "pinned", "y": "pinned"})
+    monkeypatch.setattr(dm, "_placement", planned)
+
+    def refuse(tensor, where, device):
+        raise RuntimeError("cudaHostAlloc failed")
+
+    monkeypatch.setattr(datamodule_module, "place", refuse)
+    batch = next(iter(dm.train_dataloader()))
+    assert batch.x.device.type == "cpu" and dm._device_graph is None
+    info = dm.report_info()["sampler"]
+    assert info["graph_memory"] == "host" and "pinning" in info["reason"] and "cudaHostAlloc failed" in info["reason"]
 
 
 def test_training_on_the_cpu_samples_there_and_the_report_says_so():
@@ -83,3 +127,38 @@ def test_sampling_on_the_gpu_gives_device_batches_with_valid_edges():
         for s, d in zip(n_id[src].tolist(), n_id[dst].tolist()):  # every sampled edge is an edge of the graph
             assert s in g.indices[g.indptr[d]:g.indptr[d + 1]].tolist()
     assert dm.report_info()["sampler"]["graph_memory"] == "device"
+
+
+@CUDA
+def test_a_pinned_view_reads_host_memory_from_the_gpu():
+    host = torch.randn(1000, 16).pin_memory()
+    view = uva_view(host, GPU)
+    assert view.is_cuda and view.shape == host.shape and view.dtype == host.dtype
+    assert view.data_ptr() == host.data_ptr()  # no copy: the same memory through unified addressing
+    index = torch.randint(0, 1000, (300,), device=GPU)
+    torch.testing.assert_close(view[index].cpu(), host[index.cpu()])
+    host[7] = 3.0  # a write on the host is seen by the GPU
+    assert float(view[7].sum()) == 48.0
+    ids = torch.arange(50, dtype=torch.int64).pin_memory()
+    assert torch.equal(uva_view(ids, GPU).cpu(), ids)
+
+
+@CUDA
+def test_sampling_through_unified_addressing_gives_the_device_batches(monkeypatch):
+    on_device = GraphDataModule("synthetic-tiny", batch_size=64, num_neighbors=[5, 3], seed=3, sampler_device="cuda")
+    pinned = GraphDataModule("synthetic-tiny", batch_size=64, num_neighbors=[5, 3], seed=3, sampler_device="cuda")
+    g = pinned.graph
+    csr_bytes = (g.indptr.numel() + g.indices.numel()) * 8
+    monkeypatch.setattr("gnnkit.data.device_sampling.free_device_bytes", lambda device: 2 * csr_bytes + 1)
+    torch.manual_seed(0)
+    got = _batches(pinned)
+    monkeypatch.undo()
+    torch.manual_seed(0)
+    expected = _batches(on_device)
+    info = pinned.report_info()["sampler"]
+    assert info["graph_memory"] == "device+pinned" and info["arrays"]["x"] == "pinned", info
+    assert pinned._device_graph["x"].is_cuda and pinned._device_graph["x"].data_ptr() != on_device._device_graph["x"].data_ptr()
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected):
+        for ta, tb in zip(a, b):
+            assert ta.is_cuda and torch.equal(ta, tb)
