@@ -9,9 +9,12 @@ shards in the order asked (the caller owns shuffling, so both backends yield the
   ``device_id=None``; on a CUDA machine the bytes are copied to the GPU inside the pipeline.
 * :class:`TorchShardReader`: a plain :class:`torch.utils.data.DataLoader` over the shard files,
   which it memory-maps: with ``num_workers=0`` replayed arrays are views of the page cache, no copy.
+  For a GPU it stages each shard in pinned memory and copies it to the device in one asynchronous
+  transfer, so the replayed batches are decoded there (views of the device buffer) and no batch
+  crosses the host link on its own.
 
-:func:`make_shard_reader` with ``"auto"`` picks DALI for GPU training (its pipeline moves the bytes
-to the GPU) and the torch reader on CPU, where measurement (``bench/reuse.py``) found the zero-copy
+:func:`make_shard_reader` with ``"auto"`` picks DALI for GPU training when it imports (its pipeline
+moves the bytes to the GPU), the torch reader otherwise (on a GPU, with its pinned copy), and on CPU, where measurement (``bench/reuse.py``) found the zero-copy
 mapping faster than DALI's read-and-copy on this class of machine; both give the same batches.
 A shard that cannot be read comes back empty; the cache's checksum check then reports it.
 """
@@ -67,23 +70,27 @@ class TorchShardReader:
     Args:
         num_workers: Reader processes (0: read in the calling process).
         prefetch: Shards each worker reads ahead.
+        device: Where the bytes are handed over: ``"cpu"`` (the mapped file), or ``"cuda"`` (staged
+            in pinned memory, then one asynchronous copy to the current GPU per shard).
     """
 
     name = "torch"
 
-    def __init__(self, num_workers: int = 0, prefetch: int = 2) -> None:
+    def __init__(self, num_workers: int = 0, prefetch: int = 2, device: str = "cpu") -> None:
         self.num_workers = num_workers
         self.prefetch = prefetch
+        self.device = device
 
     def read(self, paths: Sequence[Path], order: Sequence[int]) -> Iterator[tuple[int, torch.Tensor]]:
         if not order:
             return
+        gpu = self.device == "cuda"
         loader = torch.utils.data.DataLoader(
             _ShardFiles(paths), batch_size=None, sampler=list(order), num_workers=self.num_workers,
-            prefetch_factor=self.prefetch if self.num_workers else None,
+            prefetch_factor=self.prefetch if self.num_workers else None, pin_memory=gpu,
         )
         for index, buffer in loader:
-            yield int(index), buffer
+            yield int(index), (buffer.to(torch.cuda.current_device(), non_blocking=True) if gpu else buffer)
 
 
 def dali_available() -> bool:
@@ -160,7 +167,7 @@ def make_shard_reader(kind: str = "auto", num_workers: int = 0, prefetch: int = 
         num_workers: DALI threads (at least 1) or DataLoader workers (0: map the files in the calling
             process, zero-copy).
         prefetch: Shards read ahead.
-        device: Where DALI puts the bytes (``"cpu"`` or ``"cuda"``).
+        device: Where the reader hands the bytes over (``"cpu"`` or ``"cuda"``).
 
     Raises:
         ValueError: For an unknown kind, or ``"dali"`` when DALI is not installed.
@@ -173,5 +180,5 @@ def make_shard_reader(kind: str = "auto", num_workers: int = 0, prefetch: int = 
                              "(pip install nvidia-dali-cuda120), or use 'torch'")
         return DaliShardReader(num_threads=max(1, num_workers), prefetch=prefetch, device=device)
     if kind == "torch":
-        return TorchShardReader(num_workers=num_workers, prefetch=prefetch)
+        return TorchShardReader(num_workers=num_workers, prefetch=prefetch, device=device)
     raise ValueError(f"loader: expected 'auto', 'dali' or 'torch', got {kind!r}")

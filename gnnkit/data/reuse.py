@@ -176,7 +176,7 @@ class ReuseLoader:
             counts the epochs iterated.
         stats: Where counts are kept (shared with the datamodule, saved in checkpoints).
         seed: Seed of the replay order (combined with the epoch).
-        device: Where DALI puts replayed bytes (``"cpu"`` or ``"cuda"``).
+        device: Where the shard reader hands replayed bytes over (``"cpu"`` or ``"cuda"``).
     """
 
     def __init__(

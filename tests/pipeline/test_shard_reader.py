@@ -54,3 +54,21 @@ def test_make_shard_reader_choices():
         assert make_shard_reader("dali").name == "dali"
     with pytest.raises(ValueError, match="loader: expected 'auto', 'dali' or 'torch'"):
         make_shard_reader("nvme")
+
+
+def test_the_torch_reader_for_a_gpu_is_made_for_the_device():
+    reader = make_shard_reader("torch", device="cuda")
+    assert reader.name == "torch" and reader.device == "cuda"
+    if not dali_available():  # without DALI, a GPU run replays through the torch reader's pinned copies
+        assert make_shard_reader("auto", device="cuda").name == "torch"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: the GPU path is checked on a GPU machine")
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_torch_reader_hands_shards_over_on_the_gpu(files, workers):
+    order = [3, 5, 0, 4]
+    on_gpu = _read_all(TorchShardReader(num_workers=workers, device="cuda"), files, order)
+    on_cpu = _read_all(TorchShardReader(), files, order)
+    assert [i for i, _ in on_gpu] == order
+    for (_, gpu), (_, cpu) in zip(on_gpu, on_cpu):
+        assert gpu.is_cuda and torch.equal(gpu.cpu(), cpu)
