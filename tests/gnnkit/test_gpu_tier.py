@@ -110,3 +110,15 @@ def test_tt_embedding_rows_on_the_gpu_equal_the_cpu_rows():
     expected = table(ids)
     got = copy.deepcopy(table).cuda()(ids.cuda())
     torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_every_communicator_on_cuda_gradients_across_two_gloo_ranks(tmp_path):
+    """DDP with each gnnkit comm hook on CUDA gradients, two ranks sharing the GPU through gloo (two
+    NCCL ranks cannot share one GPU); the same checks as the CPU run of ``hook_worker.py``."""
+    out = tmp_path / "result.json"
+    worker = REPO / "tests" / "gnnkit" / "comm" / "hook_worker.py"
+    proc = subprocess.run([sys.executable, str(worker), str(out), "cuda"], capture_output=True, text=True,
+                          timeout=600, cwd=str(worker.parent))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = json.loads(out.read_text())
+    assert len(results) >= 14 and {k: v for k, v in results.items() if v} == {}

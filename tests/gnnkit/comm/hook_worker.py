@@ -1,6 +1,8 @@
 """Two gloo ranks checking every communicator against a simple reference.
 
-Run as a script: ``python hook_worker.py OUT.json``. Rank 0 writes ``{check: error or ""}``.
+Run as a script: ``python hook_worker.py OUT.json [cpu|cuda]``. Rank 0 writes ``{check: error or ""}``.
+With ``cuda`` the model, the gradients and every communicated tensor live on the GPU, and both ranks
+share it through gloo (two NCCL ranks cannot share one GPU).
 """
 
 from __future__ import annotations
@@ -21,16 +23,18 @@ from gnnkit.comm import (AllReduce, CommHook, DeAR, MultiStreamAllReduce, PowerS
 from gnnkit.comm.base import make_layout
 
 WORLD = 2
+DEVICE = torch.device("cpu")  # set by the launch
 
 
 def model() -> nn.Module:
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 5))
+    return nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 5)).to(DEVICE)
 
 
 def batches(rank: int, steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     gen = torch.Generator().manual_seed(100 + rank)
-    return [(torch.randn(8, 16, generator=gen), torch.randint(0, 5, (8,), generator=gen)) for _ in range(steps)]
+    return [(torch.randn(8, 16, generator=gen).to(DEVICE), torch.randint(0, 5, (8,), generator=gen).to(DEVICE))
+            for _ in range(steps)]
 
 
 def ddp_grads(rank: int, make_hook, steps: int = 4, bucket_cap_mb: float = 0.005) -> list[list[torch.Tensor]]:
@@ -86,10 +90,10 @@ def check_error_feedback(comm, rank: int) -> None:
     gen = torch.Generator().manual_seed(7 + rank)
     layout = make_layout([("a", (300, 7)), ("b", (13,))])
     n = 300 * 7 + 13
-    prev = torch.zeros(n)
+    prev = torch.zeros(n, device=DEVICE)
     comm.setup(None)
     for _ in range(3):
-        grad = torch.randn(n, generator=gen)
+        grad = torch.randn(n, generator=gen).to(DEVICE)
         acc = grad + prev
         result = comm.launch(grad.clone(), layout).wait()
         residual = comm.residuals.gather(layout)
@@ -110,9 +114,9 @@ def check_signsgd(rank: int) -> None:
     comm = SignSGD()
     comm.setup(None)
     n = 1001
-    grad = torch.randn(n, generator=torch.Generator().manual_seed(rank))
+    grad = torch.randn(n, generator=torch.Generator().manual_seed(rank)).to(DEVICE)
     result = comm.launch(grad.clone(), make_layout([("w", (n,))])).wait()
-    every = [torch.empty(n) for _ in range(WORLD)]
+    every = [torch.empty(n, device=DEVICE) for _ in range(WORLD)]
     dist.all_gather(every, grad)
     votes = sum(torch.where(g >= 0, 1, -1) for g in every)
     expected = torch.sign(votes).float() * torch.stack([g.abs().mean() for g in every]).mean()
@@ -126,7 +130,7 @@ def check_signsgd_bucket_free(rank: int) -> None:
     """Each parameter's update is the same whether DDP puts the parameters in one bucket or two
     (DDP regroups them after its first step, so a resumed run must not depend on the grouping)."""
     gen = torch.Generator().manual_seed(21 + rank)
-    a, b = torch.randn(300, generator=gen), 5.0 * torch.randn(40, generator=gen)
+    a, b = torch.randn(300, generator=gen).to(DEVICE), 5.0 * torch.randn(40, generator=gen).to(DEVICE)
     together = SignSGD(error_feedback=True, momentum=0.9)
     apart = SignSGD(error_feedback=True, momentum=0.9)
     together.setup(None)
@@ -147,16 +151,16 @@ def check_signsgd_error_feedback(rank: int) -> None:
     n = 1001
     layout = make_layout([("w", (n,))])
     gen = torch.Generator().manual_seed(11 + rank)
-    prev = torch.zeros(n)
+    prev = torch.zeros(n, device=DEVICE)
     for _ in range(3):
-        grad = torch.randn(n, generator=gen)
+        grad = torch.randn(n, generator=gen).to(DEVICE)
         acc = grad + prev
         result = comm.launch(grad.clone(), layout).wait()
         residual = comm.residuals.gather(layout)
         scale = acc.abs().mean()
         if not torch.allclose(residual + torch.sign(acc) * scale, acc, atol=1e-6):
             raise AssertionError("signsgd error feedback: residual + scaled sign != accumulated gradient")
-        every = [torch.empty(n) for _ in range(WORLD)]
+        every = [torch.empty(n, device=DEVICE) for _ in range(WORLD)]
         dist.all_gather(every, acc)
         votes = sum(torch.where(g >= 0, 1, -1) for g in every)
         expected = torch.sign(votes).float() * torch.stack([g.abs().mean() for g in every]).mean()
@@ -168,8 +172,8 @@ def check_signsgd_error_feedback(rank: int) -> None:
 def check_powersgd(rank: int) -> None:
     comm = PowerSGD(rank=1)
     comm.setup(None)
-    u, v = torch.randn(40, 1, generator=torch.Generator().manual_seed(1)), torch.randn(1, 30)
-    bias = torch.randn(30, generator=torch.Generator().manual_seed(2 + rank))
+    u, v = torch.randn(40, 1, generator=torch.Generator().manual_seed(1)).to(DEVICE), torch.randn(1, 30).to(DEVICE)
+    bias = torch.randn(30, generator=torch.Generator().manual_seed(2 + rank)).to(DEVICE)
     grad = torch.cat([(u @ v).flatten(), bias])  # same rank-1 matrix on both ranks, different bias
     layout = make_layout([("w", (40, 30)), ("b", (30,))])
     result = comm.launch(grad.clone(), layout).wait()
@@ -179,7 +183,7 @@ def check_powersgd(rank: int) -> None:
     if not torch.allclose(result, mean, atol=1e-5):
         raise AssertionError(f"powersgd: a rank-1 gradient is not exact ({(result - mean).abs().max():.3g})")
     # error feedback: local gradient minus the averaged approximation is the residual
-    grad2 = torch.randn(1230, generator=torch.Generator().manual_seed(5 + rank))
+    grad2 = torch.randn(1230, generator=torch.Generator().manual_seed(5 + rank)).to(DEVICE)
     acc = grad2.clone()
     acc[:1200] += comm.residuals.gather(layout)[:1200]
     result2 = comm.launch(grad2.clone(), layout).wait()
@@ -190,7 +194,9 @@ def check_powersgd(rank: int) -> None:
         raise AssertionError("powersgd: the averaged matrix is not rank 1")
 
 
-def run(rank: int, port: int, out: str) -> None:
+def run(rank: int, port: int, out: str, device: str = "cpu") -> None:
+    global DEVICE
+    DEVICE = torch.device(device)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
     results = {}
@@ -237,4 +243,4 @@ def free_port() -> int:
 
 
 if __name__ == "__main__":
-    mp.spawn(run, args=(free_port(), sys.argv[1]), nprocs=WORLD)
+    mp.spawn(run, args=(free_port(), sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "cpu"), nprocs=WORLD)
