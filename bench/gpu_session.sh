@@ -1,44 +1,91 @@
 #!/usr/bin/env bash
-# One call on a lent GPU machine: install, native build, the GPU test tier and the GPU benchmarks.
+# The GPU work of issues 16 and 17 on a lent GPU machine: install, native build, the GPU test tier
+# and the GPU benchmarks, in named steps so that a session can spread them over calls of at most
+# ten minutes (the machine keeps the build between calls while it stays warm).
 #
 # The machine starts bare (torch+CUDA, PyG, Lightning, pyarrow; no ogb, jsonargparse or DALI), so
-# prepare the small wheels here first and carry them:
-#     pip download --no-deps -d .whl ogb jsonargparse typeshed-client docstring-parser outdated littleutils
-# then run, from the repository root on the device machine (carry [".whl"]):
-#     bash bench/gpu_session.sh
-# Logs and JSON land in $OUT (default ./gpu-out); copy the JSON into bench/results/*_gpu.json.
-# Steps are independent: one that fails is logged and the next still runs; the exit status counts them.
+# fetch the small wheels here first (Python 3.12 there) and carry them:
+#     echo /.whl/ >> .git/info/exclude
+#     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#         --platform manylinux_2_17_x86_64 --platform any -d .whl \
+#         ogb jsonargparse typeshed-client docstring-parser outdated littleutils
+# then, from the repository root on the device machine (carry [".whl"]):
+#     bash bench/gpu_session.sh                      # every step (longer than one call)
+#     bash bench/gpu_session.sh setup tests          # call 1
+#     bash bench/gpu_session.sh setup native formats # call 2 (setup is quick once built)
+#     bash bench/gpu_session.sh setup gpu            # call 3
+# Steps: setup (wheels, build), tests (the GPU tier), native (bench/native.py --device cuda),
+# formats (label the corpus on the GPU, train the CUDA selector, bench/formats.py --device cuda),
+# gpu (issue 16's table, bench/gpu.py). Results land in $OUT (default ./gpu-out): the JSON files to
+# copy into bench/results/ (and selector_model_cuda.json into gnnkit/sparse/), session.log with
+# every step's outcome, and logs.tgz with each step's whole log.
+# A step that fails is logged and the next still runs; the exit status counts the failures.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
+LOGS=/tmp/gnnkit-gpu-logs
+mkdir -p "$OUT" "$LOGS"
 export GNNKIT_HOME=${GNNKIT_HOME:-/tmp/gnnkit-home} PYTHONUNBUFFERED=1
+export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+CORPUS=${GNNKIT_GPU_CORPUS:-150}  # matrices labelled on the GPU for the CUDA selector
 failed=0
 
 step() {  # step NAME COMMAND...: run, time and log one step
     local name=$1; shift
     local start=$SECONDS
-    echo "== $name: $*"
-    if "$@" >"$OUT/$name.log" 2>&1; then
-        echo "   ok in $((SECONDS - start)) s"
+    echo "== $name: $*" | tee -a "$OUT/session.log"
+    if "$@" >"$LOGS/$name.log" 2>&1; then
+        echo "   ok in $((SECONDS - start)) s" | tee -a "$OUT/session.log"
     else
-        echo "   FAILED (exit $?) in $((SECONDS - start)) s; tail of $OUT/$name.log:"
-        tail -n 15 "$OUT/$name.log" | sed 's/^/   | /'
+        echo "   FAILED (exit $?) in $((SECONDS - start)) s; tail of $name.log:" | tee -a "$OUT/session.log"
+        tail -n 15 "$LOGS/$name.log" | sed 's/^/   | /' | tee -a "$OUT/session.log"
         failed=$((failed + 1))
     fi
+    tail -n 3 "$LOGS/$name.log" | sed 's/^/   > /' >>"$OUT/session.log"
 }
 
-step install python -m pip install --quiet --no-index --find-links .whl ogb jsonargparse
-step install-gnnkit python -m pip install --quiet --no-deps --no-build-isolation -e .
-step doctor python -m gnnkit.cli doctor
-step build python -c "from gnnkit import native; assert native.get() is not None, native.status(); print(native.kernels())"
-# The GPU tier: every test that runs on CUDA (the rest is CI's, on CPU).
-step tests-gpu python -m pytest -q -x -p no:cacheprovider tests/gnnkit/native tests/gnnkit/sparse/test_adjacency.py \
-    tests/gnnkit/sparse/test_spmm.py tests/gnnkit/tt tests/gnnkit/data/test_device_sampling.py tests/gnnkit/test_gpu_tier.py
-step bench-native python bench/native.py --device cuda --json "$OUT/native_gpu.json"
-step gcn-gnnkit python -m gnnkit.cli run recipes/gcn_synthetic_arxiv.yaml --model.aggregation gnnkit \
-    --trainer.accelerator gpu --trainer.max_epochs 5
-# Issue 16's table: every recipe family, gnnkit (GPU sampling) vs gnnkit with CPU sampling vs PyG.
-step bench-gpu python bench/gpu.py --json "$OUT/gpu.json" --png "$OUT/gpu.png" --workdir /tmp/gpubench
-echo "$failed step(s) failed; logs in $OUT"
+setup() {
+    if [ -d .whl ]; then
+        step install python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target /tmp/site .whl/*.whl
+    fi
+    step doctor python3 -m gnnkit.cli doctor
+    step build python3 -c "from gnnkit import native; assert native.get() is not None, native.status(); print(native.kernels())"
+}
+
+tests() {  # the GPU tier: every test that runs on CUDA (the rest is CI's, on CPU)
+    step tests-gpu python3 -m pytest -q -p no:cacheprovider tests/gnnkit/native tests/gnnkit/sparse \
+        tests/gnnkit/tt tests/gnnkit/data/test_device_sampling.py tests/pipeline/test_shard_reader.py \
+        tests/gnnkit/test_gpu_tier.py
+}
+
+native() {
+    step bench-native python3 bench/native.py --device cuda --json "$OUT/native_gpu.json"
+}
+
+formats() {  # issue 17: the CUDA selector's corpus, its model, and the held-out comparison
+    step label-gpu python3 bench/formats_corpus.py label --device cuda --count "$CORPUS" \
+        --labels "$OUT/formats_labels_gpu.jsonl"
+    step train-gpu python3 bench/formats_corpus.py train --device cuda --labels "$OUT/formats_labels_gpu.jsonl" \
+        --out "$OUT/selector_model_cuda.json"
+    step bench-formats env GNNKIT_SELECTOR_CUDA="$OUT/selector_model_cuda.json" python3 bench/formats.py \
+        --device cuda --json "$OUT/formats_gpu.json" --png "$LOGS/formats_gpu.png"
+}
+
+gpu() {  # issue 16's table: every recipe family, gnnkit (GPU sampling) vs CPU sampling vs PyG
+    step gcn-gnnkit python3 -m gnnkit.cli run recipes/gcn_synthetic_arxiv.yaml --model.aggregation gnnkit \
+        --trainer.accelerator gpu --trainer.max_epochs 5
+    step bench-gpu python3 bench/gpu.py --json "$OUT/gpu.json" --png "$LOGS/gpu.png" --workdir /tmp/gpubench
+}
+
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(setup tests native formats gpu)
+for s in "${steps[@]}"; do
+    case "$s" in
+        setup|tests|native|formats|gpu) "$s" ;;
+        *) echo "unknown step '$s' (setup, tests, native, formats, gpu)"; exit 2 ;;
+    esac
+done
+tar -czf "$OUT/logs.tgz" -C "$LOGS" .
+echo "$failed step(s) failed; session.log and logs.tgz in $OUT" | tee -a "$OUT/session.log"
 exit "$failed"
