@@ -19,6 +19,33 @@ void check_cuda(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.is_cuda() && t.is_contiguous(), name, " must be a contiguous CUDA tensor");
 }
 
+// The CUDA type of a torch scalar type: at::Half and at::BFloat16 share the layout of CUDA's own.
+template <typename S>
+struct CudaScalar {
+  using type = S;
+};
+template <>
+struct CudaScalar<at::Half> {
+  using type = __half;
+};
+template <>
+struct CudaScalar<at::BFloat16> {
+  using type = __nv_bfloat16;
+};
+
+template <typename S>
+typename CudaScalar<S>::type* cuda_ptr(const at::Tensor& t) {
+  return reinterpret_cast<typename CudaScalar<S>::type*>(t.data_ptr<S>());
+}
+
+// The float rows that split rows of 16-bit values sum into (see gpu::spmm_csr); none otherwise.
+at::Tensor split_sums(const at::Tensor& x, int64_t nnz) {
+  const bool narrow = x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16;
+  return narrow ? at::zeros({gpu::split_rows_bound(nnz), x.size(1)}, x.options().dtype(at::kFloat)) : at::Tensor();
+}
+
+float* float_ptr(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
+
 at::Tensor exclusive_cumsum(const at::Tensor& counts) {
   return at::cat({at::zeros({1}, counts.options()), counts.cumsum(0)});
 }
@@ -30,12 +57,11 @@ struct Items {
   int64_t count;
 };
 
-template <typename T>
+template <typename S>
 Items spmm_items(const int64_t* indptr, const int64_t* row_len, const int64_t* perm, int64_t rows, int64_t nnz,
                  at::Tensor& out) {
   at::Tensor extra_ptr = at::empty({rows + 1}, out.options().dtype(at::kLong));
-  gpu::spmm_plan<T>(indptr, row_len, perm, rows, extra_ptr.data_ptr<int64_t>(), out.data_ptr<T>(), out.size(1),
-                    stream());
+  gpu::spmm_plan(indptr, row_len, perm, rows, extra_ptr.data_ptr<int64_t>(), cuda_ptr<S>(out), out.size(1), stream());
   extra_ptr.slice(0, 1).cumsum_(0);
   return {extra_ptr, rows + (nnz + gpu::kSegment - 1) / gpu::kSegment};
 }
@@ -50,14 +76,14 @@ at::Tensor spmm_csr_cuda(const at::Tensor& indptr, const at::Tensor& indices, co
   const at::Tensor x = x_in.contiguous();
   const int64_t R = indptr.numel() - 1, F = x.size(1);
   at::Tensor out = at::empty({R, F}, x.options());
-  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "spmm_csr_cuda", [&] {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "spmm_csr_cuda", [&] {
     if (R == 0 || F == 0) return;
     const Items items = spmm_items<scalar_t>(indptr.data_ptr<int64_t>(), nullptr, nullptr, R, indices.numel(), out);
     at::Tensor w = values ? values->to(x.scalar_type()).contiguous() : at::Tensor();
-    gpu::spmm_csr<scalar_t>(indptr.data_ptr<int64_t>(), indices.data_ptr<int64_t>(),
-                            values ? w.data_ptr<scalar_t>() : nullptr, x.data_ptr<scalar_t>(),
-                            out.data_ptr<scalar_t>(), R, items.extra_ptr.data_ptr<int64_t>(), items.count, F, mean,
-                            stream());
+    const at::Tensor sums = split_sums(x, indices.numel());
+    gpu::spmm_csr(indptr.data_ptr<int64_t>(), indices.data_ptr<int64_t>(),
+                  values ? cuda_ptr<scalar_t>(w) : nullptr, cuda_ptr<scalar_t>(x), cuda_ptr<scalar_t>(out),
+                  float_ptr(sums), R, items.extra_ptr.data_ptr<int64_t>(), items.count, F, mean, stream());
   });
   return out;
 }
@@ -70,14 +96,16 @@ at::Tensor spmm_sell_cuda(const at::Tensor& chunk_ptr, const at::Tensor& perm, c
   const at::Tensor x = x_in.contiguous();
   const int64_t R = perm.numel(), F = x.size(1);
   at::Tensor out = at::empty({R, F}, x.options());
-  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "spmm_sell_cuda", [&] {
+  TORCH_CHECK(vals.scalar_type() == x.scalar_type(), "spmm_sell: the matrix holds ", vals.scalar_type(),
+              " values but x is ", x.scalar_type());
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "spmm_sell_cuda", [&] {
     if (R == 0 || F == 0) return;
     const Items items = spmm_items<scalar_t>(nullptr, row_len.data_ptr<int64_t>(), perm.data_ptr<int64_t>(), R,
                                              cols.numel(), out);
-    gpu::spmm_sell<scalar_t>(chunk_ptr.data_ptr<int64_t>(), perm.data_ptr<int64_t>(), row_len.data_ptr<int64_t>(),
-                             cols.data_ptr<int64_t>(), vals.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(),
-                             out.data_ptr<scalar_t>(), R, chunk, items.extra_ptr.data_ptr<int64_t>(), items.count, F,
-                             mean, stream());
+    const at::Tensor sums = split_sums(x, cols.numel());
+    gpu::spmm_sell(chunk_ptr.data_ptr<int64_t>(), perm.data_ptr<int64_t>(), row_len.data_ptr<int64_t>(),
+                   cols.data_ptr<int64_t>(), cuda_ptr<scalar_t>(vals), cuda_ptr<scalar_t>(x), cuda_ptr<scalar_t>(out),
+                   float_ptr(sums), R, chunk, items.extra_ptr.data_ptr<int64_t>(), items.count, F, mean, stream());
   });
   return out;
 }

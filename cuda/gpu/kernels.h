@@ -3,9 +3,12 @@
 // glue that calls them is gpu/dispatch.cpp, built only with a CUDA torch.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace gnnkit {
 namespace gpu {
@@ -22,22 +25,30 @@ template <typename T>
 void spmm_plan(const int64_t* indptr, const int64_t* row_len, const int64_t* perm, int64_t rows, int64_t* extra_ptr,
                T* out, int64_t width, cudaStream_t stream);
 
-// out[r] = sum_e w_e x[col_e] (/ row count when mean); one warp per work item and 32 features,
+// out[r] = sum_e w_e x[col_e] (/ row count when mean); one warp per work item and 32 x V features
+// (V = 1, 2, 4 or 8 per lane in one access of at most 16 bytes, as the width and alignment allow),
 // column indices staged through shared memory (GE-SpMM's coalesced row caching,
-// https://arxiv.org/abs/2007.03179). Work items: one per row (its first kSegment entries), then
+// https://arxiv.org/abs/2007.03179). T: float, double, __half or __nv_bfloat16 (16-bit values
+// summed in float, rounded once). Work items: one per row (its first kSegment entries), then
 // the further segments of rows longer than kSegment (extra_ptr, from spmm_plan). `items` may
 // exceed their number (an upper bound, rows + nnz / kSegment, so no host sync is needed).
-// Segments of a split row add into it atomically (float sums in varying order).
+// Segments of a split row add into it atomically (float sums in varying order); for 16-bit T they
+// add into `split_sums` instead, a zeroed float buffer of split_rows_bound(nnz) x width, and each
+// split row is rounded from there once (nullptr: atomics into `out`, for float and double).
 template <typename T>
-void spmm_csr(const int64_t* indptr, const int64_t* indices, const T* values, const T* x, T* out,
+void spmm_csr(const int64_t* indptr, const int64_t* indices, const T* values, const T* x, T* out, float* split_sums,
               int64_t rows, const int64_t* extra_ptr, int64_t items, int64_t width, bool mean, cudaStream_t stream);
 
 // The same over SELL-C-sigma (https://arxiv.org/abs/1307.6209): row slot t of chunk t / C, items
 // over the slots' lengths row_len.
 template <typename T>
 void spmm_sell(const int64_t* chunk_ptr, const int64_t* perm, const int64_t* row_len, const int64_t* cols,
-               const T* vals, const T* x, T* out, int64_t rows, int64_t chunk, const int64_t* extra_ptr,
-               int64_t items, int64_t width, bool mean, cudaStream_t stream);
+               const T* vals, const T* x, T* out, float* split_sums, int64_t rows, int64_t chunk,
+               const int64_t* extra_ptr, int64_t items, int64_t width, bool mean, cudaStream_t stream);
+
+// Rows of the `split_sums` buffer: at least the further segments of all split rows, which number
+// fewer than nnz / kSegment.
+inline int64_t split_rows_bound(int64_t nnz) { return nnz / kSegment + 1; }
 
 // One hop of uniform sampling: frontier node i writes count[i] edge positions at offset[i].
 void sample_hop(const int64_t* indptr, const int64_t* frontier, const int64_t* offset, const int64_t* count,

@@ -10,37 +10,83 @@ namespace {
 constexpr int kWarp = 32;
 constexpr int kWarpsPerBlock = 8;
 
-// One warp computes 32 consecutive features of one work item: a row, or a segment of at most
+// Products and sums run in Num<T>::Acc: float for the 16-bit types (their values converted on
+// load, the result rounded once on store), T itself otherwise. Explicit intrinsics, since torch
+// builds CUDA code with the 16-bit types' implicit conversions turned off.
+template <typename T>
+struct Num {
+  using Acc = T;
+  static __device__ __forceinline__ Acc widen(T v) { return v; }
+  static __device__ __forceinline__ T narrow(Acc v) { return v; }
+};
+template <>
+struct Num<__half> {
+  using Acc = float;
+  static __device__ __forceinline__ float widen(__half v) { return __half2float(v); }
+  static __device__ __forceinline__ __half narrow(float v) { return __float2half(v); }
+};
+template <>
+struct Num<__nv_bfloat16> {
+  using Acc = float;
+  static __device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+  static __device__ __forceinline__ __nv_bfloat16 narrow(float v) { return __float2bfloat16(v); }
+};
+
+// V consecutive features moved as one aligned access (16 bytes at most: one LDG.128/STG.128).
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+// One warp computes 32 x V consecutive features of one work item: a row, or a segment of at most
 // kSegment entries of a long row (power-law hubs would otherwise keep one warp busy for the whole
 // kernel). The warp loads 32 (column, value) pairs at a time, coalesced, into shared memory, then
-// every lane walks them for its own feature: loads of x rows are coalesced across the warp.
-// Segments of one row add into it atomically (the row was zeroed); a whole row is stored.
-template <typename T>
+// every lane walks them for its own V features: the x row loads of the warp are coalesced and
+// vectorised, and a row's columns are staged once for up to 32 x V features (GE-SpMM's coalesced
+// row caching with its feature coarsening, https://arxiv.org/abs/2007.03179). Segments of one row
+// add into it atomically (the row was zeroed); a whole row is stored. With `split_row` (16-bit
+// values) the segments add into that float row instead, rounded once by finish_split_kernel.
+template <typename T, int V>
 __device__ void warp_segment(const int64_t* cols, const T* vals, int64_t first, int64_t n, int64_t stride,
-                             int64_t row_len, bool split, const T* x, T* out_row, int64_t width, bool mean,
-                             int64_t* s_col, T* s_val) {
+                             int64_t row_len, bool split, const T* x, T* out_row, float* split_row, int64_t width,
+                             bool mean, int64_t* s_col, typename Num<T>::Acc* s_val) {
+  using Acc = typename Num<T>::Acc;
   const int lane = threadIdx.x % kWarp;
-  const int64_t f = static_cast<int64_t>(blockIdx.y) * kWarp + lane;
-  T acc = T(0);
+  const int64_t f = (static_cast<int64_t>(blockIdx.y) * kWarp + lane) * V;  // the lane's first feature
+  Acc acc[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) acc[v] = Acc(0);
   for (int64_t base = 0; base < n; base += kWarp) {
     if (base + lane < n) {
       const int64_t slot = first + (base + lane) * stride;
       s_col[lane] = cols[slot];
-      s_val[lane] = vals ? vals[slot] : T(1);
+      s_val[lane] = vals ? Num<T>::widen(vals[slot]) : Acc(1);
     }
     __syncwarp();
     const int64_t m = n - base < kWarp ? n - base : kWarp;
     if (f < width) {
-      for (int64_t j = 0; j < m; ++j) acc += s_val[j] * x[s_col[j] * width + f];
+      for (int64_t j = 0; j < m; ++j) {
+        const Pack<T, V> p = *reinterpret_cast<const Pack<T, V>*>(x + s_col[j] * width + f);
+        const Acc w = s_val[j];
+#pragma unroll
+        for (int v = 0; v < V; ++v) acc[v] += w * Num<T>::widen(p.v[v]);
+      }
     }
     __syncwarp();
   }
   if (f >= width) return;
-  const T value = (mean && row_len > 0) ? acc / static_cast<T>(row_len) : acc;
-  if (split) {
-    atomicAdd(out_row + f, value);
+  const Acc scale = (mean && row_len > 0) ? Acc(1) / static_cast<Acc>(row_len) : Acc(1);
+  if (split && split_row != nullptr) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) atomicAdd(split_row + f + v, static_cast<float>(acc[v] * scale));
+  } else if (split) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) atomicAdd(out_row + f + v, Num<T>::narrow(acc[v] * scale));
   } else {
-    out_row[f] = value;
+    Pack<T, V> p;
+#pragma unroll
+    for (int v = 0; v < V; ++v) p.v[v] = Num<T>::narrow(acc[v] * scale);
+    *reinterpret_cast<Pack<T, V>*>(out_row + f) = p;
   }
 }
 
@@ -63,11 +109,19 @@ __device__ Item locate(const int64_t* extra_ptr, int64_t rows, int64_t item) {
   return {lo, (e - extra_ptr[lo] + 1) * kSegment, extra_ptr[lo + 1] - extra_ptr[lo] + 1};
 }
 
-template <typename T>
+// The float row of split row r in `split_sums`: slot extra_ptr[r], the index of its first further
+// segment (unique per split row, below the number of further segments).
+__device__ __forceinline__ float* split_row_of(float* split_sums, const int64_t* extra_ptr, int64_t row,
+                                               int64_t width) {
+  return split_sums == nullptr ? nullptr : split_sums + extra_ptr[row] * width;
+}
+
+template <typename T, int V>
 __global__ void spmm_csr_kernel(const int64_t* indptr, const int64_t* indices, const T* values, const T* x, T* out,
-                                int64_t rows, const int64_t* extra_ptr, int64_t items, int64_t width, bool mean) {
+                                float* split_sums, int64_t rows, const int64_t* extra_ptr, int64_t items,
+                                int64_t width, bool mean) {
   __shared__ int64_t s_col[kWarpsPerBlock][kWarp];
-  __shared__ T s_val[kWarpsPerBlock][kWarp];
+  __shared__ typename Num<T>::Acc s_val[kWarpsPerBlock][kWarp];
   const int warp = threadIdx.x / kWarp;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
   if (item >= items) return;  // the whole warp leaves together
@@ -75,16 +129,17 @@ __global__ void spmm_csr_kernel(const int64_t* indptr, const int64_t* indices, c
   if (it.row < 0) return;
   const int64_t b = indptr[it.row], len = indptr[it.row + 1] - b;
   const int64_t n = it.segments == 1 ? len : (len - it.begin < kSegment ? len - it.begin : kSegment);
-  warp_segment(indices, values, b + it.begin, n, 1, len, it.segments > 1, x, out + it.row * width, width, mean,
-               s_col[warp], s_val[warp]);
+  warp_segment<T, V>(indices, values, b + it.begin, n, 1, len, it.segments > 1, x, out + it.row * width,
+                     split_row_of(split_sums, extra_ptr, it.row, width), width, mean, s_col[warp], s_val[warp]);
 }
 
-template <typename T>
+template <typename T, int V>
 __global__ void spmm_sell_kernel(const int64_t* chunk_ptr, const int64_t* perm, const int64_t* row_len,
-                                 const int64_t* cols, const T* vals, const T* x, T* out, int64_t rows, int64_t chunk,
-                                 const int64_t* extra_ptr, int64_t items, int64_t width, bool mean) {
+                                 const int64_t* cols, const T* vals, const T* x, T* out, float* split_sums,
+                                 int64_t rows, int64_t chunk, const int64_t* extra_ptr, int64_t items, int64_t width,
+                                 bool mean) {
   __shared__ int64_t s_col[kWarpsPerBlock][kWarp];
-  __shared__ T s_val[kWarpsPerBlock][kWarp];
+  __shared__ typename Num<T>::Acc s_val[kWarpsPerBlock][kWarp];
   const int warp = threadIdx.x / kWarp;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
   if (item >= items) return;
@@ -93,8 +148,19 @@ __global__ void spmm_sell_kernel(const int64_t* chunk_ptr, const int64_t* perm, 
   const int64_t t = it.row, len = row_len[t];
   const int64_t n = it.segments == 1 ? len : (len - it.begin < kSegment ? len - it.begin : kSegment);
   const int64_t first = chunk_ptr[t / chunk] + t % chunk + it.begin * chunk;
-  warp_segment(cols, vals, first, n, chunk, len, it.segments > 1, x, out + perm[t] * width, width, mean, s_col[warp],
-               s_val[warp]);
+  warp_segment<T, V>(cols, vals, first, n, chunk, len, it.segments > 1, x, out + perm[t] * width,
+                     split_row_of(split_sums, extra_ptr, t, width), width, mean, s_col[warp], s_val[warp]);
+}
+
+// One thread per row: a split row's float sum (split_sums) rounded into its output row.
+template <typename T>
+__global__ void finish_split_kernel(const int64_t* extra_ptr, const int64_t* perm, int64_t rows,
+                                    const float* split_sums, T* out, int64_t width) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= rows || extra_ptr[t + 1] == extra_ptr[t]) return;
+  const float* sum = split_sums + extra_ptr[t] * width;
+  T* row = out + (perm ? perm[t] : t) * width;
+  for (int64_t f = 0; f < width; ++f) row[f] = Num<T>::narrow(static_cast<typename Num<T>::Acc>(sum[f]));
 }
 
 // One thread per row: the number of further segments of row t (beyond its first) into
@@ -112,13 +178,35 @@ __global__ void plan_kernel(const int64_t* indptr, const int64_t* row_len, const
   extra_ptr[t + 1] = segments - 1;
   if (segments > 1) {
     T* row = out + (perm ? perm[t] : t) * width;
-    for (int64_t f = 0; f < width; ++f) row[f] = T(0);
+    for (int64_t f = 0; f < width; ++f) row[f] = Num<T>::narrow(typename Num<T>::Acc(0));
   }
 }
 
-dim3 grid_for(int64_t items, int64_t width) {
+dim3 grid_for(int64_t items, int64_t width, int vector) {
   return dim3(static_cast<unsigned>((items + kWarpsPerBlock - 1) / kWarpsPerBlock),
-              static_cast<unsigned>((width + kWarp - 1) / kWarp));
+              static_cast<unsigned>((width + kWarp * vector - 1) / (kWarp * vector)));
+}
+
+// Features per lane: the widest access of at most 16 bytes that divides the width, that both x and
+// out are aligned for, and that still gives every lane of a warp features to compute (a width
+// below 32 x V would leave lanes idle that a narrower access keeps busy).
+template <typename T>
+int vector_width(const T* x, const T* out, int64_t width) {
+  int v = static_cast<int>(16 / sizeof(T));
+  const auto aligned = [&](const void* p) { return reinterpret_cast<uintptr_t>(p) % (sizeof(T) * v) == 0; };
+  while (v > 1 && (width % v != 0 || width < kWarp * v || !aligned(x) || !aligned(out))) v /= 2;
+  return v;
+}
+
+// Calls launch(std::integral_constant<int, V>{}) for the run-time vector width V (a power of two <= 8).
+template <typename Launch>
+void with_vector(int v, Launch launch) {
+  switch (v) {
+    case 8: launch(std::integral_constant<int, 8>{}); break;
+    case 4: launch(std::integral_constant<int, 4>{}); break;
+    case 2: launch(std::integral_constant<int, 2>{}); break;
+    default: launch(std::integral_constant<int, 1>{}); break;
+  }
 }
 
 }  // namespace
@@ -132,36 +220,51 @@ void spmm_plan(const int64_t* indptr, const int64_t* row_len, const int64_t* per
 }
 
 template <typename T>
-void spmm_csr(const int64_t* indptr, const int64_t* indices, const T* values, const T* x, T* out, int64_t rows,
-              const int64_t* extra_ptr, int64_t items, int64_t width, bool mean, cudaStream_t stream) {
+void finish_split(const int64_t* extra_ptr, const int64_t* perm, int64_t rows, const float* split_sums, T* out,
+                  int64_t width, cudaStream_t stream) {
+  if (split_sums == nullptr) return;
+  const int threads = 256;
+  finish_split_kernel<T><<<static_cast<unsigned>((rows + threads - 1) / threads), threads, 0, stream>>>(
+      extra_ptr, perm, rows, split_sums, out, width);
+}
+
+template <typename T>
+void spmm_csr(const int64_t* indptr, const int64_t* indices, const T* values, const T* x, T* out, float* split_sums,
+              int64_t rows, const int64_t* extra_ptr, int64_t items, int64_t width, bool mean, cudaStream_t stream) {
   if (items == 0 || width == 0) return;
-  spmm_csr_kernel<T><<<grid_for(items, width), kWarpsPerBlock * kWarp, 0, stream>>>(
-      indptr, indices, values, x, out, rows, extra_ptr, items, width, mean);
+  const int v = vector_width(x, out, width);
+  with_vector(v, [&](auto vector) {
+    spmm_csr_kernel<T, decltype(vector)::value><<<grid_for(items, width, v), kWarpsPerBlock * kWarp, 0, stream>>>(
+        indptr, indices, values, x, out, split_sums, rows, extra_ptr, items, width, mean);
+  });
+  finish_split(extra_ptr, static_cast<const int64_t*>(nullptr), rows, split_sums, out, width, stream);
 }
 
 template <typename T>
 void spmm_sell(const int64_t* chunk_ptr, const int64_t* perm, const int64_t* row_len, const int64_t* cols,
-               const T* vals, const T* x, T* out, int64_t rows, int64_t chunk, const int64_t* extra_ptr, int64_t items,
-               int64_t width, bool mean, cudaStream_t stream) {
+               const T* vals, const T* x, T* out, float* split_sums, int64_t rows, int64_t chunk,
+               const int64_t* extra_ptr, int64_t items, int64_t width, bool mean, cudaStream_t stream) {
   if (items == 0 || width == 0) return;
-  spmm_sell_kernel<T><<<grid_for(items, width), kWarpsPerBlock * kWarp, 0, stream>>>(
-      chunk_ptr, perm, row_len, cols, vals, x, out, rows, chunk, extra_ptr, items, width, mean);
+  const int v = vector_width(x, out, width);
+  with_vector(v, [&](auto vector) {
+    spmm_sell_kernel<T, decltype(vector)::value><<<grid_for(items, width, v), kWarpsPerBlock * kWarp, 0, stream>>>(
+        chunk_ptr, perm, row_len, cols, vals, x, out, split_sums, rows, chunk, extra_ptr, items, width, mean);
+  });
+  finish_split(extra_ptr, perm, rows, split_sums, out, width, stream);
 }
 
-template void spmm_plan<float>(const int64_t*, const int64_t*, const int64_t*, int64_t, int64_t*, float*, int64_t,
-                               cudaStream_t);
-template void spmm_plan<double>(const int64_t*, const int64_t*, const int64_t*, int64_t, int64_t*, double*, int64_t,
-                                cudaStream_t);
-template void spmm_csr<float>(const int64_t*, const int64_t*, const float*, const float*, float*, int64_t,
-                              const int64_t*, int64_t, int64_t, bool, cudaStream_t);
-template void spmm_csr<double>(const int64_t*, const int64_t*, const double*, const double*, double*, int64_t,
-                               const int64_t*, int64_t, int64_t, bool, cudaStream_t);
-template void spmm_sell<float>(const int64_t*, const int64_t*, const int64_t*, const int64_t*, const float*,
-                               const float*, float*, int64_t, int64_t, const int64_t*, int64_t, int64_t, bool,
-                               cudaStream_t);
-template void spmm_sell<double>(const int64_t*, const int64_t*, const int64_t*, const int64_t*, const double*,
-                                const double*, double*, int64_t, int64_t, const int64_t*, int64_t, int64_t, bool,
-                                cudaStream_t);
+#define GNNKIT_SPMM_INSTANTIATE(T)                                                                                  \
+  template void spmm_plan<T>(const int64_t*, const int64_t*, const int64_t*, int64_t, int64_t*, T*, int64_t,        \
+                             cudaStream_t);                                                                         \
+  template void spmm_csr<T>(const int64_t*, const int64_t*, const T*, const T*, T*, float*, int64_t,               \
+                            const int64_t*, int64_t, int64_t, bool, cudaStream_t);                                  \
+  template void spmm_sell<T>(const int64_t*, const int64_t*, const int64_t*, const int64_t*, const T*, const T*,   \
+                             T*, float*, int64_t, int64_t, const int64_t*, int64_t, int64_t, bool, cudaStream_t);
+GNNKIT_SPMM_INSTANTIATE(float)
+GNNKIT_SPMM_INSTANTIATE(double)
+GNNKIT_SPMM_INSTANTIATE(__half)
+GNNKIT_SPMM_INSTANTIATE(__nv_bfloat16)
+#undef GNNKIT_SPMM_INSTANTIATE
 
 }  // namespace gpu
 }  // namespace gnnkit

@@ -138,8 +138,11 @@ def to_sell(a: CSR, dtype: torch.dtype = torch.float32, chunk: int = SELL_C, sig
     checks.csr("to_sell", *a)
     if chunk < 1 or sigma < 1:
         raise ValueError(f"to_sell: chunk and sigma must be >= 1, got {chunk} and {sigma}")
-    parts = _module().sell_from_csr(a.indptr, a.indices, a.values, chunk, sigma, dtype)
+    narrow = dtype in (torch.float16, torch.bfloat16)  # built in float32 (the CPU builder's types), then rounded
+    chunk_ptr, perm, row_len, cols, vals = _module().sell_from_csr(a.indptr, a.indices, a.values, chunk, sigma,
+                                                                   torch.float32 if narrow else dtype)
     device = a.indptr.device
+    parts = (chunk_ptr, perm, row_len, cols, vals.to(dtype))
     return SELL(*(p.to(device) for p in parts), chunk, a.num_cols)
 
 

@@ -44,6 +44,36 @@ def test_sell_spmm_on_gpu_matches_cpu_kernel(cuda_ext, graph, reduce, dtype):
     torch.testing.assert_close(out.cpu(), expected.to(dtype), **tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("width", [16, 64, 256])
+def test_16bit_spmm_on_gpu_sums_in_float_and_rounds_once(cuda_ext, dtype, width):
+    """CSR and SELL over half and bfloat16 features (vector widths 1, 2 and 8 per lane) against the
+    float64 product of the same rounded inputs; a hub row split into segments sums in float too."""
+    indptr, indices = powerlaw_csr(3000, seed=9, avg=10)
+    assert int(indptr.diff().max()) > 4 * 256
+    gen = torch.Generator().manual_seed(3)
+    values = torch.rand(indices.numel(), generator=gen).to(dtype)
+    x = torch.randn(3000, width, generator=gen).to(dtype)
+    expected = reference(indptr, indices, 3000, x.double(), values.double(), True)
+    rel = 2.0 ** -10 if dtype == torch.float16 else 2.0 ** -7  # the output's one rounding, and some
+    a = ops.CSR(*on_device("cuda", indptr, indices, values), 3000)
+    for out in (ops.spmm_csr_raw(a, x.cuda(), mean=True), ops.spmm_sell(ops.to_sell(a, dtype=dtype), x.cuda(), True)):
+        assert out.dtype == dtype
+        torch.testing.assert_close(out.cpu().double(), expected, rtol=rel, atol=rel)
+
+
+@pytest.mark.parametrize("width", [32, 64, 128, 256])
+def test_vectorised_feature_loads_on_gpu_match_scalar_ones(cuda_ext, width):
+    """Widths that take 1, 2 and 4 floats a lane, and an x that is not 16-byte aligned (a view one
+    row in), which must fall back to scalar loads: all equal the float64 product."""
+    indptr, indices = powerlaw_csr(2000, seed=4, avg=8)
+    base = torch.randn(2001 * width + 1, generator=torch.Generator().manual_seed(5))
+    for x in (base[:2000 * width].view(2000, width), base[1:2000 * width + 1].view(2000, width)):
+        expected = reference(indptr, indices, 2000, x.double(), None, False)
+        out = ops.spmm_csr_raw(ops.CSR(*on_device("cuda", indptr, indices), None, 2000), x.cuda())
+        torch.testing.assert_close(out.cpu().double(), expected, atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
 def test_large_skewed_spmm_on_gpu(cuda_ext, reduce):
     """A hub row of 60,000 entries split into many segments (added atomically), rows just below and

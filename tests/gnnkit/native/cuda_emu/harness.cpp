@@ -1,6 +1,7 @@
 // Runs gnnkit's CUDA kernels under the CPU emulator (cuda_runtime.h beside this file) against
 // simple references: SpMM over CSR and SELL (sum and mean, weighted or not, a hub row split into
-// segments, empty rows, widths that are and are not multiples of 32), one sampling hop (valid,
+// segments, empty rows, widths that are and are not multiples of 32, every vector width, an
+// unaligned x, float, double, half and bfloat16 values), one sampling hop (valid,
 // distinct without replacement, the same draws for the same seed), and the fused TT lookup with
 // its gradients (against the dense product of the cores). Prints one "ok NAME" or "FAIL NAME: why"
 // line per check; the exit status is the number of failures.
@@ -12,6 +13,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels.h"
@@ -32,14 +34,54 @@ void report(const std::string& name, const std::string& why) {
   }
 }
 
+// Host conversions of the kernels' value types.
+template <typename T>
+T make(double v) { return static_cast<T>(v); }
+template <>
+__half make<__half>(double v) { return __float2half(static_cast<float>(v)); }
+template <>
+__nv_bfloat16 make<__nv_bfloat16>(double v) { return __float2bfloat16(static_cast<float>(v)); }
+double value(float v) { return v; }
+double value(double v) { return v; }
+double value(__half v) { return __half2float(v); }
+double value(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// Relative tolerance of a type's results (16-bit: sums in float, so only the output's one rounding,
+// 2^-11 for half and 2^-8 for bfloat16, with room for the float sums).
+template <typename T>
+double tolerance() {
+  return std::is_same_v<T, double> ? 1e-10 : std::is_same_v<T, float> ? 1e-4 : std::is_same_v<T, __half> ? 1e-3 : 5e-3;
+}
+
+// The float buffer split rows of 16-bit values add into (none for float and double: atomics into out).
+template <typename T>
+std::vector<float> split_sums(int64_t nnz, int64_t width) {
+  const bool narrow = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
+  return std::vector<float>(narrow ? split_rows_bound(nnz) * width : 0, 0.0f);
+}
+
+template <typename T>
+std::vector<T> converted(const std::vector<double>& v) {
+  std::vector<T> out;
+  for (const double e : v) out.push_back(make<T>(e));
+  return out;
+}
+
+// The values a kernel actually sees: ``v`` rounded to T.
+template <typename T>
+std::vector<double> rounded(const std::vector<double>& v) {
+  std::vector<double> out;
+  for (const double e : v) out.push_back(value(make<T>(e)));
+  return out;
+}
+
 template <typename T>
 std::string compare(const std::vector<T>& got, const std::vector<double>& want, double tol) {
   if (got.size() != want.size()) return "size " + std::to_string(got.size()) + " != " + std::to_string(want.size());
   for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
+    const double err = std::fabs(value(got[i]) - want[i]);
     if (!(err <= tol * (1.0 + std::fabs(want[i])))) {
-      return "element " + std::to_string(i) + ": " + std::to_string(static_cast<double>(got[i])) + " vs " +
-             std::to_string(want[i]);
+      return "element " + std::to_string(i) + ": " + std::to_string(value(got[i])) + " vs " + std::to_string(want[i]);
     }
   }
   return "";
@@ -93,17 +135,24 @@ std::pair<Vec, int64_t> plan(const int64_t* indptr, const int64_t* row_len, cons
   return {extra, rows + (nnz + kSegment - 1) / kSegment};
 }
 
+// `offset` elements of padding before x: 1 makes x unaligned for vector loads (the kernel must
+// fall back to scalar ones).
 template <typename T>
-void check_csr(const std::string& name, const Csr& a, int64_t width, bool weighted, bool mean, std::mt19937_64& rng) {
+void check_csr(const std::string& name, const Csr& a, int64_t width, bool weighted, bool mean, std::mt19937_64& rng,
+               int64_t offset = 0) {
   std::normal_distribution<double> normal;
   std::vector<double> x(a.cols * width);
   for (auto& v : x) v = normal(rng);
-  std::vector<T> xt(x.begin(), x.end()), vt(a.values.begin(), a.values.end());
-  std::vector<T> out(a.rows * width, T(-7));  // garbage: every row must be written
+  std::vector<T> xt(offset, make<T>(0.0)), vt = converted<T>(a.values);
+  for (const T v : converted<T>(x)) xt.push_back(v);
+  std::vector<T> out(a.rows * width, make<T>(-7.0));  // garbage: every row must be written
   auto [extra, items] = plan<T>(a.indptr.data(), nullptr, nullptr, a.rows, a.indices.size(), out, width);
-  spmm_csr<T>(a.indptr.data(), a.indices.data(), weighted ? vt.data() : nullptr, xt.data(), out.data(), a.rows,
-              extra.data(), items, width, mean, nullptr);
-  report(name, compare(out, reference_spmm(a, x, width, weighted, mean), sizeof(T) == 4 ? 1e-4 : 1e-10));
+  auto sums = split_sums<T>(a.indices.size(), width);
+  spmm_csr<T>(a.indptr.data(), a.indices.data(), weighted ? vt.data() : nullptr, xt.data() + offset, out.data(),
+              sums.empty() ? nullptr : sums.data(), a.rows, extra.data(), items, width, mean, nullptr);
+  Csr seen = a;
+  seen.values = rounded<T>(a.values);
+  report(name, compare(out, reference_spmm(seen, rounded<T>(x), width, weighted, mean), tolerance<T>()));
 }
 
 // SELL-C-sigma as gnnkit builds it (cpu/spmm.cpp): rows by decreasing length in windows of sigma,
@@ -129,22 +178,25 @@ void check_sell(const std::string& name, const Csr& a, int64_t width, bool mean,
     chunk_ptr[s + 1] = chunk_ptr[s] + longest * C;
   }
   Vec cols(chunk_ptr[S], 0);
-  std::vector<T> vals(chunk_ptr[S], T(0));
+  std::vector<T> vals(chunk_ptr[S], make<T>(0.0));
   for (int64_t t = 0; t < R; ++t) {
     for (int64_t j = 0; j < len[t]; ++j) {
       const int64_t slot = chunk_ptr[t / C] + t % C + j * C, e = a.indptr[perm[t]] + j;
       cols[slot] = a.indices[e];
-      vals[slot] = static_cast<T>(a.values[e]);
+      vals[slot] = make<T>(a.values[e]);
     }
   }
   std::normal_distribution<double> normal;
   std::vector<double> x(a.cols * width);
   for (auto& v : x) v = normal(rng);
-  std::vector<T> xt(x.begin(), x.end()), out(R * width, T(-7));
+  std::vector<T> xt = converted<T>(x), out(R * width, make<T>(-7.0));
   auto [extra, items] = plan<T>(nullptr, len.data(), perm.data(), R, a.indices.size(), out, width);
-  spmm_sell<T>(chunk_ptr.data(), perm.data(), len.data(), cols.data(), vals.data(), xt.data(), out.data(), R, C,
-               extra.data(), items, width, mean, nullptr);
-  report(name, compare(out, reference_spmm(a, x, width, true, mean), sizeof(T) == 4 ? 1e-4 : 1e-10));
+  auto sums = split_sums<T>(a.indices.size(), width);
+  spmm_sell<T>(chunk_ptr.data(), perm.data(), len.data(), cols.data(), vals.data(), xt.data(), out.data(),
+               sums.empty() ? nullptr : sums.data(), R, C, extra.data(), items, width, mean, nullptr);
+  Csr seen = a;
+  seen.values = rounded<T>(a.values);
+  report(name, compare(out, reference_spmm(seen, rounded<T>(x), width, true, mean), tolerance<T>()));
 }
 
 void check_sampler(std::mt19937_64& rng) {
@@ -238,7 +290,7 @@ void check_tt(const std::string& name, TTShape s, int64_t batch, std::mt19937_64
               d2[(i3 * s.r2 + u) * s.q3 + c] += G * A * B;
             }
   }
-  const double tol = sizeof(T) == 4 ? 1e-4 : 1e-10;
+  const double tol = tolerance<T>();
   report(name + " forward", compare(out, want, tol));
   std::vector<T> gt(grad.begin(), grad.end()), e0(g0.size(), T(0)), e1(g1.size(), T(0)), e2(g2.size(), T(0));
   tt_backward<T>(gt.data(), t0.data(), t1.data(), t2.data(), perm.data(), seg.data(), uniq.data(), group.data(), M, s,
@@ -254,7 +306,7 @@ void check_tt(const std::string& name, TTShape s, int64_t batch, std::mt19937_64
 int main() {
   std::mt19937_64 rng(7);
   const Csr a = random_csr(300, 250, 700, rng);  // the hub spans three segments of kSegment
-  for (const int64_t width : {1, 32, 45, 128}) {
+  for (const int64_t width : {1, 32, 45, 64, 128, 256}) {  // vector widths 1, 1, 1, 2, 4, 4 for float
     for (const bool weighted : {false, true}) {
       for (const bool mean : {false, true}) {
         const std::string tag = " F=" + std::to_string(width) + (weighted ? " weighted" : "") + (mean ? " mean" : "");
@@ -263,8 +315,17 @@ int main() {
     }
     check_sell<float>("spmm_sell float F=" + std::to_string(width), a, width, false, 32, 128, rng);
   }
+  check_csr<float>("spmm_csr float F=128 unaligned x", a, 128, true, false, rng, 1);
   check_csr<double>("spmm_csr double F=33 weighted mean", a, 33, true, true, rng);
+  check_csr<double>("spmm_csr double F=64 weighted", a, 64, true, false, rng);
   check_sell<double>("spmm_sell double F=33 mean", a, 33, true, 8, 64, rng);
+  for (const int64_t width : {16, 64, 256}) {  // vector widths 1, 2 and 8 for 16-bit values
+    const std::string tag = " F=" + std::to_string(width);
+    check_csr<__half>("spmm_csr half" + tag + " weighted mean", a, width, true, true, rng);
+    check_csr<__nv_bfloat16>("spmm_csr bfloat16" + tag + " weighted", a, width, true, false, rng);
+    check_sell<__half>("spmm_sell half" + tag, a, width, false, 32, 128, rng);
+    check_sell<__nv_bfloat16>("spmm_sell bfloat16" + tag + " mean", a, width, true, 32, 128, rng);
+  }
   const Csr empty{5, 4, {0, 0, 0, 0, 0, 0}, {}, {}};
   check_csr<float>("spmm_csr float no entries", empty, 16, false, true, rng);
   check_sampler(rng);
