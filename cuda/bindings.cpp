@@ -78,8 +78,9 @@ std::vector<at::Tensor> relabel(const at::Tensor& src, at::Tensor local, int64_t
 }
 
 std::vector<at::Tensor> tt_forward(const at::Tensor& rows, const at::Tensor& c0, const at::Tensor& c1,
-                                   const at::Tensor& c2) {
-  GNNKIT_DEVICE_SWITCH(c0, tt_forward_cpu(rows, c0, c1, c2), tt_forward_cuda(rows, c0, c1, c2));
+                                   const at::Tensor& c2, bool reuse_prefixes) {
+  GNNKIT_DEVICE_SWITCH(c0, tt_forward_cpu(rows, c0, c1, c2, reuse_prefixes),
+                       tt_forward_cuda(rows, c0, c1, c2, reuse_prefixes));
 }
 
 std::vector<at::Tensor> tt_backward(const at::Tensor& grad, const at::Tensor& c0, const at::Tensor& c1,
@@ -122,7 +123,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("sample_neighbors", &gnnkit::sample_neighbors, "uniform multi-hop neighbour sampling");
   m.def("sample_rows", &gnnkit::sample_rows, "one hop of uniform neighbour sampling over given rows");
   m.def("relabel", &gnnkit::relabel, "local ids of sampled nodes, new ones in order of first occurrence");
-  m.def("tt_forward", &gnnkit::tt_forward, "fused 3-core TT lookup with prefix reuse");
+  m.def("tt_forward", &gnnkit::tt_forward, "fused 3-core TT lookup (prefix reuse, or one row a group)");
   m.def("tt_backward", &gnnkit::tt_backward, "gradients of the fused TT lookup");
   m.def("select_magnitude", &gnnkit::select_magnitude, "elements with |x| >= threshold, with their indices");
   m.def("dropout", &gnnkit::dropout, "inverted dropout with a counter-based mask (same seed, same mask)");

@@ -67,7 +67,7 @@ std::vector<at::Tensor> relabel_cpu(const at::Tensor& src, at::Tensor local, int
 // Fused three-core TT lookup with prefix reuse (TT-Rec / FBTT, https://arxiv.org/abs/2101.11714).
 // Returns (out [B, D], perm [B], seg [U+1], uniq [U], group [M+1], level [M, q1 q2 r2]).
 std::vector<at::Tensor> tt_forward_cpu(const at::Tensor& rows, const at::Tensor& c0, const at::Tensor& c1,
-                                       const at::Tensor& c2);
+                                       const at::Tensor& c2, bool reuse_prefixes);
 
 std::vector<at::Tensor> tt_backward_cpu(const at::Tensor& grad, const at::Tensor& c0, const at::Tensor& c1,
                                         const at::Tensor& c2, const at::Tensor& perm, const at::Tensor& seg,

@@ -97,29 +97,62 @@ std::vector<int64_t> prefix_chunks(const at::Tensor& group, int64_t per_thread) 
   return balanced_row_bounds(group.data_ptr<int64_t>(), M, chunks);
 }
 
+// The lookup's plan: the order rows are visited in (perm), their runs of equal rows (uniq, seg) and
+// the runs of those with one digit prefix (group). With prefix reuse, rows are sorted so each
+// distinct prefix and row is contracted once; without, every row is its own group in its own
+// place (no sort: for batches of mostly distinct prefixes).
+struct Plan {
+  at::Tensor perm;
+  std::vector<int64_t> uniq, seg, group;
+};
+
+Plan make_plan(const at::Tensor& rows, const Shape& s, bool reuse_prefixes) {
+  const int64_t B = rows.numel();
+  Plan plan;
+  plan.uniq.reserve(B);
+  if (!reuse_prefixes) {
+    const int64_t* rp = rows.data_ptr<int64_t>();
+    for (int64_t j = 0; j < B; ++j) {
+      TORCH_CHECK(rp[j] >= 0 && rp[j] < s.p1 * s.p2 * s.p3, "TT row out of range");
+      plan.uniq.push_back(rp[j]);
+      plan.seg.push_back(j);
+      plan.group.push_back(j);
+    }
+    plan.seg.push_back(B);
+    plan.group.push_back(B);
+    plan.perm = at::arange(B, rows.options());
+    return plan;
+  }
+  auto [sorted, perm] = at::sort(rows, /*stable=*/true, /*dim=*/0, /*descending=*/false);
+  const int64_t* sp = sorted.data_ptr<int64_t>();
+  // Distinct rows (seg: their runs in `sorted`) and distinct prefixes (group: their runs of rows).
+  for (int64_t j = 0; j < B; ++j) {
+    if (j == 0 || sp[j] != sp[j - 1]) {
+      TORCH_CHECK(sp[j] >= 0 && sp[j] < s.p1 * s.p2 * s.p3, "TT row out of range");
+      if (plan.uniq.empty() || sp[j] / s.p3 != plan.uniq.back() / s.p3) {
+        plan.group.push_back(static_cast<int64_t>(plan.uniq.size()));
+      }
+      plan.uniq.push_back(sp[j]);
+      plan.seg.push_back(j);
+    }
+  }
+  plan.seg.push_back(B);
+  plan.group.push_back(static_cast<int64_t>(plan.uniq.size()));
+  plan.perm = perm;
+  return plan;
+}
+
 }  // namespace
 
 std::vector<at::Tensor> tt_forward_cpu(const at::Tensor& rows_in, const at::Tensor& c0_in,
-                                       const at::Tensor& c1_in, const at::Tensor& c2_in) {
+                                       const at::Tensor& c1_in, const at::Tensor& c2_in, bool reuse_prefixes) {
   const Shape s = check_cores(c0_in, c1_in, c2_in);
   const at::Tensor c0 = c0_in.contiguous(), c1 = c1_in.contiguous(), c2 = c2_in.contiguous();
   const at::Tensor rows = rows_in.to(at::kLong).contiguous().view({-1});
   const int64_t B = rows.numel();
-  auto [sorted, perm] = at::sort(rows, /*stable=*/true, /*dim=*/0, /*descending=*/false);
-  const int64_t* sp = sorted.data_ptr<int64_t>();
-  // Distinct rows (seg: their runs in `sorted`) and distinct prefixes (group: their runs of rows).
-  std::vector<int64_t> uniq, seg, group;
-  uniq.reserve(B);
-  for (int64_t j = 0; j < B; ++j) {
-    if (j == 0 || sp[j] != sp[j - 1]) {
-      TORCH_CHECK(sp[j] >= 0 && sp[j] < s.p1 * s.p2 * s.p3, "TT row out of range");
-      if (uniq.empty() || sp[j] / s.p3 != uniq.back() / s.p3) group.push_back(static_cast<int64_t>(uniq.size()));
-      uniq.push_back(sp[j]);
-      seg.push_back(j);
-    }
-  }
-  seg.push_back(B);
-  group.push_back(static_cast<int64_t>(uniq.size()));
+  Plan plan = make_plan(rows, s, reuse_prefixes);
+  const at::Tensor perm = plan.perm;
+  const std::vector<int64_t>&uniq = plan.uniq, &seg = plan.seg, &group = plan.group;
   auto lopt = rows.options();
   at::Tensor uniq_t = at::tensor(uniq, lopt), seg_t = at::tensor(seg, lopt), group_t = at::tensor(group, lopt);
   const int64_t M = group_t.numel() - 1;

@@ -7,6 +7,8 @@
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <tuple>
+
 #include "kernels.h"
 
 namespace gnnkit {
@@ -164,18 +166,30 @@ std::vector<at::Tensor> sample_neighbors_cuda(const at::Tensor& indptr, const at
   return {cat(nodes), cat(rows), cat(cols), cat(edges), counts(num_nodes), counts(num_edges)};
 }
 
+// With prefix reuse the rows are sorted and grouped by prefix (a sort and two unique passes, whose
+// sizes the host waits for); without, every row is its own group in its own place, one launch and
+// no host sync, each block contracting its row's prefix itself.
 std::vector<at::Tensor> tt_forward_cuda(const at::Tensor& rows_in, const at::Tensor& c0_in, const at::Tensor& c1_in,
-                                        const at::Tensor& c2_in) {
+                                        const at::Tensor& c2_in, bool reuse_prefixes) {
   const c10::cuda::CUDAGuard guard(c0_in.device());
   const at::Tensor c0 = c0_in.contiguous(), c1 = c1_in.contiguous(), c2 = c2_in.contiguous();
   const gpu::TTShape s{c0.size(0), c1.size(0), c2.size(0), c0.size(2), c1.size(2), c2.size(2), c0.size(3), c1.size(3)};
   const at::Tensor rows = rows_in.to(c0.device(), at::kLong).contiguous().view({-1});
-  auto [sorted, perm] = at::sort(rows, /*stable=*/true, 0, false);
-  auto [uniq, unused_inverse, counts] = at::unique_consecutive(sorted, false, true);
-  const at::Tensor seg = exclusive_cumsum(counts);
-  auto [prefixes, unused2, group_counts] = at::unique_consecutive(at::div(uniq, s.p3, "floor"), false, true);
-  const at::Tensor group = exclusive_cumsum(group_counts);
-  const int64_t M = prefixes.numel();
+  at::Tensor perm, uniq, seg, group;
+  if (reuse_prefixes) {
+    at::Tensor sorted, counts, group_counts;
+    std::tie(sorted, perm) = at::sort(rows, /*stable=*/true, 0, false);
+    std::tie(uniq, std::ignore, counts) = at::unique_consecutive(sorted, false, true);
+    seg = exclusive_cumsum(counts);
+    std::tie(std::ignore, std::ignore, group_counts) = at::unique_consecutive(at::div(uniq, s.p3, "floor"), false, true);
+    group = exclusive_cumsum(group_counts);
+  } else {
+    perm = at::arange(rows.numel(), rows.options());
+    uniq = rows;
+    seg = at::arange(rows.numel() + 1, rows.options());
+    group = seg;
+  }
+  const int64_t M = group.numel() - 1;
   at::Tensor out = at::empty({rows.numel(), s.q1 * s.q2 * s.q3}, c0.options());
   at::Tensor level = at::empty({M, s.q1 * s.q2 * s.r2}, c0.options());
   AT_DISPATCH_FLOATING_TYPES(c0.scalar_type(), "tt_forward_cuda", [&] {

@@ -19,7 +19,7 @@ std::vector<at::Tensor> sample_neighbors_cuda(const at::Tensor& indptr, const at
                                               bool replace, int64_t seed, at::Tensor local);
 
 std::vector<at::Tensor> tt_forward_cuda(const at::Tensor& rows, const at::Tensor& c0, const at::Tensor& c1,
-                                        const at::Tensor& c2);
+                                        const at::Tensor& c2, bool reuse_prefixes);
 
 std::vector<at::Tensor> tt_backward_cuda(const at::Tensor& grad, const at::Tensor& c0, const at::Tensor& c1,
                                          const at::Tensor& c2, const at::Tensor& perm, const at::Tensor& seg,

@@ -191,17 +191,17 @@ def _sample_raw(indptr: Tensor, indices: Tensor, seeds: Tensor, fanouts: Sequenc
 # -- TT lookup --------------------------------------------------------------------------------------
 class _TTLookup(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, rows: Tensor, c0: Tensor, c1: Tensor, c2: Tensor) -> Tensor:
-        out, *plan = _module().tt_forward(rows, c0, c1, c2)
+    def forward(ctx: Any, rows: Tensor, c0: Tensor, c1: Tensor, c2: Tensor, reuse_prefixes: bool) -> Tensor:
+        out, *plan = _module().tt_forward(rows, c0, c1, c2, reuse_prefixes)
         ctx.save_for_backward(c0, c1, c2, *plan)
         return out
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, grad: Tensor) -> tuple[None, Tensor, Tensor, Tensor]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[None, Tensor, Tensor, Tensor, None]:
         c0, c1, c2, *plan = ctx.saved_tensors
         g0, g1, g2 = _module().tt_backward(grad.contiguous(), c0, c1, c2, *plan)
-        return None, g0, g1, g2
+        return None, g0, g1, g2, None
 
 
 def tt_supported(cores: Sequence[Tensor]) -> bool:
@@ -210,22 +210,25 @@ def tt_supported(cores: Sequence[Tensor]) -> bool:
         len({c.device for c in cores}) == 1 and len({c.dtype for c in cores}) == 1)
 
 
-def tt_lookup(cores: Sequence[Tensor], rows: Tensor) -> Tensor:
-    """Rows of a three-core TT table, fused forward and backward with prefix reuse.
+def tt_lookup(cores: Sequence[Tensor], rows: Tensor, reuse_prefixes: bool = True) -> Tensor:
+    """Rows of a three-core TT table, fused forward and backward.
 
-    The FBTT/TT-Rec lookup (<https://arxiv.org/abs/2101.11714>): rows are sorted, each distinct
-    prefix ``(i1, i2)`` is contracted once, each distinct row once; the backward pass sums core
-    gradients into per-thread buffers (no atomics on CPU).
+    The FBTT/TT-Rec lookup (<https://arxiv.org/abs/2101.11714>): with ``reuse_prefixes`` rows are
+    sorted, each distinct prefix ``(i1, i2)`` is contracted once, each distinct row once; without,
+    each row is contracted on its own, in place (no sort, and on CUDA no host sync: for batches
+    whose rows rarely share a prefix). The backward pass sums core gradients into per-thread
+    buffers (no atomics on CPU). Both give the same values.
 
     Args:
         cores: ``[p_k, r_{k-1}, q_k, r_k]`` cores (``r_0 = r_3 = 1``).
         rows: int64 ``[B]`` TT rows (any order, duplicates allowed).
+        reuse_prefixes: Sort and share the contractions of equal prefixes and rows.
 
     Returns:
         ``[B, q1 q2 q3]``, differentiable with respect to the cores.
     """
     checks.tt_inputs("tt_lookup", cores, rows)
-    return _TTLookup.apply(rows.reshape(-1), *cores)
+    return _TTLookup.apply(rows.reshape(-1), *cores, bool(reuse_prefixes))
 
 
 # -- magnitude selection ----------------------------------------------------------------------------

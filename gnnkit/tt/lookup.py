@@ -163,11 +163,11 @@ def _fused_ok(cores: Sequence[Tensor]) -> bool:
     return cores[0].device.type == "cpu" or "tt_lookup_cuda" in native.kernels()
 
 
-def native_tt_lookup(cores: Sequence[Tensor], rows: Tensor) -> Tensor:
-    """The fused three-core lookup with prefix reuse (needs :func:`gnnkit.native.available`)."""
+def native_tt_lookup(cores: Sequence[Tensor], rows: Tensor, prefix_reuse: bool = True) -> Tensor:
+    """The fused three-core lookup, with prefix reuse or row by row (needs :func:`gnnkit.native.available`)."""
     from gnnkit import native
 
-    return native.ops.tt_lookup(cores, rows)
+    return native.ops.tt_lookup(cores, rows, reuse_prefixes=prefix_reuse)
 
 
 def lookup(
@@ -181,8 +181,9 @@ def lookup(
         rows: Row ids, int64 ``[B]`` (any order, duplicates allowed, assumed in range).
         p_shapes: Row factorisation.
         dedup: Contract each distinct row once.
-        prefix_reuse: Contract each distinct prefix once (implies ``dedup``); three-core tables
-            use the fused native kernel when it is built and ``fused``.
+        prefix_reuse: Contract each distinct prefix once (implies ``dedup``). Three-core tables
+            use the fused native kernel when it is built and ``fused``: with prefix reuse, or
+            row by row when neither ``dedup`` nor ``prefix_reuse`` is asked for.
         fused: Allow the fused native kernel (:func:`gnnkit.native.ops.tt_lookup`); its values
             equal the Python path's up to float rounding, not bitwise.
 
@@ -190,7 +191,7 @@ def lookup(
         ``[B, embedding_dim]``, differentiable with respect to the cores.
     """
     if not (dedup or prefix_reuse):
-        return lookup_plain(cores, rows, p_shapes)
+        return native_tt_lookup(cores, rows, False) if fused and _fused_ok(cores) else lookup_plain(cores, rows, p_shapes)
     if prefix_reuse and fused and _fused_ok(cores):
         return native_tt_lookup(cores, rows)
     unique, inverse = torch.unique(rows, sorted=True, return_inverse=True)

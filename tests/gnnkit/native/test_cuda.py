@@ -114,8 +114,9 @@ def test_sampler_on_gpu_is_valid_deterministic_and_equals_cpu(cuda_ext, replace,
             assert torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
 
 
+@pytest.mark.parametrize("reuse", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_tt_lookup_on_gpu_matches_cpu_values_and_gradients(cuda_ext, dtype):
+def test_tt_lookup_on_gpu_matches_cpu_values_and_gradients(cuda_ext, dtype, reuse):
     g = torch.Generator().manual_seed(3)
     shapes = [(7, 1, 3, 4), (5, 4, 2, 6), (6, 6, 4, 1)]
     cores = [torch.randn(*s, generator=g, dtype=dtype) for s in shapes]
@@ -124,7 +125,7 @@ def test_tt_lookup_on_gpu_matches_cpu_values_and_gradients(cuda_ext, dtype):
     cpu_cores = [c.clone().requires_grad_() for c in cores]
     gpu_cores = [c.cuda().requires_grad_() for c in cores]
     out_cpu = ops.tt_lookup(cpu_cores, rows)
-    out_gpu = ops.tt_lookup(gpu_cores, rows.cuda())
+    out_gpu = ops.tt_lookup(gpu_cores, rows.cuda(), reuse_prefixes=reuse)
     tol = {"atol": 1e-5, "rtol": 1e-4} if dtype == torch.float32 else {}
     torch.testing.assert_close(out_gpu.cpu(), out_cpu, **tol)
     grads_cpu = torch.autograd.grad((out_cpu * weight).sum(), cpu_cores)

@@ -22,24 +22,26 @@ SHAPES = [((5, 4, 6), (2, 3, 2), (3, 2)), ((7, 3, 9), (4, 5, 5), (16, 16)), ((1,
           ((2, 1, 13), (3, 1, 2), (4, 5))]
 
 
+@pytest.mark.parametrize("reuse", [True, False])
 @pytest.mark.parametrize("p,q,r", SHAPES)
-def test_forward_matches_the_dense_table(ext, p, q, r):
+def test_forward_matches_the_dense_table(ext, p, q, r, reuse):
     cores = make_cores(p, q, r)
     n = p[0] * p[1] * p[2]
     g = torch.Generator().manual_seed(1)
     rows = torch.cat([torch.randint(0, n, (64,), generator=g), torch.tensor([0, n - 1, n - 1])])
-    out = ops.tt_lookup(cores, rows)
+    out = ops.tt_lookup(cores, rows, reuse_prefixes=reuse)
     torch.testing.assert_close(out, full_table(cores)[rows])
 
 
+@pytest.mark.parametrize("reuse", [True, False])
 @pytest.mark.parametrize("p,q,r", SHAPES)
-def test_gradients_match_the_python_reuse_path(ext, p, q, r):
+def test_gradients_match_the_python_reuse_path(ext, p, q, r, reuse):
     cores = make_cores(p, q, r, seed=2)
     n = p[0] * p[1] * p[2]
     g = torch.Generator().manual_seed(3)
     rows = torch.randint(0, n, (2, 50), generator=g)  # duplicates and any shape
     weight = torch.randn(100, q[0] * q[1] * q[2], generator=g, dtype=torch.float64)
-    fused = torch.autograd.grad((ops.tt_lookup(cores, rows) * weight).sum(), cores)
+    fused = torch.autograd.grad((ops.tt_lookup(cores, rows, reuse_prefixes=reuse) * weight).sum(), cores)
     with native.disabled():
         expected = torch.autograd.grad((lookup(cores, rows.reshape(-1), p) * weight).sum(), cores)
     for a, b in zip(fused, expected):
@@ -50,6 +52,7 @@ def test_gradcheck_and_empty_batch(ext):
     cores = make_cores((3, 2, 4), (2, 2, 3), (2, 3), seed=4)
     rows = torch.tensor([0, 5, 5, 23, 7])
     assert torch.autograd.gradcheck(lambda a, b, c: ops.tt_lookup([a, b, c], rows), tuple(cores))
+    assert torch.autograd.gradcheck(lambda a, b, c: ops.tt_lookup([a, b, c], rows, reuse_prefixes=False), tuple(cores))
     empty = ops.tt_lookup(cores, torch.zeros(0, dtype=torch.long))
     assert empty.shape == (0, 12)
     grads = torch.autograd.grad(empty.sum(), cores)

@@ -239,8 +239,10 @@ void check_sampler(std::mt19937_64& rng) {
 
 // The fused TT lookup against the dense product of the cores, and its gradients against the
 // gradients of that product with respect to each core (<grad, out> is the loss).
+// `reuse`: the sorted plan that contracts each prefix once; otherwise every row its own group in
+// its own place (the plan gpu/dispatch.cpp builds without prefix reuse).
 template <typename T>
-void check_tt(const std::string& name, TTShape s, int64_t batch, std::mt19937_64& rng) {
+void check_tt(const std::string& name, TTShape s, int64_t batch, bool reuse, std::mt19937_64& rng) {
   std::normal_distribution<double> normal;
   auto randn = [&](int64_t n) {
     std::vector<double> v(n);
@@ -256,18 +258,25 @@ void check_tt(const std::string& name, TTShape s, int64_t batch, std::mt19937_64
   // The plan of gpu/dispatch.cpp: stable sort, unique rows (seg), groups by digit prefix.
   Vec perm(batch);
   std::iota(perm.begin(), perm.end(), 0);
-  std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return rows[a] < rows[b]; });
   Vec uniq, seg{0}, group{0};
-  for (int64_t j = 0; j < batch; ++j) {
-    const int64_t r = rows[perm[j]];
-    if (uniq.empty() || uniq.back() != r) {
-      if (!uniq.empty()) seg.push_back(j);
-      if (!uniq.empty() && uniq.back() / s.p3 != r / s.p3) group.push_back(static_cast<int64_t>(uniq.size()));
-      uniq.push_back(r);
+  if (reuse) {
+    std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return rows[a] < rows[b]; });
+    for (int64_t j = 0; j < batch; ++j) {
+      const int64_t r = rows[perm[j]];
+      if (uniq.empty() || uniq.back() != r) {
+        if (!uniq.empty()) seg.push_back(j);
+        if (!uniq.empty() && uniq.back() / s.p3 != r / s.p3) group.push_back(static_cast<int64_t>(uniq.size()));
+        uniq.push_back(r);
+      }
     }
+    seg.push_back(batch);
+    group.push_back(static_cast<int64_t>(uniq.size()));
+  } else {
+    uniq = rows;
+    seg.resize(batch + 1);
+    std::iota(seg.begin(), seg.end(), 0);
+    group = seg;
   }
-  seg.push_back(batch);
-  group.push_back(static_cast<int64_t>(uniq.size()));
   const int64_t M = static_cast<int64_t>(group.size()) - 1;
   std::vector<T> t0(g0.begin(), g0.end()), t1(g1.begin(), g1.end()), t2(g2.begin(), g2.end());
   std::vector<T> level(M * s.q1 * n1), out(batch * D, T(-7));
@@ -329,8 +338,9 @@ int main() {
   const Csr empty{5, 4, {0, 0, 0, 0, 0, 0}, {}, {}};
   check_csr<float>("spmm_csr float no entries", empty, 16, false, true, rng);
   check_sampler(rng);
-  check_tt<float>("tt float", TTShape{3, 4, 5, 2, 3, 2, 3, 4}, 40, rng);
-  check_tt<double>("tt double", TTShape{2, 3, 7, 3, 2, 4, 2, 5}, 64, rng);
+  check_tt<float>("tt float", TTShape{3, 4, 5, 2, 3, 2, 3, 4}, 40, true, rng);
+  check_tt<double>("tt double", TTShape{2, 3, 7, 3, 2, 4, 2, 5}, 64, true, rng);
+  check_tt<float>("tt float per row", TTShape{3, 4, 5, 2, 3, 2, 3, 4}, 40, false, rng);
   std::printf("%d failure(s)\n", failures);
   return failures;
 }
