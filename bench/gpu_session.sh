@@ -15,20 +15,28 @@
 #     bash bench/gpu_session.sh setup native formats # call 2 (setup is quick once built)
 #     bash bench/gpu_session.sh setup gpu            # call 3
 # Steps: setup (wheels, build), tests (the GPU tier), native (bench/native.py --device cuda),
-# formats (label the corpus on the GPU, train the CUDA selector, bench/formats.py --device cuda),
-# gpu (issue 16's table, bench/gpu.py). Results land in $OUT (default ./gpu-out): the JSON files to
-# copy into bench/results/ (and selector_model_cuda.json into gnnkit/sparse/), session.log with
-# every step's outcome, and logs.tgz with each step's whole log.
+# formats (label the corpus on the GPU, resumable across calls, train the CUDA selector,
+# bench/formats.py --device cuda), gpu (issue 16's table, bench/gpu.py). Results land in $OUT
+# (default ./gpu-out; at most 8 files come back): the JSON files to copy into bench/results/
+# (formats_labels_gpu.jsonl too, and selector_model_cuda.json into gnnkit/sparse/), session.log
+# with every step's outcome, and logs.tgz with each step's whole log and the PNG plots.
 # A step that fails is logged and the next still runs; the exit status counts the failures.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
-LOGS=/tmp/gnnkit-gpu-logs
-mkdir -p "$OUT" "$LOGS"
+LOGS=/tmp/gnnkit-gpu-logs  # kept across calls while the machine stays warm
+LABELS=/tmp/gnnkit-gpu-labels/formats_labels_gpu.jsonl  # resumable: a later call labels on from here
+mkdir -p "$OUT" "$LOGS" "$(dirname "$LABELS")"
 export GNNKIT_HOME=${GNNKIT_HOME:-/tmp/gnnkit-home} PYTHONUNBUFFERED=1
 export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 CORPUS=${GNNKIT_GPU_CORPUS:-150}  # matrices labelled on the GPU for the CUDA selector
 failed=0
+finish() {  # also when the call is cut short: what there is comes back
+    [ -f "$LABELS" ] && cp "$LABELS" "$OUT/"
+    tar -czf "$OUT/logs.tgz" -C "$LOGS" .
+    echo "$failed step(s) failed; session.log and logs.tgz in $OUT" | tee -a "$OUT/session.log"
+}
+trap finish EXIT
 
 step() {  # step NAME COMMAND...: run, time and log one step
     local name=$1; shift
@@ -60,13 +68,12 @@ tests() {  # the GPU tier: every test that runs on CUDA (the rest is CI's, on CP
 }
 
 native() {
-    step bench-native python3 bench/native.py --device cuda --json "$OUT/native_gpu.json"
+    step bench-native python3 bench/native.py --device cuda --json "$OUT/native_gpu.json" --png "$LOGS/native_gpu.png"
 }
 
 formats() {  # issue 17: the CUDA selector's corpus, its model, and the held-out comparison
-    step label-gpu python3 bench/formats_corpus.py label --device cuda --count "$CORPUS" \
-        --labels "$OUT/formats_labels_gpu.jsonl"
-    step train-gpu python3 bench/formats_corpus.py train --device cuda --labels "$OUT/formats_labels_gpu.jsonl" \
+    step label-gpu python3 bench/formats_corpus.py label --device cuda --count "$CORPUS" --labels "$LABELS"
+    step train-gpu python3 bench/formats_corpus.py train --device cuda --labels "$LABELS" \
         --out "$OUT/selector_model_cuda.json"
     step bench-formats env GNNKIT_SELECTOR_CUDA="$OUT/selector_model_cuda.json" python3 bench/formats.py \
         --device cuda --json "$OUT/formats_gpu.json" --png "$LOGS/formats_gpu.png"
@@ -86,6 +93,4 @@ for s in "${steps[@]}"; do
         *) echo "unknown step '$s' (setup, tests, native, formats, gpu)"; exit 2 ;;
     esac
 done
-tar -czf "$OUT/logs.tgz" -C "$LOGS" .
-echo "$failed step(s) failed; session.log and logs.tgz in $OUT" | tee -a "$OUT/session.log"
 exit "$failed"

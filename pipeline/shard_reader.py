@@ -70,8 +70,9 @@ class TorchShardReader:
     Args:
         num_workers: Reader processes (0: read in the calling process).
         prefetch: Shards each worker reads ahead.
-        device: Where the bytes are handed over: ``"cpu"`` (the mapped file), or ``"cuda"`` (staged
-            in pinned memory, then one asynchronous copy to the current GPU per shard).
+        device: Where the bytes are handed over: ``"cpu"`` (the mapped file), or ``"cuda"`` /
+            ``"cuda:N"`` (staged in pinned memory, then one asynchronous copy to that GPU per shard;
+            ``"cuda"``: the current one).
     """
 
     name = "torch"
@@ -84,13 +85,16 @@ class TorchShardReader:
     def read(self, paths: Sequence[Path], order: Sequence[int]) -> Iterator[tuple[int, torch.Tensor]]:
         if not order:
             return
-        gpu = self.device == "cuda"
+        device = torch.device(self.device)
+        gpu = device.type == "cuda"
+        if gpu and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
         loader = torch.utils.data.DataLoader(
             _ShardFiles(paths), batch_size=None, sampler=list(order), num_workers=self.num_workers,
             prefetch_factor=self.prefetch if self.num_workers else None, pin_memory=gpu,
         )
         for index, buffer in loader:
-            yield int(index), (buffer.to(torch.cuda.current_device(), non_blocking=True) if gpu else buffer)
+            yield int(index), (buffer.to(device, non_blocking=True) if gpu else buffer)
 
 
 def dali_available() -> bool:

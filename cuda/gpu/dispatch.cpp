@@ -43,7 +43,7 @@ typename CudaScalar<S>::type* cuda_ptr(const at::Tensor& t) {
 // The float rows that split rows of 16-bit values sum into (see gpu::spmm_csr); none otherwise.
 at::Tensor split_sums(const at::Tensor& x, int64_t nnz) {
   const bool narrow = x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16;
-  return narrow ? at::zeros({gpu::split_rows_bound(nnz), x.size(1)}, x.options().dtype(at::kFloat)) : at::Tensor();
+  return narrow ? at::empty({gpu::split_rows_bound(nnz), x.size(1)}, x.options().dtype(at::kFloat)) : at::Tensor();
 }
 
 float* float_ptr(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }

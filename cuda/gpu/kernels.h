@@ -33,8 +33,9 @@ void spmm_plan(const int64_t* indptr, const int64_t* row_len, const int64_t* per
 // the further segments of rows longer than kSegment (extra_ptr, from spmm_plan). `items` may
 // exceed their number (an upper bound, rows + nnz / kSegment, so no host sync is needed).
 // Segments of a split row add into it atomically (float sums in varying order); for 16-bit T they
-// add into `split_sums` instead, a zeroed float buffer of split_rows_bound(nnz) x width, and each
-// split row is rounded from there once (nullptr: atomics into `out`, for float and double).
+// add into `split_sums` instead (required for them), a float buffer of split_rows_bound(nnz) x
+// width whose used rows the launcher zeroes on the device, and each split row is rounded from
+// there once (nullptr: atomics into `out`, for float and double).
 template <typename T>
 void spmm_csr(const int64_t* indptr, const int64_t* indices, const T* values, const T* x, T* out, float* split_sums,
               int64_t rows, const int64_t* extra_ptr, int64_t items, int64_t width, bool mean, cudaStream_t stream);

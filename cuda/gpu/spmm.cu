@@ -76,12 +76,16 @@ __device__ void warp_segment(const int64_t* cols, const T* vals, int64_t first, 
   }
   if (f >= width) return;
   const Acc scale = (mean && row_len > 0) ? Acc(1) / static_cast<Acc>(row_len) : Acc(1);
-  if (split && split_row != nullptr) {
+  if (split) {
+    if constexpr (std::is_same_v<Acc, T>) {  // float, double: into the zeroed row itself
+      if (split_row == nullptr) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) atomicAdd(out_row + f + v, acc[v] * scale);
+        return;
+      }
+    }
 #pragma unroll
     for (int v = 0; v < V; ++v) atomicAdd(split_row + f + v, static_cast<float>(acc[v] * scale));
-  } else if (split) {
-#pragma unroll
-    for (int v = 0; v < V; ++v) atomicAdd(out_row + f + v, Num<T>::narrow(acc[v] * scale));
   } else {
     Pack<T, V> p;
 #pragma unroll
@@ -152,6 +156,16 @@ __global__ void spmm_sell_kernel(const int64_t* chunk_ptr, const int64_t* perm, 
                      split_row_of(split_sums, extra_ptr, t, width), width, mean, s_col[warp], s_val[warp]);
 }
 
+// Zeroes the float rows that split rows add into: extra_ptr[rows] of them, a count only the device
+// holds (the buffer itself is an upper bound), so no host sync and no clearing of the whole bound.
+__global__ void zero_split_kernel(const int64_t* extra_ptr, int64_t rows, float* split_sums, int64_t width) {
+  const int64_t n = extra_ptr[rows] * width;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    split_sums[i] = 0.0f;
+  }
+}
+
 // One thread per row: a split row's float sum (split_sums) rounded into its output row.
 template <typename T>
 __global__ void finish_split_kernel(const int64_t* extra_ptr, const int64_t* perm, int64_t rows,
@@ -219,6 +233,11 @@ void spmm_plan(const int64_t* indptr, const int64_t* row_len, const int64_t* per
   plan_kernel<T><<<blocks, threads, 0, stream>>>(indptr, row_len, perm, rows, extra_ptr, out, width);
 }
 
+void zero_split(const int64_t* extra_ptr, int64_t rows, float* split_sums, int64_t width, cudaStream_t stream) {
+  if (split_sums == nullptr) return;
+  zero_split_kernel<<<256, 256, 0, stream>>>(extra_ptr, rows, split_sums, width);
+}
+
 template <typename T>
 void finish_split(const int64_t* extra_ptr, const int64_t* perm, int64_t rows, const float* split_sums, T* out,
                   int64_t width, cudaStream_t stream) {
@@ -232,6 +251,7 @@ template <typename T>
 void spmm_csr(const int64_t* indptr, const int64_t* indices, const T* values, const T* x, T* out, float* split_sums,
               int64_t rows, const int64_t* extra_ptr, int64_t items, int64_t width, bool mean, cudaStream_t stream) {
   if (items == 0 || width == 0) return;
+  zero_split(extra_ptr, rows, split_sums, width, stream);
   const int v = vector_width(x, out, width);
   with_vector(v, [&](auto vector) {
     spmm_csr_kernel<T, decltype(vector)::value><<<grid_for(items, width, v), kWarpsPerBlock * kWarp, 0, stream>>>(
@@ -245,6 +265,7 @@ void spmm_sell(const int64_t* chunk_ptr, const int64_t* perm, const int64_t* row
                const T* vals, const T* x, T* out, float* split_sums, int64_t rows, int64_t chunk,
                const int64_t* extra_ptr, int64_t items, int64_t width, bool mean, cudaStream_t stream) {
   if (items == 0 || width == 0) return;
+  zero_split(extra_ptr, rows, split_sums, width, stream);
   const int v = vector_width(x, out, width);
   with_vector(v, [&](auto vector) {
     spmm_sell_kernel<T, decltype(vector)::value><<<grid_for(items, width, v), kWarpsPerBlock * kWarp, 0, stream>>>(

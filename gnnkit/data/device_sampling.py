@@ -24,6 +24,7 @@ falls back to the CPU. The log and ``report.json`` say where each array went and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -34,6 +35,9 @@ from gnnkit.optim.state import tensor_bytes
 SAMPLER_DEVICES = ("auto", "cpu", "cuda")
 #: Share of the device's free memory the graph may take; the rest is left to training.
 DEVICE_SHARE = 0.5
+#: Share of the host's available memory the pinned copies may lock (page-locked memory cannot be
+#: swapped, and torch's pinned allocator rounds each block up to a power of two).
+HOST_SHARE = 0.5
 
 
 def check_sampler_device(choice: str) -> str:
@@ -101,17 +105,35 @@ def free_device_bytes(device: torch.device) -> int:
     return int(torch.cuda.mem_get_info(device)[0])
 
 
+def available_host_bytes() -> int:
+    """Memory the host can still give (``MemAvailable`` of ``/proc/meminfo``; unbounded where unknown)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 2**62
+
+
+def pinned_bytes(nbytes: int) -> int:
+    """What pinning ``nbytes`` locks: torch's pinned allocator rounds a block up to a power of two."""
+    return 1 << max(nbytes - 1, 0).bit_length()
+
+
 def plan_placement(tensors: dict[str, Tensor | None], wanted: torch.device, free_bytes: int | None = None,
-                   asked: str = "auto") -> SamplingPlacement:
+                   asked: str = "auto", host_bytes: int | None = None) -> SamplingPlacement:
     """Decide where to sample and where each array lives: on ``wanted`` in the order of
     :data:`DEVICE_ORDER` while they fit in :data:`DEVICE_SHARE` of its free memory, the rest in
-    pinned host memory read through unified addressing (:func:`uva_view`).
+    pinned host memory read through unified addressing (:func:`uva_view`), unless pinning them
+    would lock more than :data:`HOST_SHARE` of the host's available memory: then the CPU samples.
 
     Args:
         tensors: The graph's arrays by name (``indptr``, ``indices``, ``x``, ``y``; ``None`` skipped).
         wanted: The resolved sampler device (:func:`resolve_sampler_device`).
         free_bytes: Free memory of ``wanted`` (default: asked from the device).
         asked: The ``data.sampler_device`` choice, for the reason line.
+        host_bytes: Available host memory (default: :func:`available_host_bytes`).
     """
     present = {name: t for name, t in tensors.items() if t is not None}
     size = tensor_bytes(list(present.values()))
@@ -124,6 +146,14 @@ def plan_placement(tensors: dict[str, Tensor | None], wanted: torch.device, free
         fits = placed + tensor_bytes(present[name]) <= budget
         arrays[name] = "device" if fits else "pinned"
         placed += tensor_bytes(present[name]) if fits else 0
+    locked = sum(pinned_bytes(tensor_bytes(present[n])) for n, k in arrays.items() if k == "pinned")
+    host = available_host_bytes() if host_bytes is None else host_bytes
+    if locked > HOST_SHARE * host:
+        return SamplingPlacement("cpu", "host", size,
+                                 f"sampling on the CPU: the graph ({size / 2**30:.2f} GiB) does not fit in "
+                                 f"{DEVICE_SHARE:.0%} of {wanted}'s free {free / 2**30:.2f} GiB, and pinning the rest "
+                                 f"would lock {locked / 2**30:.2f} GiB, over {HOST_SHARE:.0%} of the host's available "
+                                 f"{host / 2**30:.2f} GiB")
     kinds = set(arrays.values())
     memory = "device+pinned" if len(kinds) > 1 else kinds.pop() if kinds else "device"
     where = (f"CSR, features and labels ({size / 2**30:.2f} GiB) in device memory" if memory == "device" else
@@ -134,10 +164,14 @@ def plan_placement(tensors: dict[str, Tensor | None], wanted: torch.device, free
 
 
 def host_fallback(placement: SamplingPlacement, error: Exception) -> SamplingPlacement:
-    """The placement when pinning host memory failed: sampling on the CPU, saying why."""
+    """The placement when copying the graph to the device or pinning it failed: sampling on the
+    CPU, saying why (pinned blocks already cached are handed back to the system)."""
+    empty_cache = getattr(torch._C, "_host_emptyCache", None)
+    if empty_cache is not None and torch.cuda.is_available():
+        empty_cache()
     return SamplingPlacement("cpu", "host", placement.graph_bytes,
-                             f"sampling on the CPU: the graph does not fit on {placement.device} and pinning "
-                             f"{placement.graph_bytes / 2**30:.2f} GiB of host memory failed ({error})")
+                             f"sampling on the CPU: placing the graph ({placement.graph_bytes / 2**30:.2f} GiB) "
+                             f"for {placement.device} ({placement.graph_memory}) failed ({error})")
 
 
 class _PinnedArray:
@@ -172,10 +206,15 @@ def uva_view(tensor: Tensor, device: torch.device) -> Tensor:
     if tensor.device.type != "cpu" or not tensor.is_contiguous() or not tensor.is_pinned():
         raise ValueError(f"uva_view: needs a contiguous pinned host tensor (tensor.pin_memory()), got one on "
                          f"{tensor.device}, contiguous={tensor.is_contiguous()}")
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
     if tensor.numel() == 0:
         return torch.empty(tensor.shape, dtype=tensor.dtype, device=device)
     with torch.cuda.device(device):
         raw = torch.as_tensor(_PinnedArray(tensor), device=device)
+    if raw.data_ptr() != tensor.data_ptr() or raw.device != device:  # a torch that copied instead of aliasing
+        raise RuntimeError(f"uva_view: torch {torch.__version__} copied the pinned array to {raw.device} "
+                           f"instead of mapping it for {device}")
     return raw.view(tensor.dtype).view(tensor.shape)
 
 

@@ -205,8 +205,8 @@ class _TTLookup(torch.autograd.Function):
 
 
 def tt_supported(cores: Sequence[Tensor]) -> bool:
-    """Whether :func:`tt_lookup` handles these cores (three of them, float, same device)."""
-    return len(cores) == 3 and all(c.dim() == 4 and c.is_floating_point() for c in cores) and (
+    """Whether :func:`tt_lookup` handles these cores (three of them, float32 or float64, one device)."""
+    return len(cores) == 3 and all(c.dim() == 4 and c.dtype in (torch.float32, torch.float64) for c in cores) and (
         len({c.device for c in cores}) == 1 and len({c.dtype for c in cores}) == 1)
 
 
@@ -215,8 +215,8 @@ def tt_lookup(cores: Sequence[Tensor], rows: Tensor, reuse_prefixes: bool = True
 
     The FBTT/TT-Rec lookup (<https://arxiv.org/abs/2101.11714>): with ``reuse_prefixes`` rows are
     sorted, each distinct prefix ``(i1, i2)`` is contracted once, each distinct row once; without,
-    each row is contracted on its own, in place (no sort, and on CUDA no host sync: for batches
-    whose rows rarely share a prefix). The backward pass sums core gradients into per-thread
+    each row is contracted on its own, in place (no sort, and on CUDA none of the unique passes
+    whose sizes the host waits for: for batches whose rows rarely share a prefix). The backward pass sums core gradients into per-thread
     buffers (no atomics on CPU). Both give the same values.
 
     Args:

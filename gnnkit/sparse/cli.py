@@ -126,9 +126,10 @@ def _calibrate(args: argparse.Namespace) -> int:
     from gnnkit.sparse.corpus import sample_specs
     from gnnkit.sparse.selector import calibrated_path, device_kind
 
-    device = args.device
-    out = Path(args.out) if args.out else calibrated_path(device_kind(device))
-    labels = Path(args.labels) if args.labels else out.with_name("calibration_labels.jsonl")
+    device, kind = args.device, device_kind(args.device)
+    out = Path(args.out) if args.out else calibrated_path(kind)
+    labels = Path(args.labels) if args.labels else out.with_name(
+        "calibration_labels.jsonl" if kind == "cpu" else f"calibration_labels_{kind}.jsonl")
     if labels.exists() and not args.resume:
         labels.unlink()
     specs = sample_specs(args.count, seed=args.seed, max_rows=args.max_rows, max_nnz=args.max_nnz,
@@ -143,7 +144,7 @@ def _calibrate(args: argparse.Namespace) -> int:
                                if k.startswith("cv_") and isinstance(v, float)}
     print(f"measured {len(records)} samples on {device} in {time.perf_counter() - start:.0f}s; "
           f"held-out quality {quality}\nsaved {out} (used for {selector.device} matrices from now on; delete it to "
-          "return to the shipped model)")
+          f"return to the shipped {kind} model, or to none where none ships)")
     return 0
 
 

@@ -282,8 +282,12 @@ def _without_model(adj: Adjacency, width: int, transpose: bool, verify: bool | N
             "device": kind, "model": None}
     if len(usable_formats) < 2:
         return Decision(choice=default, reason=f"only usable format; {missing}", **base)
-    if not verify_enabled(verify) or adj.single_use or adj.nnz == 0:
-        why = "on-matrix check turned off" if not verify_enabled(verify) else "single-use matrix"
+    # the check takes a conversion and 1 + VERIFY_ROUNDS products of every format: a run that makes
+    # fewer products than that in all cannot repay it
+    too_short = run.products < len(usable_formats) * (1 + VERIFY_ROUNDS)
+    if not verify_enabled(verify) or adj.single_use or adj.nnz == 0 or too_short:
+        why = ("on-matrix check turned off" if not verify_enabled(verify) else
+               f"a run of {run.products} products" if too_short else "single-use matrix")
         return Decision(choice=default, reason=f"{missing}; {why}: default {default}", **base)
     measured = _time_formats(adj, width, transpose, usable_formats, run, timer)
     base.update(checked=True, timings_s=measured)

@@ -56,9 +56,14 @@ def test_what_does_not_fit_is_read_from_pinned_host_memory():
     assert part.report()["arrays"]["x"] == "pinned"
     nothing = plan_placement(graph, GPU, free_bytes=1000)
     assert nothing.graph_memory == "pinned" and set(nothing.arrays.values()) == {"pinned"}
+    # pinning locks whole power-of-two blocks: 40,000 bytes of features lock 65,536
+    assert plan_placement(graph, GPU, free_bytes=2 * csr_and_labels, host_bytes=2 * 65536).graph_memory == "device+pinned"
+    refused = plan_placement(graph, GPU, free_bytes=2 * csr_and_labels, host_bytes=2 * 65536 - 2)
+    assert (refused.device, refused.graph_memory) == ("cpu", "host")
+    assert "pinning the rest would lock 0.00 GiB, over 50% of the host's available" in refused.reason
     fallback = host_fallback(part, RuntimeError("cudaHostAlloc: out of memory"))
     assert (fallback.device, fallback.graph_memory) == ("cpu", "host")
-    assert "pinning 0.00 GiB of host memory failed (cudaHostAlloc: out of memory)" in fallback.reason
+    assert "for cuda:0 (device+pinned) failed (cudaHostAlloc: out of memory)" in fallback.reason
 
 
 def test_pinned_views_are_refused_for_what_unified_addressing_cannot_read():
@@ -84,7 +89,8 @@ def test_a_failed_pin_falls_back_to_sampling_on_the_cpu(monkeypatch):
     batch = next(iter(dm.train_dataloader()))
     assert batch.x.device.type == "cpu" and dm._device_graph is None
     info = dm.report_info()["sampler"]
-    assert info["graph_memory"] == "host" and "pinning" in info["reason"] and "cudaHostAlloc failed" in info["reason"]
+    assert info["graph_memory"] == "host" and "placing the graph" in info["reason"]
+    assert "cudaHostAlloc failed" in info["reason"]
 
 
 def test_training_on_the_cpu_samples_there_and_the_report_says_so():

@@ -39,7 +39,7 @@ def test_every_launch_and_dynamic_shared_array_is_rewritten():
     for cu in CU_FILES:
         text = emulated_source(cu)
         assert "<<<" not in text and "extern __shared__" not in text, cu.name
-    assert emulated_source(source_dir() / "gpu" / "spmm.cu").count("::gnnkit_emu::Launch(") == 4
+    assert emulated_source(source_dir() / "gpu" / "spmm.cu").count("::gnnkit_emu::Launch(") == 5
 
 
 @pytest.fixture(scope="module")

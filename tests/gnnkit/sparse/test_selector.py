@@ -239,6 +239,8 @@ def test_without_a_model_auto_times_every_usable_format_where_it_can_pay(monkeyp
     kept = decision.decide(one_off, 32)  # one product cannot repay timing: the default
     assert kept.choice == selector_module.NO_MODEL_DEFAULT and not kept.checked and len(timed) == 1
     assert decision.decide(adj, 32, verify=False).choice == "csr" and len(timed) == 1
+    short = decision.decide(adj, 32, run=decision.RunLength(5))  # too few products to repay timing them all
+    assert short.choice == "csr" and not short.checked and "a run of 5 products" in short.reason and len(timed) == 1
 
     monkeypatch.setattr(decision, "_timer", lambda a, w, names, r: {n: FormatTiming(0.0, 1.0, r) for n in names})
     assert decision.decide(adj, 32).choice == "csr"  # a tie keeps the default

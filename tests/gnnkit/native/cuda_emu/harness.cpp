@@ -53,11 +53,12 @@ double tolerance() {
   return std::is_same_v<T, double> ? 1e-10 : std::is_same_v<T, float> ? 1e-4 : std::is_same_v<T, __half> ? 1e-3 : 5e-3;
 }
 
-// The float buffer split rows of 16-bit values add into (none for float and double: atomics into out).
+// The float buffer split rows of 16-bit values add into (none for float and double: atomics into
+// out), filled with NaN: the launcher must zero the rows it uses.
 template <typename T>
 std::vector<float> split_sums(int64_t nnz, int64_t width) {
   const bool narrow = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
-  return std::vector<float>(narrow ? split_rows_bound(nnz) * width : 0, 0.0f);
+  return std::vector<float>(narrow ? split_rows_bound(nnz) * width : 0, std::nanf(""));
 }
 
 template <typename T>
