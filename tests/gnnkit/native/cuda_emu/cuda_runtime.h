@@ -5,8 +5,9 @@
 // array into the launch's dynamic shared buffer before compiling the file as C++20.
 //
 // Semantics kept: blocks run one after another; the threads of a block run concurrently as OS
-// threads, so __syncthreads and __syncwarp are real barriers (std::barrier) and a thread that
-// returns early leaves them (arrive_and_drop), as an exited CUDA thread does. __shared__ arrays
+// threads (made once per launch and reused block after block), so __syncthreads and __syncwarp
+// are real barriers (std::barrier) and a thread that returns early leaves them (arrive_and_drop),
+// as an exited CUDA thread does. __shared__ arrays
 // become function statics, which is per-block shared memory because blocks do not overlap.
 // atomicAdd is serialised by a mutex. Not kept: warp-synchronous code that relies on lockstep
 // execution without __syncwarp, timing, memory spaces (host pointers are device pointers here).
@@ -69,6 +70,9 @@ inline std::mutex& atomic_mutex() {
 inline unsigned char* dynamic_shared() { return shared_buffer; }
 
 // kernel<<<grid, block, shared, stream>>>(args...) becomes Launch(grid, block, shared, stream)(kernel, args...).
+// One OS thread per CUDA thread of a block, made once per launch: for every block in turn the
+// launcher sets up fresh barriers (an exited thread's drop must not carry into the next block),
+// opens a gate, and waits at a second gate until every thread has finished that block.
 struct Launch {
   dim3 grid, block;
   std::size_t shared;
@@ -79,28 +83,42 @@ struct Launch {
     const unsigned threads = block.x * block.y * block.z;
     std::vector<unsigned char> buffer_storage(shared + 16);
     unsigned char* buffer = buffer_storage.data() + (16 - reinterpret_cast<std::uintptr_t>(buffer_storage.data()) % 16) % 16;
+    std::barrier<> gate(threads + 1);  // the launcher and the block's threads, twice per block
+    std::unique_ptr<BlockSync> sync;
+    uint3 current{0, 0, 0};
+    bool done = false;
+    std::vector<std::thread> pool;
+    pool.reserve(threads);
+    for (unsigned t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+        blockDim = block;
+        gridDim = grid;
+        warp_index = t / kWarpSize;
+        shared_buffer = buffer;
+        for (;;) {
+          gate.arrive_and_wait();  // the next block is set up (or the launch is over)
+          if (done) return;
+          blockIdx = current;
+          sync_point = sync.get();
+          kernel(args...);
+          sync_point->block.arrive_and_drop();  // an exited thread no longer holds the others up
+          sync_point->warps[warp_index]->arrive_and_drop();
+          gate.arrive_and_wait();  // the whole block has finished
+        }
+      });
+    }
     for (unsigned bz = 0; bz < grid.z; ++bz)
       for (unsigned by = 0; by < grid.y; ++by)
         for (unsigned bx = 0; bx < grid.x; ++bx) {
-          BlockSync sync(threads);
-          std::vector<std::thread> pool;
-          pool.reserve(threads);
-          for (unsigned t = 0; t < threads; ++t) {
-            pool.emplace_back([&, t] {
-              threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
-              blockIdx = {bx, by, bz};
-              blockDim = block;
-              gridDim = grid;
-              sync_point = &sync;
-              warp_index = t / kWarpSize;
-              shared_buffer = buffer;
-              kernel(args...);
-              sync.block.arrive_and_drop();  // an exited thread no longer holds the others up
-              sync.warps[warp_index]->arrive_and_drop();
-            });
-          }
-          for (auto& thread : pool) thread.join();
+          sync = std::make_unique<BlockSync>(threads);
+          current = {bx, by, bz};
+          gate.arrive_and_wait();
+          gate.arrive_and_wait();
         }
+    done = true;
+    gate.arrive_and_wait();
+    for (auto& thread : pool) thread.join();
   }
 };
 
