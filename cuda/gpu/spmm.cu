@@ -257,7 +257,7 @@ void spmm_csr(const int64_t* indptr, const int64_t* indices, const T* values, co
     spmm_csr_kernel<T, decltype(vector)::value><<<grid_for(items, width, v), kWarpsPerBlock * kWarp, 0, stream>>>(
         indptr, indices, values, x, out, split_sums, rows, extra_ptr, items, width, mean);
   });
-  finish_split(extra_ptr, static_cast<const int64_t*>(nullptr), rows, split_sums, out, width, stream);
+  finish_split(extra_ptr, nullptr, rows, split_sums, out, width, stream);
 }
 
 template <typename T>

@@ -223,12 +223,12 @@ def decide(adj: Adjacency, width: int, transpose: bool = False, verify: bool | N
     kind = device_kind(adj.device)
     selector = selector or current_selector(kind)
     run = run or current_run_length()
-    ranked_all = [n for n in FORMATS if usable(FORMATS[n], adj)]
+    usable_formats = [n for n in FORMATS if usable(FORMATS[n], adj)]  # each format's check once
     if selector is None:
-        return _without_model(adj, width, transpose, verify, run, kind, ranked_all, timer)
+        return _without_model(adj, width, transpose, verify, run, kind, usable_formats, timer)
     costs = selector.costs(adj, width, transpose)
-    pick = selector.pick(costs, lambda name: usable(FORMATS[name], adj))
-    ranked = sorted((n for n in costs if n in ranked_all), key=lambda n: (costs[n], _order(n)))
+    pick = selector.pick(costs, lambda name: name in usable_formats)
+    ranked = sorted((n for n in costs if n in usable_formats), key=lambda n: (costs[n], _order(n)))
     scores = {n: costs[n] for n in ranked}
     base = {"pick": pick, "scores": scores, "width": int(width), "transpose": transpose, "products": run.products,
             "device": kind, "model": str(selector.meta.get("path", "set in code"))}
@@ -285,8 +285,9 @@ def _without_model(adj: Adjacency, width: int, transpose: bool, verify: bool | N
     # the check takes a conversion and 1 + VERIFY_ROUNDS products of every format: a run that makes
     # fewer products than that in all cannot repay it
     too_short = run.products < len(usable_formats) * (1 + VERIFY_ROUNDS)
-    if not verify_enabled(verify) or adj.single_use or adj.nnz == 0 or too_short:
-        why = ("on-matrix check turned off" if not verify_enabled(verify) else
+    check_on = verify_enabled(verify)
+    if not check_on or adj.single_use or adj.nnz == 0 or too_short:
+        why = ("on-matrix check turned off" if not check_on else
                f"a run of {run.products} products" if too_short else "single-use matrix")
         return Decision(choice=default, reason=f"{missing}; {why}: default {default}", **base)
     measured = _time_formats(adj, width, transpose, usable_formats, run, timer)
