@@ -15,7 +15,7 @@ from torch_geometric.data import Data
 from gnnkit.data.device_sampling import (SamplingPlacement, host_fallback, place, plan_placement,
                                          resolve_sampler_device)
 from gnnkit.data.preprocessing import PreprocessOverrides, describe_line, graph_facts, resolve_options
-from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats, default_folder
+from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats
 from gnnkit.partitioned.boundary_sampling import BoundarySampler
 from gnnkit.partitioned.rank_data import (
     describe_fetches,
@@ -31,7 +31,7 @@ from gnnkit.partitioned.seed_balance import rank_seeds
 from gnnkit.partitioned.stale_halo import StaleHalo
 from gnnkit.rank_state import gather_ranks, my_rank_state
 from gnnkit.sparse import Adjacency
-from pipeline import CacheEntry, CanonicalGraph, log, paths, resolve
+from pipeline import CacheEntry, CanonicalGraph, log, resolve
 from pipeline import preprocess as preprocess_dataset
 
 SPLIT_OF_STAGE = {"train": "train", "val": "valid", "test": "test"}
@@ -354,7 +354,6 @@ class GraphDataModule(pl.LightningDataModule):
     def _sampling_placement(self) -> SamplingPlacement:
         """Where the sampled loaders sample (decided once, when the first is built, and logged)."""
         if self._placement is None:
-            g = self.graph
             training = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
             wanted = resolve_sampler_device(self.hparams.sampler_device, training)
             self._placement = plan_placement(self._host_graph(), wanted, asked=self.hparams.sampler_device)
@@ -448,17 +447,10 @@ class GraphDataModule(pl.LightningDataModule):
         }
 
     def _reuse_loader(self) -> ReuseLoader:
-        inputs = self.reuse_inputs()
-        folder = (Path(self.reuse.cache_dir) if self.reuse.cache_dir
-                  else default_folder(paths.batch_root(), inputs["dataset"], inputs))
-        self._reuse_folder = folder
-        trainer = self.trainer
-        return ReuseLoader(
-            self._sampled_loader("train"), self.reuse, inputs, folder,
-            current_epoch=(lambda: trainer.current_epoch) if trainer else None,
-            stats=self.reuse_stats, seed=self.hparams.seed,
-            device="cuda" if trainer and trainer.strategy.root_device.type == "cuda" else "cpu",
-        )
+        loader = ReuseLoader.for_trainer(self._sampled_loader("train"), self.reuse, self.reuse_inputs(), self.trainer,
+                                         self.reuse_stats, self.hparams.seed)
+        self._reuse_folder = loader.folder
+        return loader
 
     def _loader(self, stage: str) -> Any:
         if self.full_batch:

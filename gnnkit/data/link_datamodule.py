@@ -34,9 +34,9 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from gnnkit.data.preprocessing import PreprocessOverrides, resolve_options
-from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats, default_folder
+from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats
 from gnnkit.sparse import Adjacency
-from pipeline import log, paths, resolve
+from pipeline import log, resolve
 from pipeline import preprocess as preprocess_dataset
 from pipeline.link_layout import LinkGraph, open_entry
 
@@ -331,17 +331,10 @@ class LinkDataModule(pl.LightningDataModule):
         }
 
     def _reuse_loader(self) -> ReuseLoader:
-        inputs = self.reuse_inputs()
-        folder = (Path(self.reuse.cache_dir) if self.reuse.cache_dir
-                  else default_folder(paths.batch_root(), inputs["dataset"], inputs))
-        self._reuse_folder = folder
-        trainer = self.trainer
-        return ReuseLoader(
-            _FreshLinkLoader(self, self._loader("train")), self.reuse, inputs, folder,
-            current_epoch=(lambda: trainer.current_epoch) if trainer else None,
-            stats=self.reuse_stats, seed=self.hparams.seed,
-            device="cuda" if trainer and trainer.strategy.root_device.type == "cuda" else "cpu",
-        )
+        loader = ReuseLoader.for_trainer(_FreshLinkLoader(self, self._loader("train")), self.reuse, self.reuse_inputs(), self.trainer,
+                                         self.reuse_stats, self.hparams.seed)
+        self._reuse_folder = loader.folder
+        return loader
 
     def _loader(self, stage: str) -> LinkBatches:
         hp = self.hparams

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from pipeline import DatasetError, log
+from pipeline import DatasetError, log, paths
 from pipeline.batch_cache import (
     BatchCache,
     BatchCacheWriter,
@@ -204,6 +204,21 @@ class ReuseLoader:
         self._writer: BatchCacheWriter | None = None
         self._cache: BatchCache | None = None  # kept across epochs: it remembers verified shards
         self.phase = "fresh"
+
+    @classmethod
+    def for_trainer(cls, fresh: Any, config: ReuseConfig, inputs: dict[str, Any], trainer: Any,
+                    stats: ReuseStats, seed: int) -> ReuseLoader:
+        """A datamodule's training loader under ``trainer`` (a Lightning ``Trainer`` or ``None``).
+
+        The cache is ``config.cache_dir`` or :func:`default_folder` under gnnkit's batch root; the
+        epoch is the trainer's, and replayed bytes are handed over on CUDA when it trains there.
+        """
+        folder = (Path(config.cache_dir) if config.cache_dir
+                  else default_folder(paths.batch_root(), inputs["dataset"], inputs))
+        on_cuda = trainer is not None and trainer.strategy.root_device.type == "cuda"
+        return cls(fresh, config, inputs, folder,
+                   current_epoch=(lambda: trainer.current_epoch) if trainer is not None else None,
+                   stats=stats, seed=seed, device="cuda" if on_cuda else "cpu")
 
     def __len__(self) -> int:
         return len(self.fresh)

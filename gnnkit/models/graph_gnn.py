@@ -199,7 +199,7 @@ def fused_gine(x: Tensor, edge_emb: Tensor) -> bool:
             and native.available())
 
 
-class SparseGINEConv(PlannedAggregation):
+class SparseGINEConv(PlannedGINConv):
     """GIN with edge features (the operator of PyG's ``GINEConv``, same parameter names):
     ``nn((1 + eps) x_i + sum_j relu(x_j + e_ij))``.
 
@@ -220,15 +220,9 @@ class SparseGINEConv(PlannedAggregation):
     FUSED = "native_gine"
 
     def __init__(self, nn: nn.Module, eps: float = 0.0, train_eps: bool = True, format: str = "auto") -> None:
-        super().__init__(format)
-        self.nn = nn
-        self.initial_eps = eps
-        if train_eps:
-            self.eps = torch.nn.Parameter(torch.tensor([eps]))
-        else:
-            self.register_buffer("eps", torch.tensor([eps]))
+        super().__init__(nn, eps, train_eps, format)
 
-    def forward(self, x: Tensor, adj: Adjacency, edge_emb: Tensor | BondTypes) -> Tensor:
+    def forward(self, x: Tensor, adj: Adjacency, edge_emb: Tensor | BondTypes) -> Tensor:  # type: ignore[override]
         """``x [N, d]``, ``adj`` the batch's ``[N, N]`` CSR, ``edge_emb [E, d]`` in its entry order (or
         a :class:`BondTypes` of them)."""
         return self.nn(self.message_sum(x, adj, edge_emb) + (1 + self.eps) * x)

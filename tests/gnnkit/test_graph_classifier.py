@@ -84,6 +84,21 @@ def test_fused_gine_sum_matches_pygs_gineconv(graphs, molecular):
     assert report["counts"] == {"native_gine/native_gine": 1}
 
 
+def test_gine_layer_resets_its_eps_and_network():
+    """GIN with edge features is GIN's layer with a learnt ``eps``: ``reset_parameters`` restores both."""
+    from gnnkit.models.graph_gnn import SparseGINEConv
+
+    torch.manual_seed(0)
+    layer = SparseGINEConv(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()), eps=0.5)
+    assert isinstance(layer.eps, torch.nn.Parameter)
+    weight = layer.nn[0].weight.detach().clone()
+    with torch.no_grad():
+        layer.eps.fill_(3.0)
+    layer.reset_parameters()
+    assert layer.eps.item() == 0.5
+    assert not torch.equal(layer.nn[0].weight, weight)
+
+
 def test_mlp_baseline_ignores_the_bonds(graphs):
     """The bag-of-atoms model gives the same output whatever the bonds are."""
     torch.manual_seed(0)
