@@ -1,7 +1,7 @@
 // The one Python binding of gnnkit's native kernels. Each op checks the device of its inputs and
 // runs the CPU kernel (cuda/cpu) or, in builds with GNNKIT_WITH_CUDA, the CUDA one (cuda/gpu).
 
-#include <torch/extension.h>
+#include <torch/csrc/utils/pybind.h>  // pybind11 and torch's casters, without torch/extension.h's whole C++ API
 
 #include "cpu/ops.h"
 

@@ -10,6 +10,7 @@
 #include "ops.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/ops/empty_like.h>
 
 #include <algorithm>
 #include <cmath>

@@ -19,7 +19,11 @@
 
 #include "ops.h"
 
+#include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
 
 #include <algorithm>
 #include <cstdint>

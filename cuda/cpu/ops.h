@@ -1,7 +1,7 @@
 // Declarations of gnnkit's CPU kernels (ATen tensors in and out; see cuda/bindings.cpp).
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>  // not ATen.h: every op's header costs seconds a file
 
 #include <cstdint>
 #include <optional>

@@ -12,6 +12,7 @@
 #include "../rng.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
 
 #include <algorithm>
 #include <limits>

@@ -1,7 +1,7 @@
 // Torch-tensor entry points of the CUDA kernels (gpu/dispatch.cpp; built only with a CUDA torch).
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>  // not ATen.h: every op's header costs seconds a file
 
 #include <optional>
 #include <vector>

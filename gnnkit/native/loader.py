@@ -5,7 +5,7 @@ The extension is compiled on first use with :func:`torch.utils.cpp_extension.loa
 and the folder they are in (two checkouts never share, hence never rebuild, one build folder), the
 torch and Python versions, the compiler flags and the CPU's instruction-set flags (the code is built
 with ``-march=native``); later processes find the built library there and load it in well under a
-second. A build announces itself (``building native kernels (about a minute, once) into ...``)
+second. A build announces itself (``building native kernels (a minute at most, once) into ...``)
 and its time, on gnnkit's log or, when that is not set up, on stderr. The CUDA kernels (``cuda/gpu``) join the build only when torch has CUDA and a GPU is
 visible. Concurrent builds into the same folder are serialised by an ``flock`` that the system
 releases when its holder dies (:func:`build_lock`), so no process waits forever on a killed build.
@@ -157,9 +157,9 @@ def _build(verbose: bool) -> ModuleType:
     if key in _by_key:
         return _by_key[key]
     folder = build_dir(cuda)
-    default_jobs = "MAX_JOBS" not in os.environ  # torch's default (every core) swamps small machines
+    default_jobs = "MAX_JOBS" not in os.environ  # torch's default (cores + 2) oversubscribes small machines
     if default_jobs:
-        os.environ["MAX_JOBS"] = str(max(1, min(8, (os.cpu_count() or 1) // 2)))
+        os.environ["MAX_JOBS"] = str(max(1, min(8, os.cpu_count() or 1)))
     try:
         module = _load(cpp_extension, key, files, folder, cuda, verbose)
     finally:
@@ -191,7 +191,7 @@ def _load(cpp_extension: ModuleType, key: str, files: list[Path], folder: Path, 
     with build_lock(folder):
         building = not library_path(folder, key).is_file()
         if building:
-            _say(f"building native kernels (about a minute, once) into {folder}")
+            _say(f"building native kernels (a minute at most, once) into {folder}")
         start = time.perf_counter()
         module = cpp_extension.load(
             name=f"gnnkit_native_{key}",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -50,7 +51,8 @@ def _cuda_include() -> Path | None:
 @pytest.mark.skipif(_cuda_include() is None or shutil.which("g++") is None,
                     reason="needs g++ and the CUDA toolkit headers (next to nvcc)")
 def test_cuda_glue_passes_a_syntax_check(tmp_path: Path):
-    """gpu/dispatch.cpp is only built with a CUDA torch; check it against this torch's headers.
+    """gpu/dispatch.cpp and the CUDA build's bindings.cpp are only built with a CUDA torch; check
+    them against this torch's headers.
 
     CPU wheels ship c10/cuda headers but not the generated ``cuda_cmake_macros.h``; an empty one
     stands in for it (it only sets export macros).
@@ -62,7 +64,9 @@ def test_cuda_glue_passes_a_syntax_check(tmp_path: Path):
     (stub / "cuda_cmake_macros.h").write_text("#pragma once\n")
     if not any((Path(p) / "c10" / "cuda" / "CUDAStream.h").is_file() for p in include_paths()):
         pytest.skip(f"torch {torch.__version__} ships no c10/cuda headers")
-    cmd = ["g++", "-fsyntax-only", "-std=c++20", f"-I{tmp_path}", *[f"-I{p}" for p in include_paths()],
-           f"-I{_cuda_include()}", f"-I{source_dir()}", str(source_dir() / "gpu" / "dispatch.cpp")]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-4000:]
+    flags = ["g++", "-fsyntax-only", "-std=c++20", "-DGNNKIT_WITH_CUDA", "-DTORCH_EXTENSION_NAME=glue",
+             f"-I{tmp_path}", *[f"-I{p}" for p in include_paths()], f"-I{sysconfig.get_paths()['include']}",
+             f"-I{_cuda_include()}", f"-I{source_dir()}"]
+    for source in (source_dir() / "gpu" / "dispatch.cpp", source_dir() / "bindings.cpp"):
+        result = subprocess.run([*flags, str(source)], capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, f"{source.name}: {result.stderr[-4000:]}"
