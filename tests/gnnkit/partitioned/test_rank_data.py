@@ -44,11 +44,18 @@ def test_sampled_or_stale_halos_train_and_evaluate_exactly(tmp_path, option, val
     assert report["test"] > 0.4 and report["partition"][option] == value  # 8 classes, 8 epochs: it learns
 
 
-@pytest.mark.parametrize("aggregate_input", [False, True])
-def test_two_partitions_train_as_one_process(tmp_path, aggregate_input):
-    one, two = tmp_path / "one", tmp_path / "two"
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run folder of the whole graph in one process (one partition), the reference of the splits."""
+    one = tmp_path_factory.mktemp("whole") / "one"
     result = _run(one, "--data.partitions", "1")
     assert result.returncode == 0, result.stderr[-3000:]
+    return one
+
+
+@pytest.mark.parametrize("aggregate_input", [False, True])
+def test_two_partitions_train_as_one_process(tmp_path, one_process, aggregate_input):
+    one, two = one_process, tmp_path / "two"
     result = _run(two, "--data.partitions", "2", "--trainer.devices", "2", "--data.aggregate_input",
                   str(aggregate_input).lower(), "--trainer.strategy.class_path", "gnnkit.comm.GnnkitStrategy")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -122,10 +129,8 @@ def machines():
 
 
 @pytest.mark.skipif(bool(_why_not()), reason=_why_not() or "runs")
-def test_two_machines_of_two_ranks_train_like_one_process(tmp_path, machines):
-    one, four = tmp_path / "one", tmp_path / "four"
-    result = _run(one, "--data.partitions", "1")
-    assert result.returncode == 0, result.stderr[-3000:]
+def test_two_machines_of_two_ranks_train_like_one_process(tmp_path, machines, one_process):
+    one, four = one_process, tmp_path / "four"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GNNKIT_NATIVE": "0", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     procs = []
