@@ -243,4 +243,7 @@ def free_port() -> int:
 
 
 if __name__ == "__main__":
-    mp.spawn(run, args=(free_port(), sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "cpu"), nprocs=WORLD)
+    device = sys.argv[2] if len(sys.argv) > 2 else "cpu"
+    # on CPU the ranks fork and inherit the imports; CUDA needs fresh processes
+    mp.start_processes(run, args=(free_port(), sys.argv[1], device), nprocs=WORLD,
+                       start_method="fork" if device == "cpu" else "spawn")

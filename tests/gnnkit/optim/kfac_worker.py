@@ -77,7 +77,7 @@ def main() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    mp.spawn(worker, args=(port, out, pipeline), nprocs=2, join=True)
+    mp.start_processes(worker, args=(port, out, pipeline), nprocs=2, start_method="fork")  # inherits the imports
     results = {str(r): json.load(open(f"{out}.{r}")) for r in range(2)}
     results["owners"] = results["0"]["owners"]
     with open(out, "w") as handle:
