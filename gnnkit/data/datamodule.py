@@ -447,8 +447,8 @@ class GraphDataModule(pl.LightningDataModule):
         }
 
     def _reuse_loader(self) -> ReuseLoader:
-        loader = ReuseLoader.for_trainer(self._sampled_loader("train"), self.reuse, self.reuse_inputs(), self.trainer,
-                                         self.reuse_stats, self.hparams.seed)
+        loader = ReuseLoader.for_trainer(self._sampled_loader("train"), self.reuse, self.reuse_inputs(),
+                                         self.trainer, self.reuse_stats, self.hparams.seed)
         self._reuse_folder = loader.folder
         return loader
 

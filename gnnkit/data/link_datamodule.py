@@ -331,8 +331,8 @@ class LinkDataModule(pl.LightningDataModule):
         }
 
     def _reuse_loader(self) -> ReuseLoader:
-        loader = ReuseLoader.for_trainer(_FreshLinkLoader(self, self._loader("train")), self.reuse, self.reuse_inputs(), self.trainer,
-                                         self.reuse_stats, self.hparams.seed)
+        loader = ReuseLoader.for_trainer(_FreshLinkLoader(self, self._loader("train")), self.reuse, self.reuse_inputs(),
+                                         self.trainer, self.reuse_stats, self.hparams.seed)
         self._reuse_folder = loader.folder
         return loader
 
