@@ -5,7 +5,6 @@ rank 0 also trains a copy alone on every row. Writes the largest factor and weig
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import socket

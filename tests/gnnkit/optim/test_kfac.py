@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from gnnkit.optim import KFAC
-from gnnkit.optim.kfac import input_factor, output_factor
+from gnnkit.optim.kfac import input_factor
 from gnnkit.optim.kfac_comm import owner_ranks
 
 ROOT = Path(__file__).parents[3]
