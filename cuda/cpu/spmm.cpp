@@ -296,6 +296,7 @@ at::Tensor spmm_sell_cpu(const at::Tensor& chunk_ptr, const at::Tensor& perm, co
                          const at::Tensor& cols, const at::Tensor& vals, const at::Tensor& x_in,
                          int64_t C, bool mean) {
   TORCH_CHECK(x_in.dim() == 2, "x must be 2-D");
+  TORCH_CHECK(C >= 1, "spmm_sell: chunk must be >= 1, got ", C);
   TORCH_CHECK(vals.scalar_type() == x_in.scalar_type(), "SELL values and x must share a dtype");
   const at::Tensor x = x_in.contiguous();
   const int64_t R = perm.numel(), F = x.size(1), S = chunk_ptr.numel() - 1;

@@ -18,6 +18,7 @@
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
 
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 
@@ -33,6 +34,25 @@ cudaStream_t stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
 
 void check_cuda(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.is_cuda() && t.is_contiguous(), name, " must be a contiguous CUDA tensor");
+}
+
+// A launch that could not start (configuration, resources) raises here, at its own call, rather
+// than as an unrelated error of a later kernel; no host sync.
+void check_launch() { C10_CUDA_KERNEL_LAUNCH_CHECK(); }
+
+void check_width(const char* op, int64_t width) {
+  TORCH_CHECK(width <= gpu::kMaxSpmmWidth, op, ": x has ", width, " features, above the CUDA kernel's ",
+              gpu::kMaxSpmmWidth);
+}
+
+// TT blocks keep a prefix's product in shared memory: refuse cores whose product does not fit.
+void check_tt_shared(const gpu::TTShape& s, size_t element, bool backward) {
+  int device = 0, limit = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const size_t bytes = gpu::tt_shared_bytes(s, element, backward);
+  TORCH_CHECK(bytes <= static_cast<size_t>(limit), "tt_lookup: the cores need ", bytes,
+              " bytes of shared memory a block (q1 q2 (r2 + q3) values), above this GPU's ", limit);
 }
 
 // The CUDA type of a torch scalar type: at::Half and at::BFloat16 share the layout of CUDA's own.
@@ -78,6 +98,7 @@ Items spmm_items(const int64_t* indptr, const int64_t* row_len, const int64_t* p
                  at::Tensor& out) {
   at::Tensor extra_ptr = at::empty({rows + 1}, out.options().dtype(at::kLong));
   gpu::spmm_plan(indptr, row_len, perm, rows, extra_ptr.data_ptr<int64_t>(), cuda_ptr<S>(out), out.size(1), stream());
+  check_launch();
   extra_ptr.slice(0, 1).cumsum_(0);
   return {extra_ptr, rows + (nnz + gpu::kSegment - 1) / gpu::kSegment};
 }
@@ -91,6 +112,7 @@ at::Tensor spmm_csr_cuda(const at::Tensor& indptr, const at::Tensor& indices, co
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous();
   const int64_t R = indptr.numel() - 1, F = x.size(1);
+  check_width("spmm_csr", F);
   at::Tensor out = at::empty({R, F}, x.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "spmm_csr_cuda", [&] {
     if (R == 0 || F == 0) return;
@@ -100,6 +122,7 @@ at::Tensor spmm_csr_cuda(const at::Tensor& indptr, const at::Tensor& indices, co
     gpu::spmm_csr(indptr.data_ptr<int64_t>(), indices.data_ptr<int64_t>(),
                   values ? cuda_ptr<scalar_t>(w) : nullptr, cuda_ptr<scalar_t>(x), cuda_ptr<scalar_t>(out),
                   float_ptr(sums), R, items.extra_ptr.data_ptr<int64_t>(), items.count, F, mean, stream());
+    check_launch();
   });
   return out;
 }
@@ -111,6 +134,8 @@ at::Tensor spmm_sell_cuda(const at::Tensor& chunk_ptr, const at::Tensor& perm, c
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous();
   const int64_t R = perm.numel(), F = x.size(1);
+  TORCH_CHECK(chunk >= 1, "spmm_sell: chunk must be >= 1, got ", chunk);
+  check_width("spmm_sell", F);
   at::Tensor out = at::empty({R, F}, x.options());
   TORCH_CHECK(vals.scalar_type() == x.scalar_type(), "spmm_sell: the matrix holds ", vals.scalar_type(),
               " values but x is ", x.scalar_type());
@@ -122,6 +147,7 @@ at::Tensor spmm_sell_cuda(const at::Tensor& chunk_ptr, const at::Tensor& perm, c
     gpu::spmm_sell(chunk_ptr.data_ptr<int64_t>(), perm.data_ptr<int64_t>(), row_len.data_ptr<int64_t>(),
                    cols.data_ptr<int64_t>(), cuda_ptr<scalar_t>(vals), cuda_ptr<scalar_t>(x), cuda_ptr<scalar_t>(out),
                    float_ptr(sums), R, chunk, items.extra_ptr.data_ptr<int64_t>(), items.count, F, mean, stream());
+    check_launch();
   });
   return out;
 }
@@ -153,6 +179,7 @@ std::vector<at::Tensor> sample_neighbors_cuda(const at::Tensor& indptr, const at
     gpu::sample_hop(indptr.data_ptr<int64_t>(), frontier.data_ptr<int64_t>(), offset.data_ptr<int64_t>(),
                     count.contiguous().data_ptr<int64_t>(), frontier.numel(), k, replace, static_cast<uint64_t>(seed),
                     h, edge.data_ptr<int64_t>(), stream());
+    check_launch();
     const at::Tensor src = indices.index_select(0, edge);
     at::Tensor src_local = local.index_select(0, src);
     const at::Tensor where = (src_local < 0).nonzero().view(-1);
@@ -206,11 +233,13 @@ std::vector<at::Tensor> tt_forward_cuda(const at::Tensor& rows_in, const at::Ten
   const int64_t M = group.numel() - 1;
   at::Tensor out = at::empty({rows.numel(), s.q1 * s.q2 * s.q3}, c0.options());
   at::Tensor level = at::empty({M, s.q1 * s.q2 * s.r2}, c0.options());
+  check_tt_shared(s, c0.element_size(), false);
   AT_DISPATCH_FLOATING_TYPES(c0.scalar_type(), "tt_forward_cuda", [&] {
     gpu::tt_forward<scalar_t>(c0.data_ptr<scalar_t>(), c1.data_ptr<scalar_t>(), c2.data_ptr<scalar_t>(),
                               perm.data_ptr<int64_t>(), seg.data_ptr<int64_t>(), uniq.data_ptr<int64_t>(),
                               group.data_ptr<int64_t>(), M, s, level.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
                               stream());
+    check_launch();
   });
   return {out, perm, seg, uniq, group, level};
 }
@@ -223,12 +252,14 @@ std::vector<at::Tensor> tt_backward_cuda(const at::Tensor& grad_in, const at::Te
   const gpu::TTShape s{c0.size(0), c1.size(0), c2.size(0), c0.size(2), c1.size(2), c2.size(2), c0.size(3), c1.size(3)};
   const at::Tensor grad = grad_in.to(c0.scalar_type()).contiguous();
   at::Tensor d0 = at::zeros_like(c0), d1 = at::zeros_like(c1), d2 = at::zeros_like(c2);
+  check_tt_shared(s, c0.element_size(), true);
   AT_DISPATCH_FLOATING_TYPES(c0.scalar_type(), "tt_backward_cuda", [&] {
     gpu::tt_backward<scalar_t>(grad.data_ptr<scalar_t>(), c0.data_ptr<scalar_t>(), c1.data_ptr<scalar_t>(),
                                c2.data_ptr<scalar_t>(), perm.data_ptr<int64_t>(), seg.data_ptr<int64_t>(),
                                uniq.data_ptr<int64_t>(), group.data_ptr<int64_t>(), group.numel() - 1, s,
                                level.data_ptr<scalar_t>(), d0.data_ptr<scalar_t>(), d1.data_ptr<scalar_t>(),
                                d2.data_ptr<scalar_t>(), stream());
+    check_launch();
   });
   return {d0, d1, d2};
 }

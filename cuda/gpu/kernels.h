@@ -51,6 +51,10 @@ void spmm_sell(const int64_t* chunk_ptr, const int64_t* perm, const int64_t* row
 // fewer than nnz / kSegment.
 inline int64_t split_rows_bound(int64_t nnz) { return nnz / kSegment + 1; }
 
+// The widest features the SpMM kernels take: the grid's y dimension (at most 65535) covers 32 x V
+// features per block, V >= 1.
+constexpr int64_t kMaxSpmmWidth = 65535LL * 32;
+
 // One hop of uniform sampling: frontier node i writes count[i] edge positions at offset[i].
 void sample_hop(const int64_t* indptr, const int64_t* frontier, const int64_t* offset, const int64_t* count,
                 int64_t frontier_size, int64_t k, bool replace, uint64_t seed, uint64_t hop, int64_t* edges,
@@ -59,6 +63,14 @@ void sample_hop(const int64_t* indptr, const int64_t* frontier, const int64_t* o
 struct TTShape {
   int64_t p1, p2, p3, q1, q2, q3, r1, r2;
 };
+
+// Dynamic shared memory of a TT block in bytes: the prefix's [q1, q2 r2] product, and in the
+// backward pass also its [q1 q2, q3] gradient. Above kDefaultSharedBytes a launch opts in (up to
+// the device's cudaDevAttrMaxSharedMemoryPerBlockOptin, which the caller checks).
+inline size_t tt_shared_bytes(const TTShape& s, size_t element, bool backward) {
+  return element * static_cast<size_t>(s.q1 * s.q2 * (s.r2 + (backward ? s.q3 : 0)));
+}
+constexpr size_t kDefaultSharedBytes = 48 * 1024;
 
 // Fused 3-core TT lookup: one block per digit prefix (i1, i2); see cpu/tt.cpp for the layout.
 template <typename T>

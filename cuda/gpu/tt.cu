@@ -100,7 +100,9 @@ template <typename T>
 void tt_forward(const T* g0, const T* g1, const T* g2, const int64_t* perm, const int64_t* seg, const int64_t* uniq,
                 const int64_t* group, int64_t num_prefixes, TTShape s, T* level, T* out, cudaStream_t stream) {
   if (num_prefixes == 0) return;
-  const size_t shared = sizeof(T) * s.q1 * s.q2 * s.r2;
+  const size_t shared = tt_shared_bytes(s, sizeof(T), false);
+  if (shared > kDefaultSharedBytes)
+    cudaFuncSetAttribute(tt_forward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
   tt_forward_kernel<T><<<static_cast<unsigned>(num_prefixes), kThreads, shared, stream>>>(g0, g1, g2, perm, seg, uniq,
                                                                                           group, s, level, out);
 }
@@ -110,7 +112,9 @@ void tt_backward(const T* grad, const T* g0, const T* g1, const T* g2, const int
                  const int64_t* uniq, const int64_t* group, int64_t num_prefixes, TTShape s, const T* level, T* d0,
                  T* d1, T* d2, cudaStream_t stream) {
   if (num_prefixes == 0) return;
-  const size_t shared = sizeof(T) * (s.q1 * s.q2 * s.r2 + s.q1 * s.q2 * s.q3);
+  const size_t shared = tt_shared_bytes(s, sizeof(T), true);
+  if (shared > kDefaultSharedBytes)
+    cudaFuncSetAttribute(tt_backward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
   tt_backward_kernel<T><<<static_cast<unsigned>(num_prefixes), kThreads, shared, stream>>>(
       grad, g0, g1, g2, perm, seg, uniq, group, s, level, d0, d1, d2);
 }

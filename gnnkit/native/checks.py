@@ -10,6 +10,7 @@ one line naming the argument and what was expected.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -36,9 +37,11 @@ def index_vector(op: str, name: str, t: Tensor) -> None:
 
 
 def in_range(op: str, name: str, t: Tensor, upper: int) -> None:
-    """Every entry of ``t`` lies in ``[0, upper)``."""
-    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= upper):
-        _fail(op, f"{name} out of range: entries must lie in [0, {upper}), got {int(t.min())}..{int(t.max())}")
+    """Every entry of ``t`` lies in ``[0, upper)`` (one host sync on a GPU)."""
+    if t.numel():
+        low, high = torch.stack(torch.aminmax(t)).tolist()
+        if low < 0 or high >= upper:
+            _fail(op, f"{name} out of range: entries must lie in [0, {upper}), got {low}..{high}")
 
 
 def csr(op: str, indptr: Tensor, indices: Tensor, values: Tensor | None, num_cols: int) -> None:
@@ -57,6 +60,35 @@ def csr(op: str, indptr: Tensor, indices: Tensor, values: Tensor | None, num_col
     in_range(op, "indices", indices, num_cols)
     if values is not None and (values.dim() != 1 or values.numel() != nnz or not values.is_floating_point()):
         _fail(op, f"values must be a float tensor of shape ({nnz},), got {values.dtype} {tuple(values.shape)}")
+
+
+def sell(op: str, s: Any, x_rows: int) -> None:
+    """A SELL-C-sigma matrix (:class:`gnnkit.native.ops.SELL`) the kernels can read against ``x_rows``
+    feature rows: its array sizes always (no sync); with ``num_cols < 0`` (a matrix not made by
+    :func:`~gnnkit.native.ops.to_sell`) also its entries (O(nnz)): chunk pointers from 0 to the
+    slots, every row's slots inside its chunk, output rows and columns in range."""
+    for name in ("chunk_ptr", "perm", "row_len", "cols"):
+        index_vector(op, name, getattr(s, name))
+    if not isinstance(s.chunk, int) or s.chunk < 1:
+        _fail(op, f"chunk must be an int >= 1, got {s.chunk!r}")
+    rows, slots = s.perm.numel(), s.cols.numel()
+    chunks = -(-rows // s.chunk)
+    if s.row_len.numel() != rows or s.chunk_ptr.numel() != chunks + 1:
+        _fail(op, f"{rows} rows in chunks of {s.chunk} need row_len of {rows} and chunk_ptr of {chunks + 1} "
+                  f"entries, got {s.row_len.numel()} and {s.chunk_ptr.numel()}")
+    if s.vals.dim() != 1 or s.vals.numel() != slots:
+        _fail(op, f"vals must be 1-D with one value a slot ({slots}), got {tuple(s.vals.shape)}")
+    if s.num_cols >= 0:
+        return
+    ptr = s.chunk_ptr
+    if int(ptr[0]) != 0 or int(ptr[-1]) != slots or bool((ptr.diff() < 0).any()):
+        _fail(op, f"chunk_ptr must rise from 0 to the {slots} slots")
+    t = torch.arange(rows, device=ptr.device)
+    last = ptr[t // s.chunk] + t % s.chunk + (s.row_len - 1) * s.chunk
+    if bool((s.row_len < 0).any()) or bool(((s.row_len > 0) & (last >= ptr[t // s.chunk + 1])).any()):
+        _fail(op, "row_len: every row's slots must lie inside its chunk")
+    in_range(op, "perm", s.perm, rows)
+    in_range(op, "cols", s.cols, x_rows)
 
 
 def features(op: str, x: Tensor, rows: int, device: torch.device) -> None:

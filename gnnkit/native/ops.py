@@ -20,12 +20,15 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from gnnkit.native import checks
-from gnnkit.native.loader import get
+from gnnkit.native.loader import get, kernels
 
 #: SELL-C-sigma defaults: chunks of C rows (a CPU cache line of float32 row pointers, a warp's
 #: quarter on GPU) and sorting windows of sigma rows (Kreutzer et al., arXiv 1307.6209).
 SELL_C = 8
 SELL_SIGMA = 256
+
+#: The widest features the CUDA SpMM kernels take (``kMaxSpmmWidth`` in cuda/gpu/kernels.h).
+CUDA_MAX_WIDTH = 65535 * 32
 
 
 def _module() -> Any:
@@ -117,6 +120,11 @@ def spmm(indptr: Tensor, indices: Tensor, x: Tensor, values: Tensor | None = Non
         raise ValueError(f"reduce must be 'sum' or 'mean', got {reduce!r}")
     a = CSR(indptr, indices, values, x.size(0) if isinstance(x, Tensor) and x.dim() == 2 else 0)
     checks.csr("spmm", *a)
+    if transposed is not None:  # A^T: a row per column of A, A's rows as its columns
+        if transposed.indptr.numel() - 1 != a.num_cols or transposed.indices.numel() != indices.numel():
+            raise ValueError(f"spmm: transposed must be A^T ({a.num_cols} rows, {indices.numel()} entries), got "
+                             f"{transposed.indptr.numel() - 1} rows and {transposed.indices.numel()} entries")
+        checks.csr("spmm", transposed.indptr, transposed.indices, transposed.values, indptr.numel() - 1)
     return _CSRSpmm.apply(x, a, transposed, reduce == "mean")
 
 
@@ -129,7 +137,7 @@ class SELL(NamedTuple):
     cols: Tensor
     vals: Tensor
     chunk: int
-    num_cols: int = -1  # columns of the matrix (the rows ``x`` must have); -1: unchecked
+    num_cols: int = -1  # columns of the matrix (the rows ``x`` must have); -1: unknown, entries checked per call
 
 
 def to_sell(a: CSR, dtype: torch.dtype = torch.float32, chunk: int = SELL_C, sigma: int = SELL_SIGMA) -> SELL:
@@ -151,6 +159,7 @@ def spmm_sell(s: SELL, x: Tensor, mean: bool = False) -> Tensor:
     device = checks.same_device("spmm_sell", chunk_ptr=s.chunk_ptr, perm=s.perm, row_len=s.row_len, cols=s.cols,
                                 vals=s.vals)
     checks.features("spmm_sell", x, s.num_cols if s.num_cols >= 0 else x.size(0), device)
+    checks.sell("spmm_sell", s, x.size(0))
     if s.vals.dtype != x.dtype:
         raise ValueError(f"spmm_sell: the matrix holds {s.vals.dtype} values but x is {x.dtype}")
     return _module().spmm_sell(s.chunk_ptr, s.perm, s.row_len, s.cols, s.vals, x, s.chunk, mean)
@@ -205,9 +214,23 @@ class _TTLookup(torch.autograd.Function):
 
 
 def tt_supported(cores: Sequence[Tensor]) -> bool:
-    """Whether :func:`tt_lookup` handles these cores (three of them, float32 or float64, one device)."""
+    """Whether :func:`tt_lookup` handles these cores (three of them, float32 or float64, one device;
+    on a GPU, a prefix's product and its gradient fit in a block's shared memory)."""
     return len(cores) == 3 and all(c.dim() == 4 and c.dtype in (torch.float32, torch.float64) for c in cores) and (
-        len({c.device for c in cores}) == 1 and len({c.dtype for c in cores}) == 1)
+        len({c.device for c in cores}) == 1 and len({c.dtype for c in cores}) == 1) and (
+        cores[0].device.type != "cuda" or tt_shared_bytes(cores) <= _shared_memory_limit(cores[0].device))
+
+
+def tt_shared_bytes(cores: Sequence[Tensor]) -> int:
+    """Shared memory a CUDA TT block needs (the backward pass's): ``q1 q2 (r2 + q3)`` values."""
+    q1, q2, q3, r2 = cores[0].size(2), cores[1].size(2), cores[2].size(2), cores[1].size(3)
+    return cores[0].element_size() * q1 * q2 * (r2 + q3)
+
+
+def _shared_memory_limit(device: torch.device) -> int:
+    """The most dynamic shared memory a block may opt into on ``device`` (48 KiB if torch does not say)."""
+    props = torch.cuda.get_device_properties(device)
+    return int(getattr(props, "shared_memory_per_block_optin", 48 * 1024))
 
 
 def tt_lookup(cores: Sequence[Tensor], rows: Tensor, reuse_prefixes: bool = True) -> Tensor:
@@ -242,11 +265,16 @@ def select_magnitude(x: Tensor, threshold: float) -> tuple[Tensor, Tensor]:
 
 # -- sampling ---------------------------------------------------------------------------------------
 def _native_graph(sampler: Any, sources_are_rows: bool = True) -> bool:
-    """Whether the native kernels can sample ``sampler``'s graph (built, on the CPU, ``indices``
-    contiguous). Its O(E) checks run on a sampler's first call only: a well-formed CSR whose sources
-    are its rows (multi-hop sampling numbers them) or, with ``sources_are_rows=False``, any
-    non-negative ids (one hop over a partition's rows, whose sources are the whole graph's ids)."""
-    if sampler.indptr.device.type != "cpu" or get() is None or not sampler.indices.is_contiguous():
+    """Whether the native kernels can sample ``sampler``'s graph (built, ``indices`` contiguous, on
+    the CPU or, for multi-hop sampling, on a GPU with the CUDA sampler built: in device memory or
+    pinned host memory read through unified addressing). Its O(E) checks run on a sampler's first
+    call only: a well-formed CSR whose sources are its rows (multi-hop sampling numbers them) or,
+    with ``sources_are_rows=False``, any non-negative ids (one hop over a partition's rows, whose
+    sources are the whole graph's ids; CPU only)."""
+    device = sampler.indptr.device.type
+    if get() is None or not sampler.indices.is_contiguous():
+        return False
+    if device != "cpu" and not (device == "cuda" and sources_are_rows and "sample_neighbors_cuda" in kernels()):
         return False
     flag = "_native_graph_checked" if sources_are_rows else "_native_rows_checked"
     if not getattr(sampler, flag, False):
@@ -257,8 +285,10 @@ def _native_graph(sampler: Any, sources_are_rows: bool = True) -> bool:
 
 
 def _kernel_seed(generator: torch.Generator | None) -> int:
-    """The seed of one kernel call, drawn from ``generator`` (torch's default one when ``None``)."""
-    return int(torch.randint(0, 2**62, (1,), generator=generator))
+    """The seed of one kernel call, drawn from ``generator`` (on its device; torch's default CPU
+    generator when ``None``)."""
+    device = generator.device if generator is not None else "cpu"
+    return int(torch.randint(0, 2**62, (1,), generator=generator, device=device))
 
 
 def sample_from_nodes(sampler: Any, seed_nodes: Tensor, generator: torch.Generator | None, local: Tensor,
@@ -277,7 +307,8 @@ def sample_from_nodes(sampler: Any, seed_nodes: Tensor, generator: torch.Generat
 
     Returns:
         A :class:`~torch_geometric.sampler.SamplerOutput`, or ``None`` when the native sampler is
-        unavailable (disabled, not built, a graph not on the CPU or ``indices`` a strided view).
+        unavailable (disabled, not built, a GPU graph without the CUDA sampler, or ``indices`` a
+        strided view).
     """
     if not _native_graph(sampler):
         return None

@@ -30,7 +30,8 @@ def _fallback(adj: Adjacency, x: Tensor) -> Tensor:
 
 
 def _native_ok(x: Tensor) -> bool:
-    return native.available() and (x.device.type == "cpu" or "spmm_csr_cuda" in native.kernels())
+    return native.available() and (x.device.type == "cpu" or (
+        "spmm_csr_cuda" in native.kernels() and x.size(1) <= native.ops.CUDA_MAX_WIDTH))
 
 
 @register("native_csr")

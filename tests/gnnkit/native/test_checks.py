@@ -60,6 +60,39 @@ def test_spmm_refuses_before_the_kernel(ext):
     torch.testing.assert_close(ops.spmm_sell(sell, torch.eye(2)), torch.tensor([[1.0, 1.0], [0.0, 1.0]]))
 
 
+def test_a_hand_built_sell_matrix_is_checked_entry_by_entry(ext):
+    """A SELL tuple not made by ``to_sell`` (``num_cols`` -1) has its layout checked before the
+    kernel reads it: chunk, array sizes, chunk pointers, each row's slots, output rows, columns."""
+    indptr, indices = good_csr()
+    made = ops.to_sell(ops.CSR(indptr, indices, None, 2), chunk=2)
+    by_hand = made._replace(num_cols=-1)
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(ops.spmm_sell(by_hand, x), ops.spmm_sell(made, x))
+    bad = {
+        "chunk must be an int >= 1": by_hand._replace(chunk=0),
+        "need row_len of 2 and chunk_ptr of 2": by_hand._replace(chunk_ptr=torch.tensor([0, 2, 4])),
+        "vals must be 1-D with one value a slot": by_hand._replace(vals=torch.ones(1)),
+        "chunk_ptr must rise from 0": by_hand._replace(chunk_ptr=torch.tensor([1, made.cols.numel()])),
+        "every row's slots must lie inside its chunk": by_hand._replace(row_len=made.row_len + 1),
+        "perm out of range": by_hand._replace(perm=torch.tensor([0, 2])),
+        r"cols out of range: entries must lie in \[0, 2\)": by_hand._replace(cols=made.cols + 5),
+    }
+    for message, sell in bad.items():
+        with pytest.raises(ValueError, match=message):
+            ops.spmm_sell(sell, x)
+
+
+def test_a_given_transpose_is_checked(ext):
+    indptr, indices = good_csr()
+    x = torch.randn(2, 4, requires_grad=True)
+    good = ops.transpose(ops.CSR(indptr, indices, None, 2))
+    ops.spmm(indptr, indices, x, transposed=good).sum().backward()
+    with pytest.raises(ValueError, match=r"transposed must be A\^T \(2 rows, 3 entries\)"):
+        ops.spmm(indptr, indices, x, transposed=ops.CSR(torch.tensor([0, 1]), torch.tensor([0]), None, 2))
+    with pytest.raises(ValueError, match="indices out of range"):
+        ops.spmm(indptr, indices, x, transposed=good._replace(indices=torch.tensor([0, 9, 1])))
+
+
 def test_sampler_inputs_are_checked(ext):
     indptr, indices = good_csr()
     with pytest.raises(ValueError, match="seeds out of range"):

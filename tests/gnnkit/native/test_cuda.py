@@ -114,6 +114,30 @@ def test_sampler_on_gpu_is_valid_deterministic_and_equals_cpu(cuda_ext, replace,
             assert torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
 
 
+def test_the_loaders_sampler_on_a_gpu_graph_runs_the_cuda_kernel(cuda_ext, monkeypatch):
+    """CSRNeighborSampler over a CSR in device memory draws with the native CUDA sampler (its seed
+    from the sampler's CUDA generator): valid blocks, the same under the same sampler seed."""
+    from torch_geometric.sampler import NodeSamplerInput
+
+    from gnnkit.data.sampler import CSRNeighborSampler
+
+    calls = []
+    raw = ops._sample_raw
+    monkeypatch.setattr(ops, "_sample_raw", lambda *args: calls.append(args[0].device) or raw(*args))
+    indptr, indices = powerlaw_csr(500, seed=4, avg=30)
+    seeds = torch.tensor([3, 0, 7, 499, 12, 250])
+    outs = []
+    for _ in range(2):
+        sampler = CSRNeighborSampler(*on_device("cuda", indptr, indices), [5, 3], seed=7)
+        outs.append(sampler.sample_from_nodes(NodeSamplerInput(input_id=torch.arange(6), node=seeds)))
+    assert [d.type for d in calls] == ["cuda", "cuda"]
+    out = outs[0]
+    assert out.node.is_cuda and out.row.is_cuda
+    check_sample(indptr, indices, seeds, [5, 3], False, out.node.cpu(), out.row.cpu(), out.col.cpu(), out.edge.cpu(),
+                 out.num_sampled_nodes, out.num_sampled_edges)
+    assert torch.equal(outs[0].edge, outs[1].edge)
+
+
 @pytest.mark.parametrize("reuse", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_tt_lookup_on_gpu_matches_cpu_values_and_gradients(cuda_ext, dtype, reuse):
@@ -139,3 +163,38 @@ def test_tt_lookup_on_gpu_of_no_rows(cuda_ext):
              torch.randn(3, 2, 2, 1, device="cuda")]
     out = ops.tt_lookup(cores, torch.zeros(0, dtype=torch.long, device="cuda"))
     assert out.shape == (0, 8) and out.is_cuda
+
+
+def _wide_cores(q: tuple[int, int, int], r: tuple[int, int], device: str = "cpu") -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(4)
+    shapes = [(3, 1, q[0], r[0]), (2, r[0], q[1], r[1]), (2, r[1], q[2], 1)]
+    return [(torch.randn(*s, generator=g) / s[1] ** 0.5).to(device) for s in shapes]
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_tt_lookup_on_gpu_above_48k_of_shared_memory(cuda_ext, reuse):
+    """A prefix product of 8 x 8 x (200 + 8) floats (53 KB a block) opts into more shared memory."""
+    cores = _wide_cores((8, 8, 8), (4, 200))
+    assert ops.tt_shared_bytes(cores) > 48 * 1024 and ops.tt_supported([c.cuda() for c in cores])
+    rows = torch.tensor([0, 5, 11, 11, 3])
+    cpu_cores = [c.clone().requires_grad_() for c in cores]
+    gpu_cores = [c.cuda().requires_grad_() for c in cores]
+    out_cpu, out_gpu = ops.tt_lookup(cpu_cores, rows), ops.tt_lookup(gpu_cores, rows.cuda(), reuse_prefixes=reuse)
+    torch.testing.assert_close(out_gpu.cpu(), out_cpu, atol=1e-4, rtol=1e-4)
+    for a, b in zip(torch.autograd.grad(out_gpu.square().sum(), gpu_cores),
+                    torch.autograd.grad(out_cpu.square().sum(), cpu_cores)):
+        torch.testing.assert_close(a.cpu(), b, atol=1e-3, rtol=1e-4)
+
+
+def test_tt_cores_beyond_the_gpus_shared_memory_take_the_python_path(cuda_ext):
+    """16 x 16 x (1024 + 4) floats (1 MB) fit no block: the fused kernel refuses them in one line and
+    the lookup runs the Python contraction instead."""
+    from gnnkit.tt.lookup import lookup
+
+    cores = [c.cuda() for c in _wide_cores((16, 16, 4), (4, 1024))]
+    assert not ops.tt_supported(cores)
+    rows = torch.tensor([0, 7, 11], device="cuda")
+    with pytest.raises(RuntimeError, match="bytes of shared memory a block"):
+        ops.tt_lookup(cores, rows)
+    expected = lookup([c.cpu() for c in cores], rows.cpu(), (3, 2, 2), fused=False)
+    torch.testing.assert_close(lookup(cores, rows, (3, 2, 2)).cpu(), expected, atol=1e-4, rtol=1e-4)

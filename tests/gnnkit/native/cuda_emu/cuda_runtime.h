@@ -30,6 +30,12 @@ struct uint3 {
   unsigned x, y, z;
 };
 using cudaStream_t = void*;
+using cudaError_t = int;
+constexpr cudaError_t cudaSuccess = 0;
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+// A launch's opt-in to more dynamic shared memory: the emulator's buffers have no such limit.
+template <typename Kernel>
+cudaError_t cudaFuncSetAttribute(Kernel*, cudaFuncAttribute, int) { return cudaSuccess; }
 
 #define __global__
 #define __device__
