@@ -12,8 +12,8 @@ import torch
 from torch.utils.data import DataLoader
 from torch_geometric.data import Data
 
-from gnnkit.data.device_sampling import (SamplingPlacement, host_fallback, place, plan_placement,
-                                         resolve_sampler_device)
+from gnnkit.data.device_sampling import (SamplingPlacement, check_sampler_device, host_fallback, place,
+                                         plan_placement, resolve_sampler_device)
 from gnnkit.data.preprocessing import PreprocessOverrides, describe_line, graph_facts, resolve_options
 from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats
 from gnnkit.partitioned.boundary_sampling import BoundarySampler
@@ -179,7 +179,7 @@ class GraphDataModule(pl.LightningDataModule):
         self.graph: CanonicalGraph = self.entry.open()
         log.info(describe_line(self.graph.meta["name"], graph_facts(self.entry)))
         self.num_neighbors = list(num_neighbors or [15, 10, 5])
-        resolve_sampler_device(sampler_device, torch.device("cpu"))  # a bad choice, or 'cuda' without one, fails now
+        check_sampler_device(sampler_device)  # a bad choice, or 'cuda' without a GPU, fails now (CUDA left alone)
         self._placement: SamplingPlacement | None = None  # where sampling runs, decided with the first loader
         self._device_graph: dict[str, Any] | None = None  # the graph's copies on the sampling device
         self._full: Data | None = None
@@ -279,6 +279,10 @@ class GraphDataModule(pl.LightningDataModule):
         """Open this rank's partition (partition-parallel runs; once, after the ranks have started),
         and for sampled training fill its cache of remote rows (a collective)."""
         if self.partitions is not None and self._partition is None:
+            if self.trainer is not None and self.trainer.strategy.root_device.type != "cpu":
+                raise ValueError("data.partitions: partition-parallel ranks exchange rows as CPU tensors over "
+                                 "gloo, so they train on CPUs; set --trainer.accelerator cpu (got "
+                                 f"{self.trainer.strategy.root_device.type})")
             self._partition = open_rank_partition(self.entry, self.partitions, seed=self.hparams.seed)
             if not self.full_batch:
                 self._remote = RemoteFeatures(self._partition, self.hparams.remote_cache,

@@ -41,13 +41,16 @@ HOST_SHARE = 0.5
 
 
 def check_sampler_device(choice: str) -> str:
-    """``choice`` if it is one of :data:`SAMPLER_DEVICES`.
+    """``choice`` if it is one of :data:`SAMPLER_DEVICES` (and ``"cuda"`` only where torch sees a
+    GPU). Safe before Lightning starts its processes: it counts GPUs without initialising CUDA.
 
     Raises:
         ValueError: Naming ``data.sampler_device`` and the choices.
     """
     if choice not in SAMPLER_DEVICES:
         raise ValueError(f"data.sampler_device: expected one of {list(SAMPLER_DEVICES)}, got {choice!r}")
+    if choice == "cuda" and torch.cuda.device_count() == 0:  # NVML-based: no CUDA context, fork stays safe
+        raise ValueError("data.sampler_device: 'cuda' needs a CUDA device, but torch sees none (use 'auto' or 'cpu')")
     return choice
 
 
@@ -64,9 +67,6 @@ def resolve_sampler_device(choice: str, training: torch.device) -> torch.device:
     check_sampler_device(choice)
     if choice == "cpu" or (choice == "auto" and training.type != "cuda"):
         return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise ValueError("data.sampler_device: 'cuda' needs a CUDA device, but torch.cuda.is_available() is False "
-                         "(use 'auto' or 'cpu')")
     return training if training.type == "cuda" else torch.device("cuda", torch.cuda.current_device())
 
 

@@ -40,6 +40,8 @@ from torch_geometric.sampler import (
     SamplerOutput,
 )
 
+from pipeline import log
+
 __all__ = ["CSRNeighborSampler", "CSRNodeLoader", "SampledHops", "neighbor_loader", "relabel", "sample_hops"]
 
 # Without replacement, a row with more than k edges needs k distinct uniform
@@ -337,13 +339,23 @@ class CSRNeighborSampler(BaseSampler):
 
         In ``DataLoader`` workers each worker re-seeds its own copy (see the class docstring); their
         states stay in the workers and are not part of this."""
-        return {} if self._generator is None else {"generator": self._generator.get_state()}
+        if self._generator is None:
+            return {}
+        return {"generator": self._generator.get_state(), "device": self._generator.device.type}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue the private generator from a :meth:`state_dict`, so the next batches are those
-        the saved sampler would have drawn."""
-        if "generator" in state and self._generator is not None:
-            self._generator.set_state(state["generator"])
+        the saved sampler would have drawn. A state saved by a generator on another kind of device
+        (a run resumed on a GPU, or sampling moved to the host) cannot continue this one: it is
+        left out with a warning, and the resumed run samples other, equally random, batches."""
+        if "generator" not in state or self._generator is None:
+            return
+        saved, mine = state.get("device", "cpu"), self._generator.device.type
+        if saved != mine:
+            log.warning("resume: the sampler's saved random state is a %s generator's but it now samples on "
+                        "%s; its batches will differ from an uninterrupted run's", saved, mine)
+            return
+        self._generator.set_state(state["generator"])
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -561,11 +573,12 @@ class CSRNeighborSampler(BaseSampler):
             raise NotImplementedError(f"{self.__class__.__name__} does not support temporal sampling")
         if index.input_type is not None:
             raise NotImplementedError(f"{self.__class__.__name__} only supports homogeneous graphs")
-        device = self.indptr.device
-        seed_nodes = index.node.to(device=device, dtype=torch.long).view(-1)
-        num_seeds = seed_nodes.numel()
-        if num_seeds and (int(seed_nodes.min()) < 0 or int(seed_nodes.max()) >= self.num_nodes):
-            raise ValueError(f"seed node ids must lie in [0, {self.num_nodes})")
+        seeds = index.node.view(-1)
+        if seeds.numel():  # checked where the loader made them (the host): no device sync
+            low, high = torch.stack(torch.aminmax(seeds)).tolist()
+            if low < 0 or high >= self.num_nodes:
+                raise ValueError(f"seed node ids must lie in [0, {self.num_nodes})")
+        seed_nodes = seeds.to(device=self.indptr.device, dtype=torch.long)
 
         generator, local = self._process_state()
         from gnnkit.native.ops import sample_from_nodes as native_sample  # the C++ sampler, when built

@@ -282,6 +282,28 @@ def test_deterministic_under_seed_and_different_across_seeds(graph):
     assert torch.equal(first.edge, _sample(sampler, seeds[0]).edge)
 
 
+def test_saved_random_state_continues_only_on_the_same_kind_of_device(graph, caplog):
+    """A checkpoint's sampler state continues the stream; one saved by a generator on another
+    kind of device (or older, device-less, states on a GPU) is left out with a warning."""
+    indptr, indices = graph
+    seeds = torch.arange(0, 600, 7)
+    sampler = CSRNeighborSampler(indptr, indices, [4, 3], seed=1)
+    _sample(sampler, seeds)
+    state = sampler.state_dict()
+    assert state["device"] == "cpu"
+    expected = _sample(sampler, seeds).edge
+    for saved in (state, {"generator": state["generator"]}):  # older checkpoints: CPU states
+        resumed = CSRNeighborSampler(indptr, indices, [4, 3], seed=1)
+        resumed.load_state_dict(saved)
+        assert torch.equal(_sample(resumed, seeds).edge, expected)
+    resumed = CSRNeighborSampler(indptr, indices, [4, 3], seed=1)
+    with caplog.at_level("WARNING", logger="gnnkit"):
+        resumed.load_state_dict({**state, "device": "cuda"})
+    assert "saved random state is a cuda generator's but it now samples on cpu" in caplog.text
+    fresh = CSRNeighborSampler(indptr, indices, [4, 3], seed=1)
+    assert torch.equal(_sample(resumed, seeds).edge, _sample(fresh, seeds).edge)
+
+
 def test_scratch_map_is_rebuilt_after_a_failure(graph, monkeypatch):
     monkeypatch.setenv("GNNKIT_NATIVE", "0")  # the failure is injected into the pure-PyTorch path
     indptr, indices = graph

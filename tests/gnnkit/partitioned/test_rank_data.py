@@ -11,8 +11,10 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 from gnnkit.data.datamodule import GraphDataModule
 
@@ -88,6 +90,10 @@ def test_partition_options_are_checked():
         GraphDataModule("synthetic-tiny", partitions=2, boundary_sampling=0.5, stale_halo=True)
     with pytest.raises(ValueError, match="data.aggregate_input: aggregates the first layer's input of partition"):
         GraphDataModule("synthetic-tiny", partitions=2, batch_size=64, aggregate_input=True)
+    on_gpu = GraphDataModule("synthetic-tiny", partitions=1, batch_size=0)
+    on_gpu.trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device("cuda", 0)))
+    with pytest.raises(ValueError, match="data.partitions: partition-parallel ranks .* set --trainer.accelerator cpu"):
+        on_gpu.setup("fit")
 
 
 NAMESPACES = ("gk21m0", "gk21m1")
