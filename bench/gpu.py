@@ -11,8 +11,11 @@ runs), with overrides; its ``report.json`` gives the figures. Families and their
     features and labels on the device, sampled and gathered there);
   * ``gnnkit, CPU sampling``: the same with ``--data.sampler_device cpu`` (loader workers sample on
     the host, batches copied to the device);
-  * ``PyG``: ``--model.aggregation pyg --data.sampler_device cpu``: PyG's layers on batches of
-    PyG's ``NodeLoader`` sampled on the host.
+  * ``PyG``: ``--model.aggregation pyg --data.sampler_device cpu``: PyG's layers on batches that
+    PyG's ``NodeLoader`` (gnnkit's ``CSRNodeLoader`` subclass) builds on the host. Its sampler is
+    gnnkit's ``CSRNeighborSampler`` on the CPU: PyG's own ``NeighborSampler`` needs pyg-lib or
+    torch-sparse, which gnnkit does not depend on, so this row differs from gnnkit's CPU-sampling
+    row in the layers only.
 
 * ``gcn``: full-batch GCN 3 x 256 on the arxiv twin (``recipes/gcn_synthetic_arxiv.yaml``),
   ``--model.aggregation gnnkit`` against ``pyg``.
