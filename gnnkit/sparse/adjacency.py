@@ -104,11 +104,18 @@ class Adjacency:
         if edge_index.dim() != 2 or edge_index.size(0) != 2:
             raise ValueError(f"Adjacency.from_edge_index: edge_index must be [2, E], got {tuple(edge_index.shape)}")
         src, dst = edge_index[0].to(torch.int64), edge_index[1].to(torch.int64)
+        if values is not None and values.shape != (src.numel(),):
+            raise ValueError(f"Adjacency.from_edge_index: values must have shape ({src.numel()},), "
+                             f"got {tuple(values.shape)}")
+        low, high = (0, 0), (-1, -1)  # (source, destination) id ranges, read in one sync (per layer on a GPU)
+        if edge_index.numel():
+            low, high = (tuple(v) for v in torch.stack(torch.aminmax(edge_index, dim=1)).tolist())
         if num_nodes is None:
-            num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 0
+            num_nodes = max(high) + 1
         num_dst = num_nodes if num_dst is None else num_dst
-        if dst.numel() and int(dst.max()) >= num_dst:
-            raise ValueError(f"Adjacency.from_edge_index: destination ids must be < {num_dst}")
+        if min(low) < 0 or high[0] >= num_nodes or high[1] >= num_dst:
+            raise ValueError(f"Adjacency.from_edge_index: source ids must lie in [0, {num_nodes}) and destination "
+                             f"ids in [0, {num_dst}), got {low[0]}..{high[0]} and {low[1]}..{high[1]}")
         if dst.numel() > 1 and not bool((dst[1:] >= dst[:-1]).all()):
             order = torch.argsort(dst, stable=True)
             src, dst = src[order], dst[order]
@@ -116,7 +123,8 @@ class Adjacency:
         counts = torch.bincount(dst, minlength=num_dst)
         indptr = torch.zeros(num_dst + 1, dtype=torch.int64, device=edge_index.device)
         torch.cumsum(counts, 0, out=indptr[1:])
-        return cls(indptr, src, num_cols=num_nodes, values=values, single_use=single_use)
+        # well-formed by construction (ids checked above, indptr a cumulative count): no second pass
+        return cls(indptr, src, num_cols=num_nodes, values=values, single_use=single_use, validate=False)
 
     # -- shape and basic views -----------------------------------------------------------------
     @property

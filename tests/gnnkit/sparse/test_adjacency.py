@@ -72,3 +72,20 @@ def test_gnnkit_aggregation_trains_on_cuda():
     out = model(data.x, data.edge_index, adj=data.adj)
     out.sum().backward()
     assert out.device.type == "cuda" and out.shape == (40, 3)
+
+
+def test_from_edge_index_checks_ids_in_one_pass_and_builds_a_valid_matrix():
+    edges = torch.tensor([[2, 0, 1, 2], [1, 0, 1, 0]])
+    adj = Adjacency.from_edge_index(edges, 3, num_dst=2)
+    assert adj.shape == (2, 3) and adj.indptr.tolist() == [0, 2, 4] and adj.indices.tolist() == [0, 2, 2, 1]
+    Adjacency(adj.indptr, adj.indices, num_cols=3)  # what validation would have said
+    empty = Adjacency.from_edge_index(torch.zeros(2, 0, dtype=torch.long), 3)
+    assert empty.shape == (3, 3) and empty.nnz == 0
+    assert Adjacency.from_edge_index(edges).shape == (3, 3)
+    for bad, match in [(torch.tensor([[3], [0]]), r"source ids must lie in \[0, 3\) .* got 3..3"),
+                       (torch.tensor([[0], [2]]), r"destination ids in \[0, 2\), got 0..0 and 2..2"),
+                       (torch.tensor([[-1], [0]]), "got -1..-1")]:
+        with pytest.raises(ValueError, match=match):
+            Adjacency.from_edge_index(bad, 3, num_dst=2)
+    with pytest.raises(ValueError, match=r"values must have shape \(4,\)"):
+        Adjacency.from_edge_index(edges, 3, values=torch.ones(3))
