@@ -239,8 +239,9 @@ def tt_lookup(cores: Sequence[Tensor], rows: Tensor, reuse_prefixes: bool = True
     The FBTT/TT-Rec lookup (<https://arxiv.org/abs/2101.11714>): with ``reuse_prefixes`` rows are
     sorted, each distinct prefix ``(i1, i2)`` is contracted once, each distinct row once; without,
     each row is contracted on its own, in place (no sort, and on CUDA none of the unique passes
-    whose sizes the host waits for: for batches whose rows rarely share a prefix). The backward pass sums core gradients into per-thread
-    buffers (no atomics on CPU). Both give the same values.
+    whose sizes the host waits for: for batches whose rows rarely share a prefix). The backward
+    pass sums core gradients into per-thread buffers on the CPU (deterministic) and with atomics
+    on a GPU (sums in varying order). Both give the same values up to float rounding.
 
     Args:
         cores: ``[p_k, r_{k-1}, q_k, r_k]`` cores (``r_0 = r_3 = 1``).
