@@ -333,7 +333,11 @@ class GraphDataModule(pl.LightningDataModule):
         return self._full
 
     def _full_loader(self, stage: str) -> DataLoader:
-        data = copy.copy(self._full_graph())  # shallow: shares the graph's tensors
+        full = self._full_graph()
+        device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
+        if device.type == "cuda":  # once a run: the stages' batches share one device copy of the graph
+            self._full = full = full.to(device)
+        data = copy.copy(full)  # shallow: shares the graph's tensors (the batch transfer then moves nothing)
         split = SPLIT_OF_STAGE[stage]
         if self._partition is None:
             data.target = self.graph.split[split]

@@ -1,3 +1,5 @@
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -168,3 +170,15 @@ def test_sampling_through_unified_addressing_gives_the_device_batches(monkeypatc
     for a, b in zip(got, expected):
         for ta, tb in zip(a, b):
             assert ta.is_cuda and torch.equal(ta, tb)
+
+
+@CUDA
+def test_full_batch_stages_share_one_device_copy_of_the_graph():
+    """Full-batch training on a GPU moves the graph once a run: the train and validation batches
+    hold the same device tensors (and adjacency), so the batch transfer moves nothing more."""
+    dm = GraphDataModule("synthetic-tiny", batch_size=0)
+    dm.trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=GPU))
+    train, val = next(iter(dm.train_dataloader())), next(iter(dm.val_dataloader()))
+    assert train.x.is_cuda and train.x.data_ptr() == val.x.data_ptr() and train.y.data_ptr() == val.y.data_ptr()
+    assert train.adj is val.adj and train.adj.indptr.is_cuda
+    assert train.to(GPU).x.data_ptr() == val.x.data_ptr()
