@@ -230,10 +230,10 @@ std::vector<at::Tensor> tt_forward_cuda(const at::Tensor& rows_in, const at::Ten
     seg = at::arange(rows.numel() + 1, rows.options());
     group = seg;
   }
+  check_tt_shared(s, c0.element_size(), false);
   const int64_t M = group.numel() - 1;
   at::Tensor out = at::empty({rows.numel(), s.q1 * s.q2 * s.q3}, c0.options());
   at::Tensor level = at::empty({M, s.q1 * s.q2 * s.r2}, c0.options());
-  check_tt_shared(s, c0.element_size(), false);
   AT_DISPATCH_FLOATING_TYPES(c0.scalar_type(), "tt_forward_cuda", [&] {
     gpu::tt_forward<scalar_t>(c0.data_ptr<scalar_t>(), c1.data_ptr<scalar_t>(), c2.data_ptr<scalar_t>(),
                               perm.data_ptr<int64_t>(), seg.data_ptr<int64_t>(), uniq.data_ptr<int64_t>(),
@@ -251,8 +251,8 @@ std::vector<at::Tensor> tt_backward_cuda(const at::Tensor& grad_in, const at::Te
   const at::Tensor c0 = c0_in.contiguous(), c1 = c1_in.contiguous(), c2 = c2_in.contiguous();
   const gpu::TTShape s{c0.size(0), c1.size(0), c2.size(0), c0.size(2), c1.size(2), c2.size(2), c0.size(3), c1.size(3)};
   const at::Tensor grad = grad_in.to(c0.scalar_type()).contiguous();
-  at::Tensor d0 = at::zeros_like(c0), d1 = at::zeros_like(c1), d2 = at::zeros_like(c2);
   check_tt_shared(s, c0.element_size(), true);
+  at::Tensor d0 = at::zeros_like(c0), d1 = at::zeros_like(c1), d2 = at::zeros_like(c2);
   AT_DISPATCH_FLOATING_TYPES(c0.scalar_type(), "tt_backward_cuda", [&] {
     gpu::tt_backward<scalar_t>(grad.data_ptr<scalar_t>(), c0.data_ptr<scalar_t>(), c1.data_ptr<scalar_t>(),
                                c2.data_ptr<scalar_t>(), perm.data_ptr<int64_t>(), seg.data_ptr<int64_t>(),

@@ -275,14 +275,18 @@ class GraphDataModule(pl.LightningDataModule):
             log.info("partition %d of %d, after %s: %s", self._partition.part, self._partition.parts,
                      getattr(stage, "value", stage), describe_fetches(self._remote.stats))
 
+    def _training_device(self) -> torch.device:
+        """The device the model trains on (the strategy's root device; the CPU without a trainer)."""
+        return self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
+
     def setup(self, stage: str) -> None:
         """Open this rank's partition (partition-parallel runs; once, after the ranks have started),
         and for sampled training fill its cache of remote rows (a collective)."""
         if self.partitions is not None and self._partition is None:
-            if self.trainer is not None and self.trainer.strategy.root_device.type != "cpu":
+            if self._training_device().type != "cpu":
                 raise ValueError("data.partitions: partition-parallel ranks exchange rows as CPU tensors over "
                                  "gloo, so they train on CPUs; set --trainer.accelerator cpu (got "
-                                 f"{self.trainer.strategy.root_device.type})")
+                                 f"{self._training_device().type})")
             self._partition = open_rank_partition(self.entry, self.partitions, seed=self.hparams.seed)
             if not self.full_batch:
                 self._remote = RemoteFeatures(self._partition, self.hparams.remote_cache,
@@ -334,7 +338,7 @@ class GraphDataModule(pl.LightningDataModule):
 
     def _full_loader(self, stage: str) -> DataLoader:
         full = self._full_graph()
-        device = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
+        device = self._training_device()
         if device.type == "cuda":  # once a run: the stages' batches share one device copy of the graph
             self._full = full = full.to(device)
         data = copy.copy(full)  # shallow: shares the graph's tensors (the batch transfer then moves nothing)
@@ -362,8 +366,7 @@ class GraphDataModule(pl.LightningDataModule):
     def _sampling_placement(self) -> SamplingPlacement:
         """Where the sampled loaders sample (decided once, when the first is built, and logged)."""
         if self._placement is None:
-            training = self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
-            wanted = resolve_sampler_device(self.hparams.sampler_device, training)
+            wanted = resolve_sampler_device(self.hparams.sampler_device, self._training_device())
             self._placement = plan_placement(self._host_graph(), wanted, asked=self.hparams.sampler_device)
             log.info(self._placement.reason)
         return self._placement
