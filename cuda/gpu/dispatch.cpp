@@ -4,6 +4,7 @@
 
 #include "dispatch.h"
 
+#include <ATen/Context.h>
 #include <ATen/Dispatch.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/arange.h>
@@ -40,11 +41,6 @@ void check_cuda(const at::Tensor& t, const char* name) {
 // than as an unrelated error of a later kernel; no host sync.
 void check_launch() { C10_CUDA_KERNEL_LAUNCH_CHECK(); }
 
-void check_width(const char* op, int64_t width) {
-  TORCH_CHECK(width <= gpu::kMaxSpmmWidth, op, ": x has ", width, " features, above the CUDA kernel's ",
-              gpu::kMaxSpmmWidth);
-}
-
 // TT blocks keep a prefix's product in shared memory: refuse cores whose product does not fit.
 void check_tt_shared(const gpu::TTShape& s, size_t element, bool backward) {
   int device = 0, limit = 0;
@@ -74,10 +70,18 @@ typename CudaScalar<S>::type* cuda_ptr(const at::Tensor& t) {
   return reinterpret_cast<typename CudaScalar<S>::type*>(t.data_ptr<S>());
 }
 
+// Rows are split into segments (atomic sums in varying order) unless torch is asked for
+// deterministic algorithms (torch.use_deterministic_algorithms): then each row is one warp's.
+int64_t spmm_segment() {
+  return at::globalContext().deterministicAlgorithms() ? gpu::kUnsplit : gpu::kSegment;
+}
+
 // The float rows that split rows of 16-bit values sum into (see gpu::spmm_csr); none otherwise.
-at::Tensor split_sums(const at::Tensor& x, int64_t nnz) {
+at::Tensor split_sums(const at::Tensor& x, int64_t nnz, int64_t segment) {
   const bool narrow = x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16;
-  return narrow ? at::empty({gpu::split_rows_bound(nnz), x.size(1)}, x.options().dtype(at::kFloat)) : at::Tensor();
+  return narrow && segment != gpu::kUnsplit
+             ? at::empty({gpu::split_rows_bound(nnz, segment), x.size(1)}, x.options().dtype(at::kFloat))
+             : at::Tensor();
 }
 
 float* float_ptr(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
@@ -86,21 +90,25 @@ at::Tensor exclusive_cumsum(const at::Tensor& counts) {
   return at::cat({at::zeros({1}, counts.options()), counts.cumsum(0)});
 }
 
-// The SpMM work plan (see gpu::spmm_plan), made on the stream without a host sync: extra_ptr and
-// an upper bound of the number of work items. `out` is zeroed where rows are split.
+// The SpMM work plan (see gpu::spmm_plan), made on the stream without a host sync: extra_ptr, the
+// segment length and an upper bound of the number of work items. `out` is zeroed where rows are
+// split.
 struct Items {
   at::Tensor extra_ptr;
+  int64_t segment;
   int64_t count;
 };
 
 template <typename S>
 Items spmm_items(const int64_t* indptr, const int64_t* row_len, const int64_t* perm, int64_t rows, int64_t nnz,
                  at::Tensor& out) {
+  const int64_t segment = spmm_segment();
   at::Tensor extra_ptr = at::empty({rows + 1}, out.options().dtype(at::kLong));
-  gpu::spmm_plan(indptr, row_len, perm, rows, extra_ptr.data_ptr<int64_t>(), cuda_ptr<S>(out), out.size(1), stream());
+  gpu::spmm_plan(indptr, row_len, perm, rows, segment, extra_ptr.data_ptr<int64_t>(), cuda_ptr<S>(out), out.size(1),
+                 stream());
   check_launch();
   extra_ptr.slice(0, 1).cumsum_(0);
-  return {extra_ptr, rows + (nnz + gpu::kSegment - 1) / gpu::kSegment};
+  return {extra_ptr, segment, gpu::spmm_items_bound(rows, nnz, segment)};
 }
 
 }  // namespace
@@ -112,16 +120,16 @@ at::Tensor spmm_csr_cuda(const at::Tensor& indptr, const at::Tensor& indices, co
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous();
   const int64_t R = indptr.numel() - 1, F = x.size(1);
-  check_width("spmm_csr", F);
   at::Tensor out = at::empty({R, F}, x.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "spmm_csr_cuda", [&] {
     if (R == 0 || F == 0) return;
     const Items items = spmm_items<scalar_t>(indptr.data_ptr<int64_t>(), nullptr, nullptr, R, indices.numel(), out);
     at::Tensor w = values ? values->to(x.scalar_type()).contiguous() : at::Tensor();
-    const at::Tensor sums = split_sums(x, indices.numel());
+    const at::Tensor sums = split_sums(x, indices.numel(), items.segment);
     gpu::spmm_csr(indptr.data_ptr<int64_t>(), indices.data_ptr<int64_t>(),
                   values ? cuda_ptr<scalar_t>(w) : nullptr, cuda_ptr<scalar_t>(x), cuda_ptr<scalar_t>(out),
-                  float_ptr(sums), R, items.extra_ptr.data_ptr<int64_t>(), items.count, F, mean, stream());
+                  float_ptr(sums), R, items.extra_ptr.data_ptr<int64_t>(), items.segment, items.count, F, mean,
+                  stream());
     check_launch();
   });
   return out;
@@ -135,7 +143,6 @@ at::Tensor spmm_sell_cuda(const at::Tensor& chunk_ptr, const at::Tensor& perm, c
   const at::Tensor x = x_in.contiguous();
   const int64_t R = perm.numel(), F = x.size(1);
   TORCH_CHECK(chunk >= 1, "spmm_sell: chunk must be >= 1, got ", chunk);
-  check_width("spmm_sell", F);
   at::Tensor out = at::empty({R, F}, x.options());
   TORCH_CHECK(vals.scalar_type() == x.scalar_type(), "spmm_sell: the matrix holds ", vals.scalar_type(),
               " values but x is ", x.scalar_type());
@@ -143,10 +150,11 @@ at::Tensor spmm_sell_cuda(const at::Tensor& chunk_ptr, const at::Tensor& perm, c
     if (R == 0 || F == 0) return;
     const Items items = spmm_items<scalar_t>(nullptr, row_len.data_ptr<int64_t>(), perm.data_ptr<int64_t>(), R,
                                              cols.numel(), out);
-    const at::Tensor sums = split_sums(x, cols.numel());
+    const at::Tensor sums = split_sums(x, cols.numel(), items.segment);
     gpu::spmm_sell(chunk_ptr.data_ptr<int64_t>(), perm.data_ptr<int64_t>(), row_len.data_ptr<int64_t>(),
                    cols.data_ptr<int64_t>(), cuda_ptr<scalar_t>(vals), cuda_ptr<scalar_t>(x), cuda_ptr<scalar_t>(out),
-                   float_ptr(sums), R, chunk, items.extra_ptr.data_ptr<int64_t>(), items.count, F, mean, stream());
+                   float_ptr(sums), R, chunk, items.extra_ptr.data_ptr<int64_t>(), items.segment, items.count, F,
+                   mean, stream());
     check_launch();
   });
   return out;
@@ -250,6 +258,8 @@ std::vector<at::Tensor> tt_backward_cuda(const at::Tensor& grad_in, const at::Te
   const c10::cuda::CUDAGuard guard(c0_in.device());
   const at::Tensor c0 = c0_in.contiguous(), c1 = c1_in.contiguous(), c2 = c2_in.contiguous();
   const gpu::TTShape s{c0.size(0), c1.size(0), c2.size(0), c0.size(2), c1.size(2), c2.size(2), c0.size(3), c1.size(3)};
+  // core gradients are summed with atomics (gnnkit's Python TT contraction is the deterministic path)
+  at::globalContext().alertNotDeterministic("gnnkit tt_lookup backward on CUDA");
   const at::Tensor grad = grad_in.to(c0.scalar_type()).contiguous();
   check_tt_shared(s, c0.element_size(), true);
   at::Tensor d0 = at::zeros_like(c0), d1 = at::zeros_like(c1), d2 = at::zeros_like(c2);

@@ -38,21 +38,22 @@ struct alignas(sizeof(T) * V) Pack {
   T v[V];
 };
 
-// One warp computes 32 x V consecutive features of one work item: a row, or a segment of at most
-// kSegment entries of a long row (power-law hubs would otherwise keep one warp busy for the whole
-// kernel). The warp loads 32 (column, value) pairs at a time, coalesced, into shared memory, then
-// every lane walks them for its own V features: the x row loads of the warp are coalesced and
-// vectorised, and a row's columns are staged once for up to 32 x V features (GE-SpMM's coalesced
-// row caching with its feature coarsening, https://arxiv.org/abs/2007.03179). Segments of one row
-// add into it atomically (the row was zeroed); a whole row is stored. With `split_row` (16-bit
-// values) the segments add into that float row instead, rounded once by finish_split_kernel.
+// One warp computes the 32 x V consecutive features of feature tile `tile` of one work item: a row,
+// or a segment of at most `segment` entries of a long row (power-law hubs would otherwise keep one
+// warp busy for the whole kernel). The warp loads 32 (column, value) pairs at a time, coalesced,
+// into shared memory, then every lane walks them for its own V features: the x row loads of the
+// warp are coalesced and vectorised, and a row's columns are staged once for up to 32 x V features
+// (GE-SpMM's coalesced row caching with its feature coarsening, https://arxiv.org/abs/2007.03179).
+// Segments of one row add into it atomically (the row was zeroed); a whole row is stored. With
+// `split_row` (16-bit values) the segments add into that float row instead, rounded once by
+// finish_split_kernel.
 template <typename T, int V>
 __device__ void warp_segment(const int64_t* cols, const T* vals, int64_t first, int64_t n, int64_t stride,
                              int64_t row_len, bool split, const T* x, T* out_row, float* split_row, int64_t width,
-                             bool mean, int64_t* s_col, typename Num<T>::Acc* s_val) {
+                             int64_t tile, bool mean, int64_t* s_col, typename Num<T>::Acc* s_val) {
   using Acc = typename Num<T>::Acc;
   const int lane = threadIdx.x % kWarp;
-  const int64_t f = (static_cast<int64_t>(blockIdx.y) * kWarp + lane) * V;  // the lane's first feature
+  const int64_t f = (tile * kWarp + lane) * V;  // the lane's first feature
   Acc acc[V];
 #pragma unroll
   for (int v = 0; v < V; ++v) acc[v] = Acc(0);
@@ -101,7 +102,7 @@ struct Item {
   int64_t row, begin, segments;
 };
 
-__device__ Item locate(const int64_t* extra_ptr, int64_t rows, int64_t item) {
+__device__ Item locate(const int64_t* extra_ptr, int64_t rows, int64_t segment, int64_t item) {
   if (item < rows) return {item, 0, extra_ptr[item + 1] - extra_ptr[item] + 1};
   const int64_t e = item - rows;
   if (e >= extra_ptr[rows]) return {-1, 0, 0};  // the grid is an upper bound of the items
@@ -110,7 +111,7 @@ __device__ Item locate(const int64_t* extra_ptr, int64_t rows, int64_t item) {
     const int64_t mid = (lo + hi) / 2;
     if (extra_ptr[mid] <= e) lo = mid; else hi = mid;
   }
-  return {lo, (e - extra_ptr[lo] + 1) * kSegment, extra_ptr[lo + 1] - extra_ptr[lo] + 1};
+  return {lo, (e - extra_ptr[lo] + 1) * segment, extra_ptr[lo + 1] - extra_ptr[lo] + 1};
 }
 
 // The float row of split row r in `split_sums`: slot extra_ptr[r], the index of its first further
@@ -122,38 +123,43 @@ __device__ __forceinline__ float* split_row_of(float* split_sums, const int64_t*
 
 template <typename T, int V>
 __global__ void spmm_csr_kernel(const int64_t* indptr, const int64_t* indices, const T* values, const T* x, T* out,
-                                float* split_sums, int64_t rows, const int64_t* extra_ptr, int64_t items,
-                                int64_t width, bool mean) {
+                                float* split_sums, int64_t rows, const int64_t* extra_ptr, int64_t segment,
+                                int64_t items, int64_t width, bool mean) {
   __shared__ int64_t s_col[kWarpsPerBlock][kWarp];
   __shared__ typename Num<T>::Acc s_val[kWarpsPerBlock][kWarp];
   const int warp = threadIdx.x / kWarp;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
   if (item >= items) return;  // the whole warp leaves together
-  const Item it = locate(extra_ptr, rows, item);
+  const Item it = locate(extra_ptr, rows, segment, item);
   if (it.row < 0) return;
   const int64_t b = indptr[it.row], len = indptr[it.row + 1] - b;
-  const int64_t n = it.segments == 1 ? len : (len - it.begin < kSegment ? len - it.begin : kSegment);
-  warp_segment<T, V>(indices, values, b + it.begin, n, 1, len, it.segments > 1, x, out + it.row * width,
-                     split_row_of(split_sums, extra_ptr, it.row, width), width, mean, s_col[warp], s_val[warp]);
+  const int64_t n = it.segments == 1 ? len : (len - it.begin < segment ? len - it.begin : segment);
+  for (int64_t tile = blockIdx.y; tile * kWarp * V < width; tile += gridDim.y) {  // the same count for the whole warp
+    warp_segment<T, V>(indices, values, b + it.begin, n, 1, len, it.segments > 1, x, out + it.row * width,
+                       split_row_of(split_sums, extra_ptr, it.row, width), width, tile, mean, s_col[warp],
+                       s_val[warp]);
+  }
 }
 
 template <typename T, int V>
 __global__ void spmm_sell_kernel(const int64_t* chunk_ptr, const int64_t* perm, const int64_t* row_len,
                                  const int64_t* cols, const T* vals, const T* x, T* out, float* split_sums,
-                                 int64_t rows, int64_t chunk, const int64_t* extra_ptr, int64_t items, int64_t width,
-                                 bool mean) {
+                                 int64_t rows, int64_t chunk, const int64_t* extra_ptr, int64_t segment, int64_t items,
+                                 int64_t width, bool mean) {
   __shared__ int64_t s_col[kWarpsPerBlock][kWarp];
   __shared__ typename Num<T>::Acc s_val[kWarpsPerBlock][kWarp];
   const int warp = threadIdx.x / kWarp;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
   if (item >= items) return;
-  const Item it = locate(extra_ptr, rows, item);
+  const Item it = locate(extra_ptr, rows, segment, item);
   if (it.row < 0) return;
   const int64_t t = it.row, len = row_len[t];
-  const int64_t n = it.segments == 1 ? len : (len - it.begin < kSegment ? len - it.begin : kSegment);
+  const int64_t n = it.segments == 1 ? len : (len - it.begin < segment ? len - it.begin : segment);
   const int64_t first = chunk_ptr[t / chunk] + t % chunk + it.begin * chunk;
-  warp_segment<T, V>(cols, vals, first, n, chunk, len, it.segments > 1, x, out + perm[t] * width,
-                     split_row_of(split_sums, extra_ptr, t, width), width, mean, s_col[warp], s_val[warp]);
+  for (int64_t tile = blockIdx.y; tile * kWarp * V < width; tile += gridDim.y) {
+    warp_segment<T, V>(cols, vals, first, n, chunk, len, it.segments > 1, x, out + perm[t] * width,
+                       split_row_of(split_sums, extra_ptr, t, width), width, tile, mean, s_col[warp], s_val[warp]);
+  }
 }
 
 // Zeroes the float rows that split rows add into: extra_ptr[rows] of them, a count only the device
@@ -183,12 +189,12 @@ __global__ void finish_split_kernel(const int64_t* extra_ptr, const int64_t* per
 // slot t is output row perm[t]).
 template <typename T>
 __global__ void plan_kernel(const int64_t* indptr, const int64_t* row_len, const int64_t* perm, int64_t rows,
-                            int64_t* extra_ptr, T* out, int64_t width) {
+                            int64_t segment, int64_t* extra_ptr, T* out, int64_t width) {
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t == 0) extra_ptr[0] = 0;
   if (t >= rows) return;
   const int64_t len = row_len ? row_len[t] : indptr[t + 1] - indptr[t];
-  const int64_t segments = len > kSegment ? (len + kSegment - 1) / kSegment : 1;
+  const int64_t segments = len > segment ? (len - 1) / segment + 1 : 1;
   extra_ptr[t + 1] = segments - 1;
   if (segments > 1) {
     T* row = out + (perm ? perm[t] : t) * width;
@@ -196,9 +202,12 @@ __global__ void plan_kernel(const int64_t* indptr, const int64_t* row_len, const
   }
 }
 
+// Blocks of kWarpsPerBlock work items by feature tiles of 32 x V (at most kMaxGridY of them: the
+// kernels loop over further tiles).
 dim3 grid_for(int64_t items, int64_t width, int vector) {
+  const int64_t tiles = (width + kWarp * vector - 1) / (kWarp * vector);
   return dim3(static_cast<unsigned>((items + kWarpsPerBlock - 1) / kWarpsPerBlock),
-              static_cast<unsigned>((width + kWarp * vector - 1) / (kWarp * vector)));
+              static_cast<unsigned>(tiles < kMaxGridY ? tiles : kMaxGridY));
 }
 
 // Features per lane: the widest access of at most 16 bytes that divides the width, that both x and
@@ -226,11 +235,11 @@ void with_vector(int v, Launch launch) {
 }  // namespace
 
 template <typename T>
-void spmm_plan(const int64_t* indptr, const int64_t* row_len, const int64_t* perm, int64_t rows, int64_t* extra_ptr,
-               T* out, int64_t width, cudaStream_t stream) {
+void spmm_plan(const int64_t* indptr, const int64_t* row_len, const int64_t* perm, int64_t rows, int64_t segment,
+               int64_t* extra_ptr, T* out, int64_t width, cudaStream_t stream) {
   const int threads = 256;
   const unsigned blocks = static_cast<unsigned>((rows + threads) / threads);
-  plan_kernel<T><<<blocks, threads, 0, stream>>>(indptr, row_len, perm, rows, extra_ptr, out, width);
+  plan_kernel<T><<<blocks, threads, 0, stream>>>(indptr, row_len, perm, rows, segment, extra_ptr, out, width);
 }
 
 void zero_split(const int64_t* extra_ptr, int64_t rows, float* split_sums, int64_t width, cudaStream_t stream) {
@@ -249,13 +258,14 @@ void finish_split(const int64_t* extra_ptr, const int64_t* perm, int64_t rows, c
 
 template <typename T>
 void spmm_csr(const int64_t* indptr, const int64_t* indices, const T* values, const T* x, T* out, float* split_sums,
-              int64_t rows, const int64_t* extra_ptr, int64_t items, int64_t width, bool mean, cudaStream_t stream) {
+              int64_t rows, const int64_t* extra_ptr, int64_t segment, int64_t items, int64_t width, bool mean,
+              cudaStream_t stream) {
   if (items == 0 || width == 0) return;
   zero_split(extra_ptr, rows, split_sums, width, stream);
   const int v = vector_width(x, out, width);
   with_vector(v, [&](auto vector) {
     spmm_csr_kernel<T, decltype(vector)::value><<<grid_for(items, width, v), kWarpsPerBlock * kWarp, 0, stream>>>(
-        indptr, indices, values, x, out, split_sums, rows, extra_ptr, items, width, mean);
+        indptr, indices, values, x, out, split_sums, rows, extra_ptr, segment, items, width, mean);
   });
   finish_split(extra_ptr, nullptr, rows, split_sums, out, width, stream);
 }
@@ -263,24 +273,26 @@ void spmm_csr(const int64_t* indptr, const int64_t* indices, const T* values, co
 template <typename T>
 void spmm_sell(const int64_t* chunk_ptr, const int64_t* perm, const int64_t* row_len, const int64_t* cols,
                const T* vals, const T* x, T* out, float* split_sums, int64_t rows, int64_t chunk,
-               const int64_t* extra_ptr, int64_t items, int64_t width, bool mean, cudaStream_t stream) {
+               const int64_t* extra_ptr, int64_t segment, int64_t items, int64_t width, bool mean,
+               cudaStream_t stream) {
   if (items == 0 || width == 0) return;
   zero_split(extra_ptr, rows, split_sums, width, stream);
   const int v = vector_width(x, out, width);
   with_vector(v, [&](auto vector) {
     spmm_sell_kernel<T, decltype(vector)::value><<<grid_for(items, width, v), kWarpsPerBlock * kWarp, 0, stream>>>(
-        chunk_ptr, perm, row_len, cols, vals, x, out, split_sums, rows, chunk, extra_ptr, items, width, mean);
+        chunk_ptr, perm, row_len, cols, vals, x, out, split_sums, rows, chunk, extra_ptr, segment, items, width, mean);
   });
   finish_split(extra_ptr, perm, rows, split_sums, out, width, stream);
 }
 
 #define GNNKIT_SPMM_INSTANTIATE(T)                                                                                  \
-  template void spmm_plan<T>(const int64_t*, const int64_t*, const int64_t*, int64_t, int64_t*, T*, int64_t,        \
-                             cudaStream_t);                                                                         \
+  template void spmm_plan<T>(const int64_t*, const int64_t*, const int64_t*, int64_t, int64_t, int64_t*, T*,       \
+                             int64_t, cudaStream_t);                                                                \
   template void spmm_csr<T>(const int64_t*, const int64_t*, const T*, const T*, T*, float*, int64_t,               \
-                            const int64_t*, int64_t, int64_t, bool, cudaStream_t);                                  \
+                            const int64_t*, int64_t, int64_t, int64_t, bool, cudaStream_t);                         \
   template void spmm_sell<T>(const int64_t*, const int64_t*, const int64_t*, const int64_t*, const T*, const T*,   \
-                             T*, float*, int64_t, int64_t, const int64_t*, int64_t, int64_t, bool, cudaStream_t);
+                             T*, float*, int64_t, int64_t, const int64_t*, int64_t, int64_t, int64_t, bool,        \
+                             cudaStream_t);
 GNNKIT_SPMM_INSTANTIATE(float)
 GNNKIT_SPMM_INSTANTIATE(double)
 GNNKIT_SPMM_INSTANTIATE(__half)

@@ -27,9 +27,6 @@ from gnnkit.native.loader import get, kernels
 SELL_C = 8
 SELL_SIGMA = 256
 
-#: The widest features the CUDA SpMM kernels take (``kMaxSpmmWidth`` in cuda/gpu/kernels.h).
-CUDA_MAX_WIDTH = 65535 * 32
-
 
 def _module() -> Any:
     module = get()
@@ -215,10 +212,19 @@ class _TTLookup(torch.autograd.Function):
 
 def tt_supported(cores: Sequence[Tensor]) -> bool:
     """Whether :func:`tt_lookup` handles these cores (three of them, float32 or float64, one device;
-    on a GPU, a prefix's product and its gradient fit in a block's shared memory)."""
+    on a GPU, a prefix's product and its gradient fit in a block's shared memory, and torch is not
+    asked for deterministic algorithms: the GPU backward sums with atomics)."""
     return len(cores) == 3 and all(c.dim() == 4 and c.dtype in (torch.float32, torch.float64) for c in cores) and (
         len({c.device for c in cores}) == 1 and len({c.dtype for c in cores}) == 1) and (
-        cores[0].device.type != "cuda" or tt_shared_bytes(cores) <= _shared_memory_limit(cores[0].device))
+        cores[0].device.type != "cuda" or _cuda_tt_fits(cores))
+
+
+def _cuda_tt_fits(cores: Sequence[Tensor]) -> bool:
+    """Whether the CUDA TT kernels take these cores: not in deterministic mode (their backward's
+    atomics sum in varying order; the Python contraction's ``index_add_`` then is deterministic),
+    and within the shared memory a block may opt into."""
+    return not torch.are_deterministic_algorithms_enabled() and (
+        tt_shared_bytes(cores) <= _shared_memory_limit(cores[0].device))
 
 
 def tt_shared_bytes(cores: Sequence[Tensor]) -> int:
@@ -241,7 +247,9 @@ def tt_lookup(cores: Sequence[Tensor], rows: Tensor, reuse_prefixes: bool = True
     each row is contracted on its own, in place (no sort, and on CUDA none of the unique passes
     whose sizes the host waits for: for batches whose rows rarely share a prefix). The backward
     pass sums core gradients into per-thread buffers on the CPU (deterministic) and with atomics
-    on a GPU (sums in varying order). Both give the same values up to float rounding.
+    on a GPU (sums in varying order; under ``torch.use_deterministic_algorithms`` it raises, as
+    torch's own nondeterministic operations do, and :func:`tt_supported` sends such cores to the
+    Python contraction). Both give the same values up to float rounding.
 
     Args:
         cores: ``[p_k, r_{k-1}, q_k, r_k]`` cores (``r_0 = r_3 = 1``).

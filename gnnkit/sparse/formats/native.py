@@ -30,8 +30,7 @@ def _fallback(adj: Adjacency, x: Tensor) -> Tensor:
 
 
 def _native_ok(x: Tensor) -> bool:
-    return native.available() and (x.device.type == "cpu" or (
-        "spmm_csr_cuda" in native.kernels() and x.size(1) <= native.ops.CUDA_MAX_WIDTH))
+    return native.available() and (x.device.type == "cpu" or "spmm_csr_cuda" in native.kernels())
 
 
 @register("native_csr")

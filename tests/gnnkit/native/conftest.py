@@ -27,6 +27,15 @@ def ext():
     return module
 
 
+@pytest.fixture
+def deterministic():
+    """``torch.use_deterministic_algorithms(True)`` for one test, restored after it."""
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
 def powerlaw_csr(n: int, seed: int = 0, avg: float = 6.0, zero_frac: float = 0.15,
                  num_cols: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """CSR with power-law row lengths, empty rows, hub rows, duplicates and unused columns."""

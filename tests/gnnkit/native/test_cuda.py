@@ -92,6 +92,45 @@ def test_large_skewed_spmm_on_gpu(cuda_ext, reduce):
     torch.testing.assert_close(ops.spmm_sell(sell, x.cuda(), mean=mean).cpu().double(), expected, **tol)
 
 
+def test_spmm_on_gpu_in_deterministic_mode_repeats_bitwise(cuda_ext, deterministic):
+    """Under ``torch.use_deterministic_algorithms`` no row is split into atomically added segments:
+    the hub of 60,000 entries gives the same bits every run, CSR and SELL, forward and backward,
+    float32 and bfloat16, and the values of the split product."""
+    indptr, indices = powerlaw_csr(20000, seed=5, avg=12)
+    assert indptr.diff().max() > 100 * 256
+    a = ops.CSR(*on_device("cuda", indptr, indices), None, 20000)
+    x = torch.randn(20000, 70, generator=torch.Generator().manual_seed(6)).cuda()
+    sell = ops.to_sell(a)
+    x16 = x.to(torch.bfloat16)
+    sell16 = ops.to_sell(a, dtype=torch.bfloat16)
+
+    def run() -> list[torch.Tensor]:
+        leaf = x.clone().requires_grad_()
+        out = ops.spmm(a.indptr, a.indices, leaf, reduce="mean")
+        (grad,) = torch.autograd.grad(out.square().sum(), leaf)
+        return [out, grad, ops.spmm_sell(sell, x), ops.spmm_csr_raw(a, x16), ops.spmm_sell(sell16, x16, True)]
+
+    first = run()
+    for _ in range(2):
+        assert all(torch.equal(p, q) for p, q in zip(run(), first))
+    expected = ops.spmm(indptr, indices, x.cpu().double(), reduce="mean")
+    torch.testing.assert_close(first[0].cpu().double(), expected, atol=1e-2, rtol=1e-4)
+
+
+def test_spmm_on_gpu_wider_than_the_grid_spans(cuda_ext):
+    """65535 x 32 + 33 features take 65,537 tiles of 32 at one float a lane, more than the grid's
+    y dimension holds: the kernels loop over the rest."""
+    width = 65535 * 32 + 33
+    indptr, indices = torch.tensor([0, 2, 2, 5]), torch.tensor([0, 2, 1, 2, 0])
+    values = torch.tensor([0.5, -1.0, 2.0, 1.0, 0.25])
+    x = torch.randn(3, width, generator=torch.Generator().manual_seed(7))
+    expected = reference(indptr, indices, 3, x.double(), values.double(), False)
+    a = ops.CSR(*on_device("cuda", indptr, indices, values), 3)
+    torch.testing.assert_close(ops.spmm_csr_raw(a, x.cuda()).cpu().double(), expected, atol=1e-5, rtol=1e-5)
+    sell = ops.to_sell(a)
+    torch.testing.assert_close(ops.spmm_sell(sell, x.cuda()).cpu().double(), expected, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("replace", [False, True])
 @pytest.mark.parametrize("fanouts", [[5, 3], [-1, 2], [0, 4], [40, 70]])
 def test_sampler_on_gpu_is_valid_deterministic_and_equals_cpu(cuda_ext, replace, fanouts):
@@ -198,3 +237,23 @@ def test_tt_cores_beyond_the_gpus_shared_memory_take_the_python_path(cuda_ext):
         ops.tt_lookup(cores, rows)
     expected = lookup([c.cpu() for c in cores], rows.cpu(), (3, 2, 2), fused=False)
     torch.testing.assert_close(lookup(cores, rows, (3, 2, 2)).cpu(), expected, atol=1e-4, rtol=1e-4)
+
+
+def test_tt_on_gpu_in_deterministic_mode_takes_the_python_path(cuda_ext, deterministic):
+    """The fused kernel's backward sums with atomics: in deterministic mode it raises as torch's own
+    nondeterministic operations do, and the lookup runs the deterministic Python contraction."""
+    from gnnkit.tt.lookup import lookup
+
+    cpu_cores = _wide_cores((2, 3, 2), (3, 4))
+    cores = [c.cuda().requires_grad_() for c in cpu_cores]
+    assert not ops.tt_supported(cores)
+    rows = torch.tensor([0, 7, 11, 7], device="cuda")
+    with pytest.raises(RuntimeError, match="tt_lookup backward on CUDA"):
+        ops.tt_lookup(cores, rows).sum().backward()
+    out = lookup(cores, rows, (3, 2, 2))
+    grads = torch.autograd.grad(out.square().sum(), cores)
+    cpu = [c.clone().requires_grad_() for c in cpu_cores]
+    expected = ops.tt_lookup(cpu, rows.cpu())
+    torch.testing.assert_close(out.detach().cpu(), expected.detach(), atol=1e-5, rtol=1e-5)
+    for g, e in zip(grads, torch.autograd.grad(expected.square().sum(), cpu)):
+        torch.testing.assert_close(g.cpu(), e, atol=1e-4, rtol=1e-4)

@@ -83,6 +83,14 @@ def test_out_of_range_rows_raise(ext):
         ops.tt_lookup(cores, torch.tensor([8]))
 
 
+def test_deterministic_mode_keeps_the_cpu_kernel_and_sends_gpu_cores_to_python(deterministic):
+    """The CPU backward sums per thread in a fixed order, so deterministic mode keeps it; the CUDA
+    one sums with atomics, so there (decided before any CUDA call) the Python contraction runs."""
+    cores = make_cores((2, 2, 2), (1, 2, 1), (2, 2), dtype=torch.float32)
+    assert ops.tt_supported(cores)
+    assert not ops._cuda_tt_fits(cores)
+
+
 @pytest.mark.parametrize("forced_off", [False, True])
 def test_tt_embedding_uses_either_path_with_equal_results(ext, forced_off, monkeypatch):
     config = TTConfig(num_embeddings=1000, p_shapes=(10, 10, 10), q_shapes=(2, 3, 4), ranks=(4, 4))

@@ -1,7 +1,8 @@
 // Runs gnnkit's CUDA kernels under the CPU emulator (cuda_runtime.h beside this file) against
 // simple references: SpMM over CSR and SELL (sum and mean, weighted or not, a hub row split into
-// segments, empty rows, widths that are and are not multiples of 32, every vector width, an
-// unaligned x, float, double, half and bfloat16 values), one sampling hop (valid,
+// segments or, in deterministic mode, kept whole, empty rows, widths that are and are not
+// multiples of 32, every vector width, more feature tiles than the grid spans (the harness is built
+// with GNNKIT_MAX_GRID_Y=2), an unaligned x, float, double, half and bfloat16 values), one sampling hop (valid,
 // distinct without replacement, the same draws for the same seed), and the fused TT lookup with
 // its gradients (against the dense product of the cores). Prints one "ok NAME" or "FAIL NAME: why"
 // line per check; the exit status is the number of failures.
@@ -56,9 +57,9 @@ double tolerance() {
 // The float buffer split rows of 16-bit values add into (none for float and double: atomics into
 // out), filled with NaN: the launcher must zero the rows it uses.
 template <typename T>
-std::vector<float> split_sums(int64_t nnz, int64_t width) {
+std::vector<float> split_sums(int64_t nnz, int64_t width, int64_t segment) {
   const bool narrow = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
-  return std::vector<float>(narrow ? split_rows_bound(nnz) * width : 0, std::nanf(""));
+  return std::vector<float>(narrow && segment != kUnsplit ? split_rows_bound(nnz, segment) * width : 0, std::nanf(""));
 }
 
 template <typename T>
@@ -129,38 +130,45 @@ std::vector<double> reference_spmm(const Csr& a, const std::vector<double>& x, i
 // The work plan the torch glue builds (gpu/dispatch.cpp): counts, then an inclusive scan.
 template <typename T>
 std::pair<Vec, int64_t> plan(const int64_t* indptr, const int64_t* row_len, const int64_t* perm, int64_t rows,
-                             int64_t nnz, std::vector<T>& out, int64_t width) {
+                             int64_t nnz, int64_t segment, std::vector<T>& out, int64_t width) {
   Vec extra(rows + 1);
-  spmm_plan<T>(indptr, row_len, perm, rows, extra.data(), out.data(), width, nullptr);
+  spmm_plan<T>(indptr, row_len, perm, rows, segment, extra.data(), out.data(), width, nullptr);
   std::partial_sum(extra.begin() + 1, extra.end(), extra.begin() + 1);
-  return {extra, rows + (nnz + kSegment - 1) / kSegment};
+  return {extra, spmm_items_bound(rows, nnz, segment)};
+}
+
+// The product's error against the reference, or that the plan split a row it had to keep whole.
+template <typename T>
+std::string judged(const std::vector<T>& out, const std::vector<double>& want, const Vec& extra, int64_t segment) {
+  if (segment == kUnsplit && extra.back() != 0) return "rows were split without atomics allowed";
+  return compare(out, want, tolerance<T>());
 }
 
 // `offset` elements of padding before x: 1 makes x unaligned for vector loads (the kernel must
 // fall back to scalar ones).
 template <typename T>
 void check_csr(const std::string& name, const Csr& a, int64_t width, bool weighted, bool mean, std::mt19937_64& rng,
-               int64_t offset = 0) {
+               int64_t offset = 0, int64_t segment = kSegment) {
   std::normal_distribution<double> normal;
   std::vector<double> x(a.cols * width);
   for (auto& v : x) v = normal(rng);
   std::vector<T> xt(offset, make<T>(0.0)), vt = converted<T>(a.values);
   for (const T v : converted<T>(x)) xt.push_back(v);
   std::vector<T> out(a.rows * width, make<T>(-7.0));  // garbage: every row must be written
-  auto [extra, items] = plan<T>(a.indptr.data(), nullptr, nullptr, a.rows, a.indices.size(), out, width);
-  auto sums = split_sums<T>(a.indices.size(), width);
+  auto [extra, items] = plan<T>(a.indptr.data(), nullptr, nullptr, a.rows, a.indices.size(), segment, out, width);
+  auto sums = split_sums<T>(a.indices.size(), width, segment);
   spmm_csr<T>(a.indptr.data(), a.indices.data(), weighted ? vt.data() : nullptr, xt.data() + offset, out.data(),
-              sums.empty() ? nullptr : sums.data(), a.rows, extra.data(), items, width, mean, nullptr);
+              sums.empty() ? nullptr : sums.data(), a.rows, extra.data(), segment, items, width, mean, nullptr);
   Csr seen = a;
   seen.values = rounded<T>(a.values);
-  report(name, compare(out, reference_spmm(seen, rounded<T>(x), width, weighted, mean), tolerance<T>()));
+  report(name, judged(out, reference_spmm(seen, rounded<T>(x), width, weighted, mean), extra, segment));
 }
 
 // SELL-C-sigma as gnnkit builds it (cpu/spmm.cpp): rows by decreasing length in windows of sigma,
 // chunks of C slots stored column-major, padded to the chunk's longest row.
 template <typename T>
 void check_sell(const std::string& name, const Csr& a, int64_t width, bool mean, int64_t C, int64_t sigma,
-                std::mt19937_64& rng) {
+                std::mt19937_64& rng, int64_t segment = kSegment) {
   const int64_t R = a.rows;
   Vec perm(R), len(R);
   for (int64_t b = 0; b < R; b += sigma) {
@@ -191,13 +199,13 @@ void check_sell(const std::string& name, const Csr& a, int64_t width, bool mean,
   std::vector<double> x(a.cols * width);
   for (auto& v : x) v = normal(rng);
   std::vector<T> xt = converted<T>(x), out(R * width, make<T>(-7.0));
-  auto [extra, items] = plan<T>(nullptr, len.data(), perm.data(), R, a.indices.size(), out, width);
-  auto sums = split_sums<T>(a.indices.size(), width);
+  auto [extra, items] = plan<T>(nullptr, len.data(), perm.data(), R, a.indices.size(), segment, out, width);
+  auto sums = split_sums<T>(a.indices.size(), width, segment);
   spmm_sell<T>(chunk_ptr.data(), perm.data(), len.data(), cols.data(), vals.data(), xt.data(), out.data(),
-               sums.empty() ? nullptr : sums.data(), R, C, extra.data(), items, width, mean, nullptr);
+               sums.empty() ? nullptr : sums.data(), R, C, extra.data(), segment, items, width, mean, nullptr);
   Csr seen = a;
   seen.values = rounded<T>(a.values);
-  report(name, compare(out, reference_spmm(seen, rounded<T>(x), width, true, mean), tolerance<T>()));
+  report(name, judged(out, reference_spmm(seen, rounded<T>(x), width, true, mean), extra, segment));
 }
 
 void check_sampler(std::mt19937_64& rng) {
@@ -316,7 +324,8 @@ void check_tt(const std::string& name, TTShape s, int64_t batch, bool reuse, std
 int main() {
   std::mt19937_64 rng(7);
   const Csr a = random_csr(300, 250, 700, rng);  // the hub spans three segments of kSegment
-  for (const int64_t width : {1, 32, 45, 64, 128, 256}) {  // vector widths 1, 1, 1, 2, 4, 4 for float
+  // vector widths 1, 1, 1, 2, 4, 4, 1 for float; 161 features are 6 tiles, over the grid's 2
+  for (const int64_t width : {1, 32, 45, 64, 128, 256, 161}) {
     for (const bool weighted : {false, true}) {
       for (const bool mean : {false, true}) {
         const std::string tag = " F=" + std::to_string(width) + (weighted ? " weighted" : "") + (mean ? " mean" : "");
@@ -329,6 +338,13 @@ int main() {
   check_csr<double>("spmm_csr double F=33 weighted mean", a, 33, true, true, rng);
   check_csr<double>("spmm_csr double F=64 weighted", a, 64, true, false, rng);
   check_sell<double>("spmm_sell double F=33 mean", a, 33, true, 8, 64, rng);
+  for (const int64_t width : {45, 161}) {  // deterministic mode: the hub row stays one warp's
+    const std::string tag = " F=" + std::to_string(width) + " unsplit";
+    check_csr<float>("spmm_csr float" + tag + " weighted mean", a, width, true, true, rng, 0, kUnsplit);
+    check_csr<__half>("spmm_csr half" + tag + " weighted", a, width, true, false, rng, 0, kUnsplit);
+    check_sell<float>("spmm_sell float" + tag, a, width, false, 32, 128, rng, kUnsplit);
+    check_sell<__nv_bfloat16>("spmm_sell bfloat16" + tag + " mean", a, width, true, 32, 128, rng, kUnsplit);
+  }
   for (const int64_t width : {16, 64, 256}) {  // vector widths 1, 2 and 8 for 16-bit values
     const std::string tag = " F=" + std::to_string(width);
     check_csr<__half>("spmm_csr half" + tag + " weighted mean", a, width, true, true, rng);
