@@ -34,10 +34,15 @@ on the CPU) and the test metric. ``summary``: ``sage_products_epoch_s`` (gnnkit 
 
     python bench/gpu.py --json bench/results/gpu.json --png bench/results/gpu.png [--families sage gcn reuse] [--epochs 4]
                         [--reuse-epochs 20] [--device cuda|cpu] [--dataset-sampled NAME]
-                        [--dataset-full NAME]
+                        [--dataset-full NAME] [--resume PARTIAL.json]
 
 ``--device cpu`` runs the same rows on the CPU (the GPU rows then sample on the CPU too): a check of
 the benchmark itself, not a GPU figure. The runs' folders and logs go under ``--workdir``.
+
+The ``--json`` file is rewritten after every row, so a run cut short keeps the rows it finished.
+``--resume PATH`` keeps the rows of an unfinished result (``"complete": false``: some row of some
+family missing; same device and arguments) and runs only the chosen families' missing rows, so the
+families can span several calls of a lent machine.
 """
 
 from __future__ import annotations
@@ -77,7 +82,7 @@ class Config:
 def configs(families: list[str]) -> list[Config]:
     """The rows of the chosen families, in table order."""
     sage, gcn, reuse = "sage_synthetic_products.yaml", "gcn_synthetic_arxiv.yaml", "sage_reuse_synthetic_products.yaml"
-    rows = {
+    table = {
         "sage": [Config("sage", "gnnkit", sage, ("--model.aggregation", "gnnkit", "--data.sampler_device", "auto")),
                  Config("sage", "gnnkit, CPU sampling", sage,
                         ("--model.aggregation", "gnnkit", "--data.sampler_device", "cpu")),
@@ -87,7 +92,7 @@ def configs(families: list[str]) -> list[Config]:
         "reuse": [Config("reuse", "reuse", reuse, ("--model.aggregation", "gnnkit")),
                   Config("reuse", "fresh sampling", reuse, ("--model.aggregation", "gnnkit", "--data.reuse", "null"))],
     }
-    return [row for family in families for row in rows[family]]
+    return [row for family in families for row in table[family]]
 
 
 def command(config: Config, args: argparse.Namespace, run_dir: Path) -> list[str]:
@@ -184,11 +189,59 @@ def plot(result: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+#: The families, in table order.
+FAMILIES = ["sage", "gcn", "reuse"]
+#: The arguments a result records; resuming needs them equal.
+RECORDED = ("epochs", "reuse_epochs", "dataset_sampled", "dataset_full")
+
+
+def machine(args: argparse.Namespace) -> dict[str, Any]:
+    """What a result's rows must share: the device, its GPU's name, and the arguments that shape
+    the figures."""
+    gpu = None
+    if args.device == "cuda":
+        import torch
+
+        gpu = torch.cuda.get_device_name(0)
+    return {"device": args.device, "gpu": gpu, **{k: getattr(args, k) for k in RECORDED}}
+
+
+def resumed_rows(path: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The rows of an unfinished result at ``path`` that this run keeps (see ``--resume``).
+
+    Raises:
+        ValueError: ``path`` is not an unfinished result of the same machine and arguments.
+    """
+    try:
+        earlier = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"--resume {path}: not a readable bench/gpu.py result ({err})") from None
+    if earlier.get("complete", True):
+        raise ValueError(f"--resume {path}: that result is complete (nothing to resume; run without --resume)")
+    theirs = {"device": earlier.get("device"), "gpu": earlier.get("gpu"),
+              **{k: earlier.get("args", {}).get(k) for k in RECORDED}}
+    if theirs != machine(args):
+        raise ValueError(f"--resume {path}: recorded with {theirs}, this run is {machine(args)}")
+    return list(earlier.get("rows", []))
+
+
+def result_of(rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+    """The JSON result of the rows so far; ``complete`` once every family's every row is there."""
+    here = machine(args)
+    families = [f for f in FAMILIES if any(r["family"] == f for r in rows)]
+    result = {"device": args.device, "complete": all(_row(c.family, c.label, rows) for c in configs(FAMILIES)),
+              "rows": rows, "summary": summarise(rows),
+              "args": {**{k: here[k] for k in RECORDED}, "families": families}}
+    if here["gpu"] is not None:
+        result["gpu"] = here["gpu"]
+    return result
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--png", type=Path, help="a bar chart of the epoch times, a panel per family")
-    parser.add_argument("--families", nargs="+", choices=["sage", "gcn", "reuse"], default=["sage", "gcn", "reuse"])
+    parser.add_argument("--families", nargs="+", choices=FAMILIES, default=FAMILIES)
     parser.add_argument("--epochs", type=int, default=4, help="epochs of the sage and gcn rows (median of them)")
     parser.add_argument("--reuse-epochs", type=int, default=20, help="epochs of the reuse rows (the recipe's schedule)")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
@@ -196,26 +249,31 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--dataset-full", help="dataset of the gcn rows (default: the recipe's)")
     parser.add_argument("--workdir", type=Path, help="run folders and logs (default: a temporary folder)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds one run may take")
+    parser.add_argument("--resume", type=Path, help="an unfinished --json result whose rows to keep")
     args = parser.parse_args(argv)
     if args.device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
             parser.error("--device cuda: no CUDA device here (use --device cpu to check the benchmark itself)")
+    try:
+        earlier = resumed_rows(args.resume, args) if args.resume else []
+    except ValueError as err:
+        parser.error(str(err))
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         workdir = args.workdir or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
-        rows = [run(config, args, workdir) for config in configs(args.families)]
+        for config in configs(FAMILIES):  # earlier rows and this run's, in table order
+            done = _row(config.family, config.label, earlier)
+            if done is None and config.family not in args.families:
+                continue
+            rows.append(done if done is not None else run(config, args, workdir))
+            if args.json:
+                atomic_write_text(args.json, json.dumps(result_of(rows, args), indent=2) + "\n")
     print_table(rows, args.device)
-    summary = summarise(rows)
-    print(json.dumps(summary, indent=2))
-    result = {"device": args.device, "rows": rows, "summary": summary,
-              "args": {k: v for k, v in vars(args).items() if k in ("epochs", "reuse_epochs", "dataset_sampled",
-                                                                     "dataset_full", "families")}}
-    if args.device == "cuda":
-        import torch
-
-        result["gpu"] = torch.cuda.get_device_name(0)
+    result = result_of(rows, args)
+    print(json.dumps(result["summary"], indent=2))
     if args.json:
         atomic_write_text(args.json, json.dumps(result, indent=2) + "\n")
     if args.png:

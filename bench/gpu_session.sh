@@ -15,41 +15,49 @@
 #     bash bench/gpu_session.sh setup native formats # call 2 (setup is quick once built)
 #     bash bench/gpu_session.sh setup gpu            # call 3
 # Steps: setup (wheels, build), tests (the GPU tier), native (bench/native.py --device cuda),
-# formats (label the corpus on the GPU, resumable across calls, train the CUDA selector,
-# bench/formats.py --device cuda), gpu (issue 16's table, bench/gpu.py). Results land in $OUT
-# (default ./gpu-out; at most 8 files come back): the JSON files to copy into bench/results/
-# (formats_labels_gpu.jsonl too, and selector_model_cuda.json into gnnkit/sparse/), session.log
-# with every step's outcome, and logs.tgz with each step's whole log and the PNG plots.
+# formats (label the corpus on the GPU, train the CUDA selector, bench/formats.py --device cuda),
+# gpu (issue 16's table, bench/gpu.py; GNNKIT_GPU_FAMILIES="sage" etc. runs some families).
+# Results land in $OUT (default ./gpu-out; at most 8 files come back), written as they are made,
+# so a call cut short at its limit still brings back what it finished: the JSON files to copy into
+# bench/results/ (formats_labels_gpu.jsonl too, and selector_model_cuda.json into gnnkit/sparse/),
+# session.log with every step's outcome, logs.tgz with each finished step's whole log and the PNG
+# plots, and step.log, the log of a step that was cut short.
+# Work spans calls (each call starts a fresh machine): labelling goes on from a
+# bench/results/formats_labels_gpu.jsonl brought back earlier, and bench/gpu.py resumes an
+# unfinished bench/results/gpu.json (its rows are kept, the missing ones run).
 # A step that fails is logged and the next still runs; the exit status counts the failures.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
-LOGS=/tmp/gnnkit-gpu-logs  # kept across calls while the machine stays warm
-LABELS=/tmp/gnnkit-gpu-labels/formats_labels_gpu.jsonl  # resumable: a later call labels on from here
-mkdir -p "$OUT" "$LOGS" "$(dirname "$LABELS")"
+LOGS=/tmp/gnnkit-gpu-logs
+LABELS=$OUT/formats_labels_gpu.jsonl  # appended to as it is labelled
+mkdir -p "$OUT" "$LOGS"
+if [ ! -f "$LABELS" ] && [ -f bench/results/formats_labels_gpu.jsonl ]; then
+    cp bench/results/formats_labels_gpu.jsonl "$LABELS"  # label on from where an earlier call stopped
+fi
 export GNNKIT_HOME=${GNNKIT_HOME:-/tmp/gnnkit-home} PYTHONUNBUFFERED=1
 export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 CORPUS=${GNNKIT_GPU_CORPUS:-150}  # matrices labelled on the GPU for the CUDA selector
 failed=0
-finish() {  # also when the call is cut short: what there is comes back
-    [ -f "$LABELS" ] && cp "$LABELS" "$OUT/"
-    tar -czf "$OUT/logs.tgz" -C "$LOGS" .
+finish() {
     echo "$failed step(s) failed; session.log and logs.tgz in $OUT" | tee -a "$OUT/session.log"
 }
 trap finish EXIT
 
-step() {  # step NAME COMMAND...: run, time and log one step
+step() {  # step NAME COMMAND...: run, time and log one step (live in $OUT/step.log, then logs.tgz)
     local name=$1; shift
-    local start=$SECONDS
+    local start=$SECONDS live=$OUT/step.log
     echo "== $name: $*" | tee -a "$OUT/session.log"
-    if "$@" >"$LOGS/$name.log" 2>&1; then
+    if "$@" >"$live" 2>&1; then
         echo "   ok in $((SECONDS - start)) s" | tee -a "$OUT/session.log"
     else
         echo "   FAILED (exit $?) in $((SECONDS - start)) s; tail of $name.log:" | tee -a "$OUT/session.log"
-        tail -n 15 "$LOGS/$name.log" | sed 's/^/   | /' | tee -a "$OUT/session.log"
+        tail -n 15 "$live" | sed 's/^/   | /' | tee -a "$OUT/session.log"
         failed=$((failed + 1))
     fi
-    tail -n 3 "$LOGS/$name.log" | sed 's/^/   > /' >>"$OUT/session.log"
+    tail -n 3 "$live" | sed 's/^/   > /' >>"$OUT/session.log"
+    mv "$live" "$LOGS/$name.log"
+    tar -czf "$OUT/logs.tgz" -C "$LOGS" .
 }
 
 setup() {
@@ -80,9 +88,16 @@ formats() {  # issue 17: the CUDA selector's corpus, its model, and the held-out
 }
 
 gpu() {  # issue 16's table: every recipe family, gnnkit (GPU sampling) vs CPU sampling vs PyG
+    local resume=()
+    if python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["complete"])' bench/results/gpu.json \
+        2>/dev/null; then
+        resume=(--resume bench/results/gpu.json)  # an earlier call's unfinished table: its rows are kept
+    fi
     step gcn-gnnkit python3 -m gnnkit.cli run recipes/gcn_synthetic_arxiv.yaml --model.aggregation gnnkit \
         --trainer.accelerator gpu --trainer.max_epochs 5
-    step bench-gpu python3 bench/gpu.py --json "$OUT/gpu.json" --png "$LOGS/gpu.png" --workdir /tmp/gpubench
+    # shellcheck disable=SC2086  # the families are words
+    step bench-gpu python3 bench/gpu.py --json "$OUT/gpu.json" --png "$LOGS/gpu.png" --workdir /tmp/gpubench \
+        --families ${GNNKIT_GPU_FAMILIES:-sage gcn reuse} "${resume[@]}"
 }
 
 steps=("$@")

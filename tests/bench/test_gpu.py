@@ -42,6 +42,51 @@ def test_rows_differ_only_in_their_path(bench):
     assert gcn[gcn.index("--data.dataset") + 1] == "x"
 
 
+def _fake_run(gpu, ran):
+    """A stand-in for ``gpu.run`` that records which rows ran and returns a row for each."""
+    def run(config, args, workdir):
+        ran.append((config.family, config.label))
+        return {**_row(config.family, config.label, 1.0), "batches_per_s": 1.0, "peak_gpu_mb": None,
+                "peak_rss_mb": 1.0, "sampler_device": "cpu"}
+    return run
+
+
+def test_families_span_calls_by_resuming_an_unfinished_result(bench, tmp_path):
+    """Each row is written as it finishes; a later call with --resume runs only the missing rows of
+    its families and keeps the earlier ones, in table order; the result is complete once all are."""
+    gpu, ran = bench("gpu"), []
+    gpu.run = _fake_run(gpu, ran)
+    out = tmp_path / "gpu.json"
+    base = ["--device", "cpu", "--json", str(out), "--epochs", "2"]
+    gpu.main([*base, "--families", "gcn"])
+    first = json.loads(out.read_text())
+    assert ran == [("gcn", "gnnkit"), ("gcn", "PyG")] and first["complete"] is False
+    assert first["args"]["families"] == ["gcn"]
+    partial = tmp_path / "partial.json"
+    partial.write_text(json.dumps({**first, "rows": first["rows"][:1]}))  # as if cut short after one row
+    gpu.main([*base, "--families", "sage", "gcn", "reuse", "--resume", str(partial)])
+    result = json.loads(out.read_text())
+    assert ran[2:] == [("sage", "gnnkit"), ("sage", "gnnkit, CPU sampling"), ("sage", "PyG"), ("gcn", "PyG"),
+                       ("reuse", "reuse"), ("reuse", "fresh sampling")]
+    assert [(r["family"], r["label"]) for r in result["rows"]] == [(c.family, c.label) for c in gpu.configs(gpu.FAMILIES)]
+    assert result["complete"] is True and result["summary"]["gcn_gnnkit_over_pyg_epoch"] == 1.0
+
+
+@pytest.mark.parametrize("change", [["--epochs", "3"], ["--dataset-full", "other"], "complete"])
+def test_resume_refuses_a_result_of_other_arguments_or_a_complete_one(bench, tmp_path, change, capsys):
+    gpu, ran = bench("gpu"), []
+    gpu.run = _fake_run(gpu, ran)
+    out = tmp_path / "gpu.json"
+    gpu.main(["--device", "cpu", "--json", str(out), "--epochs", "2", "--families", "gcn"])
+    if change == "complete":
+        out.write_text(json.dumps({**json.loads(out.read_text()), "complete": True}))
+        change = []
+    with pytest.raises(SystemExit) as exit_info:
+        gpu.main(["--device", "cpu", "--epochs", "2", "--families", "reuse", "--resume", str(out), *change])
+    assert exit_info.value.code == 2 and f"--resume {out}" in capsys.readouterr().err
+    assert ran == [("gcn", "gnnkit"), ("gcn", "PyG")]
+
+
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the refusal is for machines without CUDA")
 def test_cuda_without_a_gpu_is_one_clear_line(tmp_path):
     result = subprocess.run([sys.executable, str(BENCH / "gpu.py"), "--families", "gcn"], capture_output=True,
