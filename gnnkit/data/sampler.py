@@ -40,6 +40,7 @@ from torch_geometric.sampler import (
     SamplerOutput,
 )
 
+from gnnkit.native import checks
 from pipeline import log
 
 __all__ = ["CSRNeighborSampler", "CSRNodeLoader", "SampledHops", "neighbor_loader", "relabel", "sample_hops"]
@@ -574,10 +575,8 @@ class CSRNeighborSampler(BaseSampler):
         if index.input_type is not None:
             raise NotImplementedError(f"{self.__class__.__name__} only supports homogeneous graphs")
         seeds = index.node.view(-1)
-        if seeds.numel():  # checked where the loader made them (the host): no device sync
-            low, high = torch.stack(torch.aminmax(seeds)).tolist()
-            if low < 0 or high >= self.num_nodes:
-                raise ValueError(f"seed node ids must lie in [0, {self.num_nodes})")
+        # checked where the loader made them (the host): no device sync
+        checks.in_range(self.__class__.__name__, "seed node ids", seeds, self.num_nodes)
         seed_nodes = seeds.to(device=self.indptr.device, dtype=torch.long)
 
         generator, local = self._process_state()

@@ -36,10 +36,16 @@ def index_vector(op: str, name: str, t: Tensor) -> None:
         _fail(op, f"{name} must be a 1-D int64 tensor, got {got}")
 
 
+def bounds(t: Tensor) -> tuple[int, int]:
+    """The smallest and largest entry of a non-empty integer tensor, read in one host sync."""
+    low, high = torch.stack(torch.aminmax(t)).tolist()
+    return low, high
+
+
 def in_range(op: str, name: str, t: Tensor, upper: int) -> None:
     """Every entry of ``t`` lies in ``[0, upper)`` (one host sync on a GPU)."""
     if t.numel():
-        low, high = torch.stack(torch.aminmax(t)).tolist()
+        low, high = bounds(t)
         if low < 0 or high >= upper:
             _fail(op, f"{name} out of range: entries must lie in [0, {upper}), got {low}..{high}")
 

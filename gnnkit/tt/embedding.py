@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from gnnkit.native import checks
 from gnnkit.tt.cache import HotRowCache
 from gnnkit.tt.config import TTConfig
 from gnnkit.tt.init import init_cores_, tt_svd
@@ -154,10 +155,9 @@ class TTEmbedding(nn.Module):
             raise TypeError(f"TTEmbedding: indices must be an integer tensor, got {indices.dtype}")
         flat = indices.reshape(-1).long()
         if flat.numel():
-            lo, hi = torch.aminmax(flat)
-            if int(lo) < 0 or int(hi) >= self.num_embeddings:
-                bad = int(lo) if int(lo) < 0 else int(hi)
-                raise IndexError(f"TTEmbedding: index {bad} out of range [0, {self.num_embeddings})")
+            lo, hi = checks.bounds(flat)
+            if lo < 0 or hi >= self.num_embeddings:
+                raise IndexError(f"TTEmbedding: index {lo if lo < 0 else hi} out of range [0, {self.num_embeddings})")
         if self.order is not None:
             flat = self.order.index_select(0, flat).long()
         return flat
