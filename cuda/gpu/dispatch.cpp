@@ -71,7 +71,8 @@ typename CudaScalar<S>::type* cuda_ptr(const at::Tensor& t) {
 }
 
 // Rows are split into segments (atomic sums in varying order) unless torch is asked for
-// deterministic algorithms (torch.use_deterministic_algorithms): then each row is one warp's.
+// deterministic algorithms (torch.use_deterministic_algorithms): then each row is summed whole, by
+// one warp a feature tile.
 int64_t spmm_segment() {
   return at::globalContext().deterministicAlgorithms() ? gpu::kUnsplit : gpu::kSegment;
 }

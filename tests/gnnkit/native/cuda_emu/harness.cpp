@@ -345,6 +345,10 @@ int main() {
     check_sell<float>("spmm_sell float" + tag, a, width, false, 32, 128, rng, kUnsplit);
     check_sell<__nv_bfloat16>("spmm_sell bfloat16" + tag + " mean", a, width, true, 32, 128, rng, kUnsplit);
   }
+  // split rows over more tiles than the grid spans: 3 tiles of 4 floats a lane, 6 of half values
+  check_csr<float>("spmm_csr float F=384 weighted", a, 384, true, false, rng);
+  check_csr<__half>("spmm_csr half F=161 weighted mean", a, 161, true, true, rng);
+  check_sell<__nv_bfloat16>("spmm_sell bfloat16 F=800 mean", a, 800, true, 32, 128, rng);
   for (const int64_t width : {16, 64, 256}) {  // vector widths 1, 2 and 8 for 16-bit values
     const std::string tag = " F=" + std::to_string(width);
     check_csr<__half>("spmm_csr half" + tag + " weighted mean", a, width, true, true, rng);
