@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 import torch.distributed as dist
 from torch import Tensor
 from torch.futures import Future
@@ -53,11 +54,35 @@ all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_
 reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
+def device_future(device: torch.device) -> Future[Tensor]:
+    """An empty future for results on ``device``.
+
+    On CUDA it is a CUDA-aware future (``Future(devices=[device])``): setting its result records
+    events on the current streams, and ``wait()`` / ``then`` make the caller's stream wait for
+    them. A plain future does neither, so DDP would read a CUDA gradient before the kernels that
+    write it have run (torch.futures' CUDA semantics).
+    """
+    return Future(devices=[device]) if device.type == "cuda" else Future()
+
+
 def completed(tensor: Tensor) -> Future[Tensor]:
-    """A future that already holds ``tensor``."""
-    fut: Future[Tensor] = Future()
+    """A future that already holds ``tensor`` (ordered after the work queued for it on CUDA)."""
+    fut = device_future(tensor.device)
     fut.set_result(tensor)
     return fut
+
+
+def read_on_this_stream(*tensors: Tensor | None) -> None:
+    """Mark CUDA tensors made on another stream as read on the current one, so the caching
+    allocator does not hand their memory out before this stream's kernels have read it.
+
+    A future's ``then`` callback runs on a stream of its own: the tensors it reads but did not
+    allocate (collective outputs, the launch's buffers) need this (``Tensor.record_stream``).
+    ``None`` entries are skipped.
+    """
+    for t in tensors:
+        if t is not None and t.is_cuda:
+            t.record_stream(torch.cuda.current_stream(t.device))
 
 
 class Communicator(ABC):

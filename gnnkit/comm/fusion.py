@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from torch.futures import Future
 
 from gnnkit.comm.allreduce import AllReduce
-from gnnkit.comm.base import Communicator, Slot
+from gnnkit.comm.base import Communicator, Slot, device_future
 
 
 class FusionTuner:
@@ -166,7 +166,7 @@ class CommHook:
         if self.fusion_mb <= 0:
             fut = self._dispatch(flat, layout)
         else:
-            fut = Future()
+            fut = device_future(flat.device)  # its result is set on the source's callback stream
             self._pending.append((flat, layout, fut))
             size = sum(t.numel() * t.element_size() for t, _, _ in self._pending)
             if size >= self.fusion_mb * 2**20 or bucket.is_last():

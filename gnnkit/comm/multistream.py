@@ -9,7 +9,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.futures import Future
 
-from gnnkit.comm.base import Communicator, Slot
+from gnnkit.comm.base import Communicator, Slot, device_future
 
 
 def split_parts(numel: int, streams: int, min_part: int) -> list[tuple[int, int]]:
@@ -38,6 +38,28 @@ def concurrent_collectives(group: dist.ProcessGroup | None) -> int:
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
     options = getattr(pg._get_backend(torch.device("cpu")), "options", None)
     return max(1, int(getattr(options, "_threads", 1)))
+
+
+def _joined(parts: list[Future], flat: Tensor) -> Future[Tensor]:
+    """A future of ``flat`` once every part's all-reduce is done, on its device's streams too.
+
+    ``collect_all`` gives a CPU future, which would hand ``flat`` to DDP as soon as NCCL has queued
+    the parts; waiting on each part makes the current stream wait for its events before the result
+    (CUDA-aware, :func:`device_future`) records its own.
+    """
+    result = device_future(flat.device)
+
+    def done(all_parts: Future) -> None:
+        try:
+            for part in all_parts.value():
+                part.wait()
+        except Exception as err:  # noqa: BLE001 - re-raised in the waiting thread
+            result.set_exception(err)
+            return
+        result.set_result(flat)
+
+    torch.futures.collect_all(parts).add_done_callback(done)
+    return result
 
 
 class MultiStreamAllReduce(Communicator):
@@ -106,7 +128,7 @@ class MultiStreamAllReduce(Communicator):
         self._next = (self._next + len(parts)) % self.streams
         p = self.world_size
         self.bytes_sent += 2 * flat.numel() * flat.element_size() * (p - 1) // p
-        return torch.futures.collect_all(futures).then(lambda _: flat)
+        return _joined(futures, flat)
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "next_stream": self._next}

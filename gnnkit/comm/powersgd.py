@@ -10,7 +10,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.futures import Future
 
-from gnnkit.comm.base import Slot
+from gnnkit.comm.base import Slot, read_on_this_stream
 from gnnkit.comm.residuals import ErrorFeedback
 
 
@@ -53,8 +53,9 @@ class PowerSGD(ErrorFeedback):
         if q is None or q.shape != (m, r):
             gen = torch.Generator().manual_seed(self.seed + zlib.crc32(slot.name.encode()))
             q = torch.randn(m, r, generator=gen)
-            self.q_memory[slot.name] = q
-        return q.to(device)
+        q = q.to(device)  # kept where the gradients are (a checkpoint holds a CPU copy)
+        self.q_memory[slot.name] = q
+        return q
 
     def launch(self, flat: Tensor, layout: list[Slot]) -> Future[Tensor]:
         p = self.world_size
@@ -86,12 +87,13 @@ class PowerSGD(ErrorFeedback):
         self.bytes_sent += 2 * second.numel() * 4 * (p - 1) // p
 
         def decompress(_: Future) -> Tensor:
+            read_on_this_stream(second, acc, out, *ps.values())
             pos = 0
             for s, n, m in low_rank:
                 r = ps[s.name].shape[1]
                 q = second[pos:pos + m * r].view(m, r)
                 pos += m * r
-                self.q_memory[s.name] = q.detach().cpu().clone()  # warm start for the next step
+                self.q_memory[s.name] = q.detach().clone()  # warm start for the next step
                 out[s.offset:s.offset + s.numel] = (ps[s.name] @ q.t()).flatten() / p
             # error feedback: what the averaged approximation misses of this rank's gradient
             self.residuals.store(acc - out, [s for s, _, _ in low_rank])

@@ -57,12 +57,15 @@ class Residuals:
         if residual.dim() == 1 and residual.numel() == sum(s.numel for s in layout):
             self._buffers[key] = residual
 
-    def gather(self, layout: list[Slot]) -> Tensor:
-        """The stored residuals of ``layout`` as one flat tensor (zeros where none)."""
-        out = torch.zeros(sum(s.numel for s in layout))
+    def gather(self, layout: list[Slot], device: torch.device | str | None = None) -> Tensor:
+        """The stored residuals of ``layout`` as one flat float32 tensor (zeros where none), on
+        ``device`` (default: where the residuals are, the CPU when there are none)."""
+        stored = [self.memory[s.name] for s in layout if s.name in self.memory]
+        device = device if device is not None else (stored[0].device if stored else "cpu")
+        out = torch.zeros(sum(s.numel for s in layout), device=device)
         for slot in layout:
             if slot.name in self.memory:
-                out[slot.offset:slot.offset + slot.numel] = self.memory[slot.name].cpu()
+                out[slot.offset:slot.offset + slot.numel] = self.memory[slot.name]
         return out
 
     def state_dict(self) -> dict[str, Any]:

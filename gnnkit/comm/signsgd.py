@@ -8,10 +8,12 @@ import torch
 from torch import Tensor
 from torch.futures import Future
 
-from gnnkit.comm.base import Slot, all_gather_single
+from gnnkit.comm.base import Slot, all_gather_single, read_on_this_stream
 from gnnkit.comm.residuals import ErrorFeedback, Residuals
 
-_SHIFTS = torch.arange(8, dtype=torch.uint8)
+def _shifts(device: torch.device) -> Tensor:
+    """The bit positions 0..7 as uint8, made on ``device`` (a copy from host memory would sync)."""
+    return torch.arange(8, dtype=torch.uint8, device=device)
 
 
 def pack_signs(x: Tensor) -> Tensor:
@@ -20,12 +22,12 @@ def pack_signs(x: Tensor) -> Tensor:
     n = x.numel()
     bits = torch.zeros((n + 7) // 8 * 8, dtype=torch.uint8, device=x.device)
     bits[:n] = (x >= 0).to(torch.uint8)
-    return (bits.view(-1, 8) << _SHIFTS.to(x.device)).sum(dim=1, dtype=torch.uint8)
+    return (bits.view(-1, 8) << _shifts(x.device)).sum(dim=1, dtype=torch.uint8)
 
 
 def unpack_signs(packed: Tensor, n: int) -> Tensor:
     """Inverse of :func:`pack_signs` on ``[..., bytes]``: ``[..., n]`` of +1/-1 (int8)."""
-    bits = (packed.unsqueeze(-1) >> _SHIFTS.to(packed.device)) & 1
+    bits = (packed.unsqueeze(-1) >> _shifts(packed.device)) & 1
     bits = bits.flatten(-2)[..., :n]
     return bits.to(torch.int8) * 2 - 1
 
@@ -107,6 +109,7 @@ class SignSGD(ErrorFeedback):
         tail = 4 * len(layout)
 
         def vote(_: Future) -> Tensor:
+            read_on_this_stream(gathered)
             rows = gathered.view(p, -1)
             every = rows[:, -tail:].reshape(-1).clone().view(torch.float32).view(p, -1)  # fresh, aligned
             majority = vote_signs(rows[:, :-tail], n).sign()

@@ -38,10 +38,6 @@ CHECKPOINT_KEY = "gnnkit_comm"
 AUTO_BASE_BUCKET_MB = 1.0
 
 
-def _no_closure() -> None:
-    return None
-
-
 class GnnkitStrategy(DDPStrategy):
     """Data-parallel training (a ``DDPStrategy``) whose gradient averaging is one of gnnkit's modes.
 
@@ -145,7 +141,8 @@ class GnnkitStrategy(DDPStrategy):
         self.hook: Optional[CommHook] = None
         self.tuner: Optional[FusionTuner] = None
         self._restored: Optional[dict[str, Any]] = None
-        self._pending_step: Optional[tuple[Optimizer, Any, dict[str, Any], list[dict[str, Any]]]] = None
+        # dear's deferred step: optimizer, model, kwargs, the param groups' settings, the closure's output
+        self._pending_step: Optional[tuple[Optimizer, Any, dict[str, Any], list[dict[str, Any]], Any]] = None
         self.peers: list[failures.Peer] = []
 
     def _make_communicator(self) -> Communicator:
@@ -234,16 +231,17 @@ class GnnkitStrategy(DDPStrategy):
     def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any],
                        model: Optional[Union[pl.LightningModule, torch.nn.Module]] = None,
                        **kwargs: Any) -> Any:
-        start = time.perf_counter()
+        tuning = self.tuner is not None and self.hook is not None and not self.tuner.done
+        start = self._device_clock() if tuning else 0.0
         if self.comm == "dear" and self.hook is not None:
             self.flush()  # the previous step's update, before this step's forward
             output = closure()
             snapshot = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
-            self._pending_step = (optimizer, model, kwargs, snapshot)
+            self._pending_step = (optimizer, model, kwargs, snapshot, output)
         else:
             output = super().optimizer_step(optimizer, closure, model, **kwargs)
-        if self.tuner is not None and self.hook is not None and not self.tuner.done:
-            self.tuner.record(time.perf_counter() - start)
+        if tuning:
+            self.tuner.record(self._device_clock() - start)
             self.hook.fusion_mb = self.tuner.current_mb
             if self.tuner.done:
                 rank_zero_info(f"gnnkit comm: fusion size tuned to {self.tuner.result:g} MiB "
@@ -256,11 +254,22 @@ class GnnkitStrategy(DDPStrategy):
         if isinstance(self.communicator, DeAR) and self.communicator.pending:
             self.communicator.finish_backward()
 
+    def _device_clock(self) -> float:
+        """The time once the device has run what was queued (a CUDA sync: collectives and kernels
+        only queue work, so host time alone would time their launch)."""
+        if self.root_device.type == "cuda":
+            torch.cuda.synchronize(self.root_device)
+        return time.perf_counter()
+
     def flush(self) -> None:
-        """Apply a deferred ``dear`` update now (no-op for the other modes)."""
+        """Apply a deferred ``dear`` update now (no-op for the other modes).
+
+        The precision plugin gets the deferred closure's output: a plugin with a gradient scaler
+        (``16-mixed``) takes ``None`` for a skipped backward and would skip the step.
+        """
         if self._pending_step is None:
             return
-        optimizer, model, kwargs, snapshot = self._pending_step
+        optimizer, model, kwargs, snapshot, output = self._pending_step
         self._pending_step = None
         assert isinstance(self.communicator, DeAR) and self.lightning_module is not None
         self.communicator.apply(self.lightning_module)
@@ -269,7 +278,7 @@ class GnnkitStrategy(DDPStrategy):
             group.update(settings)
         try:
             self.precision_plugin.optimizer_step(optimizer, model=model or self.lightning_module,
-                                                 closure=_no_closure, **kwargs)
+                                                 closure=lambda: output, **kwargs)
         finally:
             for group, settings in zip(optimizer.param_groups, current):
                 group.update(settings)

@@ -10,7 +10,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.futures import Future
 
-from gnnkit.comm.base import Slot, all_gather_single
+from gnnkit.comm.base import Slot, all_gather_single, read_on_this_stream
 from gnnkit.comm.residuals import ErrorFeedback
 from gnnkit.comm.sparse import pack, reusable_output, scratch_of, topk_count, topk_indices, unpack
 
@@ -117,13 +117,14 @@ class TopKA2A(ErrorFeedback):
         gathered = torch.empty(p * length, dtype=torch.float32, device=flat.device)
         work = all_gather_single(gathered, payload, group=self.group, async_op=True)
         self.bytes_sent += 4 * length * (p - 1)
+        base = torch.tensor(offsets).to(flat.device, non_blocking=True).unsqueeze(1) if sparse else None
 
         def assemble(_: Future) -> Tensor:
+            read_on_this_stream(gathered, base)
             rows = gathered.view(p, length)
             out = reusable_output(flat)
             if sparse:  # only the pairs are scaled, not all n elements
                 vals, idx = unpack(rows)
-                base = torch.tensor(offsets, device=flat.device).unsqueeze(1)
                 out.index_add_(0, (idx + base).flatten(), vals.flatten(), alpha=1.0 / p)
             else:
                 for j in range(p):

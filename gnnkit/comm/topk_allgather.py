@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 from torch.futures import Future
 
-from gnnkit.comm.base import Slot, all_gather_single
+from gnnkit.comm.base import Slot, all_gather_single, read_on_this_stream
 from gnnkit.comm.residuals import ErrorFeedback
 from gnnkit.comm.sparse import pack, reusable_output, scratch_of, topk_count, topk_indices, unpack
 
@@ -48,6 +48,7 @@ class TopKAllGather(ErrorFeedback):
         work = all_gather_single(gathered, payload, group=self.group, async_op=True)
 
         def reduce(_: Future) -> Tensor:
+            read_on_this_stream(gathered)
             values, indices = unpack(gathered.view(p, -1))
             out = reusable_output(flat)
             out.index_add_(0, indices.flatten(), values.flatten())

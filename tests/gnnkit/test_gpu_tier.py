@@ -45,6 +45,9 @@ RUNS = {
                                             "--model.aggregation", "gnnkit")),
     **{f"comm_{mode}": (f"comm_{mode}.yaml", TINY)
        for mode in ("allreduce", "multistream", "topk_a2a", "topk_allgather", "signsgd", "powersgd", "dear")},
+    # fp16 AMP (a gradient scaler) with dear's deferred step; fusion tuned on device time
+    "comm_dear_16_mixed": ("comm_dear.yaml", (*TINY, "--trainer.precision", "16-mixed")),
+    "comm_topk_a2a_auto_fusion": ("comm_topk_a2a.yaml", (*TINY, "--trainer.strategy.init_args.bucket_mb", "auto")),
 }
 
 
@@ -121,4 +124,4 @@ def test_every_communicator_on_cuda_gradients_across_two_gloo_ranks(tmp_path):
                           timeout=600, cwd=str(worker.parent))
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = json.loads(out.read_text())
-    assert len(results) >= 14 and {k: v for k, v in results.items() if v} == {}
+    assert len(results) >= 17 and {k: v for k, v in results.items() if v} == {}

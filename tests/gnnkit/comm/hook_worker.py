@@ -208,6 +208,16 @@ def run(rank: int, port: int, out: str, device: str = "cpu") -> None:
         "fusion_equals_ddp": lambda: close(
             ddp_grads(rank, hooked(MultiStreamAllReduce(streams=2, min_part_kb=1), fusion_mb=0.01)),
             reference, "fused multistream"),
+        # fused buckets: the compressors' futures are set from the collective's callback (on CUDA,
+        # on its stream); top-k at density 1 is exact, signSGD and PowerSGD work per parameter
+        "fused_topk_a2a_density1_equals_allreduce": lambda: close(
+            ddp_grads(rank, hooked(TopKA2A(density=1.0), fusion_mb=0.01)), reference, "fused topk_a2a density=1"),
+        "fused_signsgd_equals_unfused": lambda: close(
+            ddp_grads(rank, hooked(SignSGD(error_feedback=True), fusion_mb=0.01)),
+            ddp_grads(rank, hooked(SignSGD(error_feedback=True))), "fused signsgd"),
+        "fused_powersgd_equals_unfused": lambda: close(
+            ddp_grads(rank, hooked(PowerSGD(rank=2), fusion_mb=0.01)), ddp_grads(rank, hooked(PowerSGD(rank=2))),
+            "fused powersgd"),
         "topk_a2a_density1_equals_allreduce": lambda: close(
             ddp_grads(rank, hooked(TopKA2A(density=1.0))), reference, "topk_a2a density=1"),
         "topk_allgather_density1_equals_allreduce": lambda: close(

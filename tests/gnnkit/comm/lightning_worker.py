@@ -12,6 +12,7 @@ from pathlib import Path
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.demos.boring_classes import BoringModel
+from lightning.pytorch.plugins.precision import MixedPrecision
 
 import gnnkit  # noqa: F401  (registers the strategies by name)
 from gnnkit.comm import GnnkitStrategy
@@ -63,6 +64,15 @@ def scenario_modes() -> dict:
         got, t = fit_boring(strategy)
         out[f"{name}_equals_ddp"] = same(got, ddp)
         out[f"{name}_report"] = t.strategy.report_info()["comm"]["mode"]
+    # dear's deferred step under fp16 AMP's gradient scaler, which skips a step whose closure gave
+    # None (a scale small enough for these gradients: no step is skipped for overflow)
+    def amp() -> list:
+        return [MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu", init_scale=4.0))]
+    pl.seed_everything(0)
+    initial = params(Boring())
+    ddp16, _ = fit_boring("ddp", plugins=amp())
+    dear16, _ = fit_boring("gnnkit_dear", plugins=amp())
+    out["gnnkit_dear_16_mixed_equals_ddp"] = same(dear16, ddp16) and not same(ddp16, initial)
     for comm in ("topk_allgather", "signsgd", "powersgd"):
         got, t = fit_boring(GnnkitStrategy(comm=comm, warmup_steps=1, density=0.1))
         out[f"{comm}_finite"] = all(torch.isfinite(p).all().item() for p in got)

@@ -12,7 +12,8 @@ import torch
 
 HERE = Path(__file__).parent
 HOOK_CHECKS = [
-    "allreduce_equals_ddp", "multistream_equals_ddp", "fusion_equals_ddp",
+    "allreduce_equals_ddp", "multistream_equals_ddp", "fusion_equals_ddp", "fused_topk_a2a_density1_equals_allreduce",
+    "fused_signsgd_equals_unfused", "fused_powersgd_equals_unfused",
     "topk_a2a_density1_equals_allreduce", "topk_allgather_density1_equals_allreduce", "dear_equals_ddp",
     "comparison_detects_lossy_mode", "topk_a2a_error_feedback_sparse", "topk_a2a_error_feedback_dense",
     "topk_allgather_error_feedback", "signsgd_majority_vote", "signsgd_error_feedback", "signsgd_bucket_free", "powersgd_low_rank",
@@ -46,7 +47,7 @@ def run_scenario(name: str, tmp_path: Path) -> dict:
 
 def test_strategy_trains_every_mode(tmp_path: Path) -> None:
     result = run_scenario("modes", tmp_path)
-    for name in ("gnnkit", "gnnkit_multistream", "gnnkit_dear", "gnnkit_topk_a2a"):
+    for name in ("gnnkit", "gnnkit_multistream", "gnnkit_dear", "gnnkit_topk_a2a", "gnnkit_dear_16_mixed"):
         assert result[f"{name}_equals_ddp"], f"{name} does not give stock DDP's weights"
     assert result["gnnkit_report"] == "allreduce" and result["gnnkit_dear_report"] == "dear"
     for comm in ("topk_allgather", "signsgd", "powersgd"):
