@@ -9,6 +9,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from torch import Tensor
 from torch.utils.data import DataLoader
 from torch_geometric.data import Data
 
@@ -455,11 +456,21 @@ class GraphDataModule(pl.LightningDataModule):
             "num_neighbors": self.num_neighbors, "replace": False, "batch_size": hp.batch_size,
             "seed": hp.seed, "feature_dtype": self.reuse.feature_dtype,
             "rank": trainer.global_rank if trainer else 0, "world_size": trainer.world_size if trainer else 1,
+            "stored": "structure" if self._gathered_on_device() else "batches",
         }
 
+    def _gathered_on_device(self) -> dict[str, Tensor] | None:
+        """The features and labels the sampled loader gathers from, when it samples on a GPU (then
+        reuse records only the batches' structure and gathers these again at replay); else None."""
+        if self._remote is not None or self._sampling_placement().graph_memory == "host":
+            return None
+        graph = self._sampling_graph()
+        return {k: graph[k] for k in ("x", "y") if graph[k] is not None} or None
+
     def _reuse_loader(self) -> ReuseLoader:
-        loader = ReuseLoader.for_trainer(self._sampled_loader("train"), self.reuse, self.reuse_inputs(),
-                                         self.trainer, self.reuse_stats, self.hparams.seed)
+        fresh = self._sampled_loader("train")  # decides where sampling runs
+        loader = ReuseLoader.for_trainer(fresh, self.reuse, self.reuse_inputs(), self.trainer, self.reuse_stats,
+                                         self.hparams.seed, node_attrs=self._gathered_on_device())
         self._reuse_folder = loader.folder
         return loader
 

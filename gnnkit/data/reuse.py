@@ -13,6 +13,12 @@ each epoch, through a DALI or torch shard reader, optionally with a fraction of 
 in. Every epoch has the same number of steps, so runs compare at equal epochs. After the reuse phase
 every epoch samples fresh. A damaged shard is detected (size and CRC-32) and its batches are
 sampled afresh for the same seeds, never trained on.
+
+When the sampler runs on the GPU, the features and labels it gathers from already sit on the device,
+where gathering them again by node id costs far less than moving the gathered rows through the cache
+(disk, host memory, PCIe). Then only a batch's structure is recorded (node ids, edges, counts) and
+replay gathers ``x`` and ``y`` again (``node_attrs``): the cache shrinks several-fold and replayed
+batches equal fresh ones bit for bit.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,6 +120,7 @@ class ReuseStats:
     corrupt_shards: int = 0
     cache_bytes: int = 0
     loader: str = ""
+    stored: str = "batches"  # or "structure" (node attributes gathered again at replay)
 
     def state_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -123,21 +130,30 @@ class ReuseStats:
             setattr(self, key, value)
 
 
-def to_record(batch: Data) -> BatchRecord:
-    """A sampled mini-batch as a cache record (tensors as arrays, other attributes as meta)."""
+def to_record(batch: Data, skip: Collection[str] = ()) -> BatchRecord:
+    """A sampled mini-batch as a cache record (tensors as arrays, other attributes as meta), without
+    the attributes in ``skip`` (node attributes :func:`from_record` gathers again by ``n_id``)."""
     arrays, meta = {}, {}
     for key, value in batch.items():
+        if key in skip:
+            continue
         if isinstance(value, Tensor):
             arrays[key] = value
         else:
             meta[key] = value
     json.dumps(meta)  # fails early on an attribute the manifest could not hold
+    if skip and "n_id" not in arrays:
+        raise ValueError(f"reuse: a batch without n_id cannot have {sorted(skip)} gathered again at replay")
     return BatchRecord(arrays, meta)
 
 
-def from_record(record: BatchRecord) -> Data:
-    """The mini-batch a record was made from."""
-    return Data(**record.arrays, **record.meta)
+def from_record(record: BatchRecord, node_attrs: dict[str, Tensor] | None = None) -> Data:
+    """The mini-batch a record was made from; ``node_attrs`` (name -> ``[num_nodes, ...]``) are
+    gathered by the record's ``n_id``, as the sampler's loader gathered them."""
+    data = Data(**record.arrays, **record.meta)
+    for key, values in (node_attrs or {}).items():
+        data[key] = values.index_select(0, data.n_id.to(values.device))
+    return data
 
 
 def resample(loader: Any, seeds: Tensor) -> Data:
@@ -177,6 +193,9 @@ class ReuseLoader:
         stats: Where counts are kept (shared with the datamodule, saved in checkpoints).
         seed: Seed of the replay order (combined with the epoch).
         device: Where the shard reader hands replayed bytes over (``"cpu"`` or ``"cuda"``).
+        node_attrs: Node tensors the fresh loader gathers by ``n_id`` (features, labels), given
+            when gathering them again is cheap (they are on the training device): records then
+            keep only the batches' structure and replay gathers these (``None``: whole batches).
     """
 
     def __init__(
@@ -189,6 +208,7 @@ class ReuseLoader:
         stats: ReuseStats,
         seed: int = 0,
         device: str = "cpu",
+        node_attrs: dict[str, Tensor] | None = None,
     ) -> None:
         self.fresh = fresh
         self.config = config
@@ -199,6 +219,8 @@ class ReuseLoader:
         self.seed = seed
         self.reader: ShardReader = make_shard_reader(config.loader, config.workers, device=device)
         self.stats.loader = self.reader.name
+        self.node_attrs = dict(node_attrs) if node_attrs else None
+        self.stats.stored = "structure" if self.node_attrs else "batches"
         self._warned: set[int] = set()
         self._iterated = 0
         self._writer: BatchCacheWriter | None = None
@@ -207,18 +229,22 @@ class ReuseLoader:
 
     @classmethod
     def for_trainer(cls, fresh: Any, config: ReuseConfig, inputs: dict[str, Any], trainer: Any,
-                    stats: ReuseStats, seed: int) -> ReuseLoader:
+                    stats: ReuseStats, seed: int, node_attrs: dict[str, Tensor] | None = None) -> ReuseLoader:
         """A datamodule's training loader under ``trainer`` (a Lightning ``Trainer`` or ``None``).
 
         The cache is ``config.cache_dir`` or :func:`default_folder` under gnnkit's batch root; the
         epoch is the trainer's, and replayed bytes are handed over on CUDA when it trains there.
+        ``inputs`` must say what is stored (``"stored"``: ``"structure"`` with ``node_attrs``).
         """
+        if inputs.get("stored", "batches") != ("structure" if node_attrs else "batches"):
+            raise ValueError(f"reuse: the cache inputs say stored={inputs.get('stored')!r} but node_attrs "
+                             f"are {'given' if node_attrs else 'not given'}")
         folder = (Path(config.cache_dir) if config.cache_dir
                   else default_folder(paths.batch_root(), inputs["dataset"], inputs))
         on_cuda = trainer is not None and trainer.strategy.root_device.type == "cuda"
         return cls(fresh, config, inputs, folder,
                    current_epoch=(lambda: trainer.current_epoch) if trainer is not None else None,
-                   stats=stats, seed=seed, device="cuda" if on_cuda else "cpu")
+                   stats=stats, seed=seed, device="cuda" if on_cuda else "cpu", node_attrs=node_attrs)
 
     def __len__(self) -> int:
         return len(self.fresh)
@@ -278,7 +304,7 @@ class ReuseLoader:
         last = len(self.fresh) - 1
         try:
             for step, batch in enumerate(self._count(iter(self.fresh), "fresh")):
-                if self._writer is writer and writer.add(to_record(batch), batch.input_id):
+                if self._writer is writer and writer.add(to_record(batch, self.node_attrs or ()), batch.input_id):
                     self.stats.batches["recorded"] += 1
                 if step == last:  # publish before the trainer ends the epoch (it may not ask again)
                     self._finish_recording()
@@ -337,7 +363,7 @@ class ReuseLoader:
                         yield resample(self.fresh, cache.seeds(batch_ids[j]))
                     else:
                         self.stats.batches["replayed"] += 1
-                        yield from_record(records[j])
+                        yield from_record(records[j], self.node_attrs)
 
     def _decode(self, cache: BatchCache, shard: int, buffer: Tensor) -> list[BatchRecord] | None:
         try:

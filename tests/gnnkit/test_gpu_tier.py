@@ -68,6 +68,8 @@ def test_recipe_family_trains_on_the_gpu(name, tmp_path):
         assert report["sampler"]["device"].startswith("cuda"), report.get("sampler")
     if name == "sampled_cpu_sampler":
         assert report["sampler"]["device"] == "cpu"
+    if name == "reuse":  # sampled on the GPU: the structure is recorded, x and y gathered again at replay
+        assert report["reuse"]["stored"] == "structure" and report["reuse"]["batches"]["replayed"] > 0, report["reuse"]
 
 
 def _graph(n: int = 300, e: int = 3000, f: int = 16, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -82,6 +82,35 @@ def test_float16_features_replay_close(tmp_path):
         assert torch.equal(batch.edge_index, original.edge_index) and torch.equal(batch.n_id, original.n_id)
 
 
+def test_structure_only_recording_replays_what_fresh_sampling_gives(tmp_path, monkeypatch):
+    """Sampling on a GPU, the features and labels are on the device: records keep the structure
+    (node ids, edges, counts), replay gathers x and y again (float16 storage never touches them),
+    and the cache is a fraction of a whole-batch one."""
+    whole = _datamodule(tmp_path, "whole", feature_dtype="float16")
+    list(whole.train_dataloader())
+    monkeypatch.setattr(GraphDataModule, "_gathered_on_device", lambda self: {"x": self.graph.x, "y": self.graph.y})
+    dm = _datamodule(tmp_path, "structure", feature_dtype="float16")
+    loader = dm.train_dataloader()
+    recorded = {_key(b): b for b in loader}
+    replayed = list(loader)
+    assert len(replayed) == len(recorded) and dm.reuse_stats.batches["replayed"] == len(replayed)
+    for batch in replayed:
+        _assert_identical(recorded[_key(batch)], batch)  # x bit-identical: gathered, not stored
+    assert dm.reuse_stats.stored == "structure" and dm.reuse_inputs()["stored"] == "structure"
+    shard = json.loads((tmp_path / "structure" / "manifest.json").read_text())
+    assert shard["inputs"]["stored"] == "structure"
+    assert dm.reuse_stats.cache_bytes < 0.5 * whole.reuse_stats.cache_bytes
+
+
+def test_node_attrs_must_match_what_the_cache_inputs_say(tmp_path):
+    from gnnkit.data.reuse import ReuseLoader, ReuseStats
+
+    dm = _datamodule(tmp_path, "c")
+    fresh = dm._sampled_loader("train")
+    with pytest.raises(ValueError, match="stored='structure' but node_attrs are not given"):
+        ReuseLoader.for_trainer(fresh, dm.reuse, {**dm.reuse_inputs(), "stored": "structure"}, None, ReuseStats(), 0)
+
+
 @pytest.mark.skipif(not dali_available(), reason="nvidia-dali is not installed")
 def test_dali_and_torch_loaders_yield_the_same_batches(tmp_path):
     dm = _datamodule(tmp_path, "c")
