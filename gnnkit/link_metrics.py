@@ -55,6 +55,6 @@ def evaluate_links(evaluator: Evaluator, pos: Tensor, neg: Tensor) -> float:
     """
     if pos.numel() == 0:
         return float("nan")
-    result = evaluator.eval({"y_pred_pos": pos.detach().cpu(), "y_pred_neg": neg.detach().cpu()})
+    result = evaluator.eval({"y_pred_pos": pos.detach().float().cpu(), "y_pred_neg": neg.detach().float().cpu()})
     value = result["mrr_list"].mean() if evaluator.eval_metric == "mrr" else result[evaluator.eval_metric]
     return float(value) if isinstance(value, torch.Tensor) else float(np.asarray(value))

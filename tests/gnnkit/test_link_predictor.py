@@ -60,6 +60,8 @@ def test_twins_use_ogbs_metric_code(ogb_name, metric, neg_shape):
     result = Evaluator(ogb_name).eval({"y_pred_pos": pos, "y_pred_neg": neg})
     expected = result["mrr_list"].mean() if metric == "mrr" else result[metric]
     assert value == pytest.approx(float(expected)) and 0 < value < 1
+    half = evaluate_links(ours, pos.half(), neg.half())  # mixed precision's 16-bit scores
+    assert half == pytest.approx(evaluate_links(ours, pos.half().float(), neg.half().float()))
     with pytest.raises(ValueError, match="eval_metric: expected hits@K, mrr or rocauc"):
         LinkMetricEvaluator("x", "acc")
 

@@ -26,3 +26,12 @@ def test_rocauc_matches_ogb():
     reference = Evaluator("ogbn-proteins")
     reference.num_tasks = 3
     assert ours == pytest.approx(reference.eval({"y_true": y, "y_pred": scores})["rocauc"])
+
+
+@pytest.mark.parametrize("metric", ["rocauc", "acc"])
+def test_16bit_scores_of_mixed_precision_are_evaluated(metric):
+    torch.manual_seed(1)
+    y = torch.randint(0, 2, (40, 1)).float() if metric == "rocauc" else torch.randint(0, 3, (40,))
+    scores = torch.randn(40, 1 if metric == "rocauc" else 3)
+    evaluator = make_evaluator("x", metric, 1)
+    assert evaluate(evaluator, y, scores.bfloat16()) == pytest.approx(evaluate(evaluator, y, scores.bfloat16().float()))

@@ -66,6 +66,9 @@ class SpmmFormat(ABC):
     conversion_free: bool = False
     #: Device types this format has an implementation on.
     devices: tuple[str, ...] = ("cpu", "cuda")
+    #: Device types on which it multiplies float16/bfloat16 values itself; elsewhere such an ``x``
+    #: is multiplied in float32 and the product rounded back (mixed precision, see :meth:`compute_dtype`).
+    narrow_on: tuple[str, ...] = ("cpu", "cuda")
 
     def runs_on(self, device: torch.device) -> bool:
         """Whether this format has an implementation on ``device``."""
@@ -95,6 +98,13 @@ class SpmmFormat(ABC):
                 return self.convert(adj, dtype)
         return adj.cached(f"format:{self.name}:{dtype}", build)
 
+    def compute_dtype(self, dtype: torch.dtype, device: torch.device) -> torch.dtype:
+        """The dtype a product with ``dtype`` values runs in on ``device``: ``dtype`` itself, or
+        float32 for float16/bfloat16 where the format has no 16-bit kernel (torch's MKL CSR products
+        on the CPU, its COO product on CUDA, gnnkit's CPU kernels)."""
+        narrow = dtype in (torch.float16, torch.bfloat16)
+        return torch.float32 if narrow and device.type not in self.narrow_on else dtype
+
     def is_prepared(self, adj: Adjacency, dtype: torch.dtype = torch.float32) -> bool:
         return f"format:{self.name}:{dtype}" in adj.cached_keys()
 
@@ -105,10 +115,13 @@ class SpmmFormat(ABC):
             raise ValueError(f"SpMM format '{self.name}' cannot hold {adj}")
         if x.dim() != 2 or x.size(0) != adj.num_cols:
             raise ValueError(f"spmm: x must be [{adj.num_cols}, F] for {adj}, got {tuple(x.shape)}")
-        state = self.prepare(adj, x.dtype)
+        compute = self.compute_dtype(x.dtype, adj.device)
+        state = self.prepare(adj, compute)
         if adj.nnz == 0 or x.size(1) == 0:
             return x.new_zeros(adj.num_rows, x.size(1))
-        return self.multiply(state, adj, x.contiguous())
+        # in the dtype chosen here: autocast would hand torch's sparse products 16-bit inputs again
+        with torch.autocast(adj.device.type, enabled=False):
+            return self.multiply(state, adj, x.contiguous().to(compute)).to(x.dtype)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

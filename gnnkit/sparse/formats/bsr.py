@@ -66,6 +66,7 @@ class BSRFormat(SpmmFormat):
 
     #: CPU only: on CUDA, cuSPARSE's CSR ('csr') and the native kernels serve these matrices.
     devices = ("cpu",)
+    narrow_on = ()  # torch's BSR product runs through MKL: float32/float64 only
 
     block: int = 4
 

@@ -13,6 +13,8 @@ from gnnkit.sparse.formats.base import SpmmFormat, register, weights_as
 class COOFormat(SpmmFormat):
     """Coordinate list ``(row, col, value)``, rows sorted: torch's COO ``sparse.mm`` kernel."""
 
+    narrow_on = ("cpu",)  # torch's CUDA COO product has no half/bfloat16 kernel (pytorch#144040)
+
     def convert(self, adj: Adjacency, dtype: torch.dtype) -> Tensor:
         index = torch.stack([adj.rows(), adj.indices])
         coo = torch.sparse_coo_tensor(index, weights_as(adj, dtype), adj.shape, check_invariants=False)

@@ -14,6 +14,7 @@ class CSCFormat(SpmmFormat):
     """Compressed sparse columns (built from the cached transpose), torch's CSC ``sparse.mm``."""
 
     devices = ("cpu",)  # CUDA: cuSPARSE serves CSR (format 'csr'), not a CSC product
+    narrow_on = ()  # MKL: float32/float64 only
 
     def convert(self, adj: Adjacency, dtype: torch.dtype) -> Tensor:
         t = adj.t()

@@ -24,6 +24,7 @@ class CSRFormat(SpmmFormat):
     """
 
     conversion_free = True
+    narrow_on = ("cuda",)  # cuSPARSE multiplies half/bfloat16; torch's CPU (MKL) path does not
 
     def convert(self, adj: Adjacency, dtype: torch.dtype) -> Tensor:
         return csr_tensor(adj, dtype)

@@ -39,6 +39,7 @@ class NativeCSRFormat(SpmmFormat):
     (GE-SpMM's row split, <https://arxiv.org/abs/2007.03179>)."""
 
     conversion_free = True
+    narrow_on = ("cuda",)  # the CPU kernels take float32/float64
 
     def selectable(self) -> bool:
         """Whether the selector may pick this format: only when the native build is present."""
@@ -57,6 +58,8 @@ class NativeCSRFormat(SpmmFormat):
 class NativeSELLFormat(SpmmFormat):
     """Native SELL-C-sigma kernel: rows sorted by length in windows, packed in padded column-major
     chunks, for skewed degree distributions (Kreutzer et al., <https://arxiv.org/abs/1307.6209>)."""
+
+    narrow_on = ("cuda",)  # the CPU kernels take float32/float64
 
     def selectable(self) -> bool:
         """Whether the selector may pick this format: only when the native build is present."""

@@ -97,6 +97,21 @@ def test_node_gnn_honours_a_forced_format_and_trains():
         ("segment", "segment", "forced")}
 
 
+@pytest.mark.parametrize("fmt", ["auto", "csr", "native_csr"])
+@pytest.mark.parametrize("model", ["gcn", "sage", "gin"])
+def test_node_gnn_trains_under_bfloat16_autocast(model, fmt):
+    """bf16-mixed training (``--trainer.precision bf16-mixed``) on the CPU: the layers hand bfloat16
+    features to formats whose CPU kernels take float32 only (MKL CSR, gnnkit's), which multiply in
+    float32 instead of failing."""
+    torch.manual_seed(0)
+    net = NodeGNN(model, 8, 16, 3, num_layers=2, aggregation="gnnkit", format=fmt)
+    x, ei = torch.randn(40, 8), graph()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = net(x, ei)
+    out.float().square().sum().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in net.parameters())
+
+
 def test_reprs_and_errors():
     assert repr(SparseGCNConv(8, 16)) == "SparseGCNConv(8, 16, format=auto)"
     assert repr(SparseSAGEConv(8, 16, format="CSR")) == "SparseSAGEConv(8, 16, format=csr)"

@@ -65,6 +65,37 @@ def test_every_format_matches_dense_values_and_gradients(case, reduce):
         torch.testing.assert_close(grad, grad_expected, atol=1e-5, rtol=1e-5, msg=f"{name} gradients")
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", ALL)
+def test_16bit_features_work_in_every_format(name, dtype):
+    """Mixed precision hands 16-bit features to the layers: every format multiplies them (in float32
+    where it has no 16-bit kernel), values and gradients close to float64, in the features' dtype."""
+    adj = CASES["weighted"]
+    g = torch.Generator().manual_seed(3)
+    x0 = torch.randn(adj.num_cols, 6, generator=g).to(dtype)
+    weight = torch.randn(adj.num_rows, 6, generator=g)
+    exact = x0.double().requires_grad_(True)
+    expected = reference(adj, exact, "mean")
+    (grad_expected,) = torch.autograd.grad((expected * weight.double()).sum(), exact)
+    x = x0.clone().requires_grad_(True)
+    out = spmm(adj, x, reduce="mean", format=name)
+    (grad,) = torch.autograd.grad((out * weight.to(dtype)).sum(), x)
+    assert out.dtype == dtype and grad.dtype == dtype
+    tol = {"atol": 0.05, "rtol": 0.02}  # the output's rounding to 16 bits, and bfloat16 weights
+    torch.testing.assert_close(out.double(), expected.detach(), **tol, msg=f"{name} values")
+    torch.testing.assert_close(grad.double(), grad_expected, **tol, msg=f"{name} gradients")
+
+
+def test_16bit_products_run_in_float32_only_where_a_format_lacks_16bit_kernels():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    widened = {(name, device.type) for name in ALL for device in (cpu, cuda)
+               if FORMATS[name].compute_dtype(torch.bfloat16, device) == torch.float32}
+    assert widened == {("csr", "cpu"), ("csc", "cpu"), ("csc", "cuda"), ("bsr4", "cpu"), ("bsr4", "cuda"),
+                       ("bsr16", "cpu"), ("bsr16", "cuda"), ("coo", "cuda"), ("native_csr", "cpu"),
+                       ("native_sell", "cpu")}
+    assert all(FORMATS[name].compute_dtype(torch.float64, cpu) == torch.float64 for name in ALL)
+
+
 @pytest.mark.parametrize("name", ALL)
 def test_float64_gradcheck(name):
     adj = MatrixSpec("chung_lu", 24, 24, 4, 11).build()
