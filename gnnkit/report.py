@@ -15,8 +15,21 @@ from gnnkit.optim.state import describe_optimizers
 from pipeline import atomic_write_text, log, peak_rss_mb, save_figure
 
 
+def _clock(module: pl.LightningModule) -> float:
+    """The time once the module's device has run what was queued: on a GPU, kernels only queue
+    work, so an epoch's end (one step for full-batch training) would otherwise pass before its
+    backward has run, and validation would be charged for it."""
+    device = getattr(module, "device", None)
+    if device is not None and device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 class EpochTimer(pl.Callback):
-    """Records the wall time of every training epoch; logs a line per epoch when asked.
+    """Records the wall time of every training epoch (on a GPU, up to the end of its kernels); logs
+    a line per epoch when asked.
 
     Args:
         log_lines: Log one summary line per epoch (for non-interactive runs without a bar).
@@ -31,14 +44,15 @@ class EpochTimer(pl.Callback):
         self._validating_since: float | None = None
         self._validation = 0.0
         self._batches = 0
+        self.peak_train_gpu_mb: float | None = None
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.times.append(time.perf_counter() - self._start)
+        self.times.append(_clock(pl_module) - self._start)
         self.train_times.append(self.times[-1] - self._validation)
         self.train_batches.append(self._batches)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._start = time.perf_counter()
+        self._start = _clock(pl_module)
         self._validation, self._batches = 0.0, 0
         if trainer.current_epoch > 0:
             self._log_epoch(trainer, trainer.current_epoch)
@@ -47,11 +61,11 @@ class EpochTimer(pl.Callback):
         self._batches += 1
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._validating_since = time.perf_counter()
+        self._validating_since = _clock(pl_module)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._validating_since is not None:
-            self._validation += time.perf_counter() - self._validating_since
+            self._validation += _clock(pl_module) - self._validating_since
             self._validating_since = None
 
     def summary(self) -> dict[str, float | None]:
@@ -65,10 +79,12 @@ class EpochTimer(pl.Callback):
         rate = statistics.median(self.train_batches) / train if train > 0 else None
         return {"epoch_time_s": round(statistics.median(self.times), 4), "train_epoch_time_s": round(train, 4),
                 "train_time_s": round(sum(self.train_times), 4),
-                "train_batches_per_s": None if rate is None else round(rate, 3)}
+                "train_batches_per_s": None if rate is None else round(rate, 3),
+                **({"peak_train_gpu_mb": self.peak_train_gpu_mb} if self.peak_train_gpu_mb is not None else {})}
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._log_epoch(trainer, trainer.current_epoch, force=True)
+        self.peak_train_gpu_mb = peak_gpu(pl_module).get("peak_gpu_mb")  # before testing's larger batches
 
     def _log_epoch(self, trainer: pl.Trainer, epoch: int, force: bool = False) -> None:
         """Log the metrics of the epoch just finished (every ~5% of the run, and the last)."""

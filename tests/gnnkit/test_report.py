@@ -50,3 +50,21 @@ def test_epoch_timer_takes_validation_out_of_the_training_time(monkeypatch):
     assert timer.times == [4.0, 5.0] and timer.train_times == [2.0, 5.0] and timer.train_batches == [4, 1]
     assert timer.summary() == {"epoch_time_s": 4.5, "train_epoch_time_s": 3.5, "train_time_s": 7.0,
                                "train_batches_per_s": 0.714}
+
+
+def test_epoch_timer_waits_for_the_gpu_at_each_boundary(monkeypatch):
+    """On a GPU an epoch ends when its kernels have run, not when they were queued: every clock
+    reading of the timer synchronises the module's device first (and none on the CPU)."""
+    import torch
+
+    synced = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
+    trainer = SimpleNamespace(current_epoch=0)
+    for device, expected in ((torch.device("cuda", 0), 4), (torch.device("cpu"), 0)):
+        synced.clear()
+        timer, module = EpochTimer(), SimpleNamespace(device=device)
+        timer.on_train_epoch_start(trainer, module)
+        timer.on_validation_start(trainer, module)
+        timer.on_validation_end(trainer, module)
+        timer.on_train_epoch_end(trainer, module)
+        assert synced == [device] * expected
