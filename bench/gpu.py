@@ -24,9 +24,12 @@ runs), with overrides; its ``report.json`` gives the figures. Families and their
   ``--data.reuse null``, both with gnnkit aggregation and the default sampler device, over the
   recipe's whole schedule (``--reuse-epochs``).
 
-Per run: the training epoch without validation (median, ``train_epoch_time_s``), training batches
-per second, the whole training time (``train_time_s``), peak GPU memory (``peak_gpu_mb``; peak RSS
-on the CPU) and the test metric. ``summary``: ``sage_products_epoch_s`` (gnnkit row),
+Per run: the training epoch without validation (median, ``train_epoch_time_s``; on a GPU timed to
+the end of its kernels), training batches per second, the whole training time (``train_time_s``),
+peak GPU memory while training (``peak_gpu_mb``; peak RSS on the CPU) and the test metric. The
+sampled families test on ``--test-fraction`` of the products test split (2.2M nodes: testing all of
+it with CPU sampling takes minutes a row), and the CPU-sampling rows sample with ``--cpu-workers``
+loader processes. A row that fails is recorded with its error and the others still run. ``summary``: ``sage_products_epoch_s`` (gnnkit row),
 ``gpu_sampling_speedup`` (gnnkit with CPU sampling over gnnkit, epoch time),
 ``gcn_gnnkit_over_pyg_epoch`` (gnnkit's epoch over PyG's: at most 1 is no slower) and
 ``reuse_end_to_end_speedup`` (fresh sampling's training time over reuse's) with ``reuse_acc_gap``
@@ -34,7 +37,7 @@ on the CPU) and the test metric. ``summary``: ``sage_products_epoch_s`` (gnnkit 
 
     python bench/gpu.py --json bench/results/gpu.json --png bench/results/gpu.png [--families sage gcn reuse] [--epochs 4]
                         [--reuse-epochs 20] [--device cuda|cpu] [--dataset-sampled NAME]
-                        [--dataset-full NAME] [--resume PARTIAL.json]
+                        [--dataset-full NAME] [--test-fraction 0.1] [--cpu-workers 8] [--resume PARTIAL.json]
 
 ``--device cpu`` runs the same rows on the CPU (the GPU rows then sample on the CPU too): a check of
 the benchmark itself, not a GPU figure. The runs' folders and logs go under ``--workdir``.
@@ -98,10 +101,14 @@ def configs(families: list[str]) -> list[Config]:
 def command(config: Config, args: argparse.Namespace, run_dir: Path) -> list[str]:
     """The ``gnnkit run`` command line of one row."""
     epochs = args.reuse_epochs if config.family == "reuse" else args.epochs
-    dataset = args.dataset_full if config.family == "gcn" else args.dataset_sampled
+    sampled = config.family != "gcn"
+    dataset = args.dataset_sampled if sampled else args.dataset_full
     accelerator = "gpu" if args.device == "cuda" else "cpu"
+    cpu_sampling = dict(zip(config.overrides[::2], config.overrides[1::2])).get("--data.sampler_device") == "cpu"
     return [sys.executable, "-m", "gnnkit.cli", "run", str(ROOT / "recipes" / config.recipe), *config.overrides,
             "--trainer.accelerator", accelerator, "--trainer.max_epochs", str(epochs),
+            *(["--trainer.limit_test_batches", str(args.test_fraction)] if sampled else []),
+            *(["--data.num_workers", str(args.cpu_workers)] if cpu_sampling else []),
             *(["--data.dataset", dataset] if dataset else []), "--run_dir", str(run_dir)]
 
 
@@ -121,13 +128,23 @@ def run(config: Config, args: argparse.Namespace, workdir: Path) -> dict[str, An
     return {"family": config.family, "label": config.label, "args": list(config.overrides),
             "epochs": report["epochs"], "train_epoch_s": report["train_epoch_time_s"],
             "train_time_s": report["train_time_s"], "batches_per_s": report["train_batches_per_s"],
-            "peak_gpu_mb": report.get("peak_gpu_mb"), "peak_rss_mb": report["peak_rss_mb"],
+            "peak_gpu_mb": report.get("peak_train_gpu_mb", report.get("peak_gpu_mb")), "peak_rss_mb": report["peak_rss_mb"],
             "sampler_device": sampler.get("device") if isinstance(sampler, dict) else sampler,
             "metric": report["metric"], "test": report["test"]}
 
 
 def _row(family: str, label: str, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    return next((r for r in rows if (r["family"], r["label"]) == (family, label)), None)
+    """The row of ``family`` / ``label`` that ran (not one that failed), or None."""
+    return next((r for r in rows if (r["family"], r["label"]) == (family, label) and "error" not in r), None)
+
+
+def run_or_fail(config: Config, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """:func:`run`, or a row holding the error: one failed row does not cost the table the others."""
+    try:
+        return run(config, args, workdir)
+    except (RuntimeError, OSError, KeyError, ValueError, subprocess.TimeoutExpired) as err:
+        print(f"   failed: {str(err).splitlines()[0]}", flush=True)
+        return {"family": config.family, "label": config.label, "args": list(config.overrides), "error": str(err)}
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -155,7 +172,12 @@ def print_table(rows: list[dict[str, Any]], device: str) -> None:
     """One table per family; the ratio column is each row's epoch over the family's first row's."""
     memory = "peak GPU MB" if device == "cuda" else "peak RSS MB"
     for family in dict.fromkeys(r["family"] for r in rows):
-        group = [r for r in rows if r["family"] == family]
+        group = [r for r in rows if r["family"] == family and "error" not in r]
+        failed = [r["label"] for r in rows if r["family"] == family and "error" in r]
+        if failed:
+            print(f"\n{family}: failed: {', '.join(failed)}")
+        if not group:
+            continue
         print(f"\n{family} ({device})")
         print(f"{'path':22} {'sampler':>8} {'epoch s':>9} {'vs first':>8} {'batches/s':>10} {'train s':>9} "
               f"{memory:>12} {'test':>7}")
@@ -174,10 +196,13 @@ def plot(result: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    families = list(dict.fromkeys(r["family"] for r in result["rows"]))
+    ran = [r for r in result["rows"] if "error" not in r]
+    families = list(dict.fromkeys(r["family"] for r in ran))
+    if not families:
+        return
     fig, axes = plt.subplots(1, len(families), figsize=(4.5 * len(families), 4), squeeze=False)
     for ax, family in zip(axes[0], families):
-        group = [r for r in result["rows"] if r["family"] == family]
+        group = [r for r in ran if r["family"] == family]
         bars = ax.bar([r["label"].replace(", ", ",\n") for r in group], [r["train_epoch_s"] for r in group])
         ax.bar_label(bars, labels=[f"{r['train_epoch_s']:.3g} s\ntest {r['test']:.3f}" for r in group], fontsize=8)
         ax.set_ylabel("training epoch (s, median)")
@@ -192,7 +217,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 #: The families, in table order.
 FAMILIES = ["sage", "gcn", "reuse"]
 #: The arguments a result records; resuming needs them equal.
-RECORDED = ("epochs", "reuse_epochs", "dataset_sampled", "dataset_full")
+RECORDED = ("epochs", "reuse_epochs", "dataset_sampled", "dataset_full", "test_fraction", "cpu_workers")
 
 
 def machine(args: argparse.Namespace) -> dict[str, Any]:
@@ -249,6 +274,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--dataset-full", help="dataset of the gcn rows (default: the recipe's)")
     parser.add_argument("--workdir", type=Path, help="run folders and logs (default: a temporary folder)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds one run may take")
+    parser.add_argument("--test-fraction", type=float, default=0.1,
+                        help="fraction of the test split the sampled families test on")
+    parser.add_argument("--cpu-workers", type=int, default=8, help="loader processes of the CPU-sampling rows")
     parser.add_argument("--resume", type=Path, help="an unfinished --json result whose rows to keep")
     args = parser.parse_args(argv)
     if args.device == "cuda":
@@ -268,7 +296,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             done = _row(config.family, config.label, earlier)
             if done is None and config.family not in args.families:
                 continue
-            rows.append(done if done is not None else run(config, args, workdir))
+            rows.append(done if done is not None else run_or_fail(config, args, workdir))
             if args.json:
                 atomic_write_text(args.json, json.dumps(result_of(rows, args), indent=2) + "\n")
     print_table(rows, args.device)

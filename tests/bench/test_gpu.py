@@ -30,16 +30,19 @@ def test_summary_keys_of_the_issue(bench):
 
 def test_rows_differ_only_in_their_path(bench):
     gpu = bench("gpu")
-    args = gpu.argparse.Namespace(epochs=3, reuse_epochs=20, device="cuda", dataset_sampled=None, dataset_full="x")
+    args = gpu.argparse.Namespace(epochs=3, reuse_epochs=20, device="cuda", dataset_sampled=None, dataset_full="x",
+                                  test_fraction=0.1, cpu_workers=8)
     sage = [gpu.command(c, args, Path("r")) for c in gpu.configs(["sage"])]
     assert all("--trainer.accelerator" in c and c[c.index("--trainer.max_epochs") + 1] == "3" for c in sage)
     assert [c[c.index("--data.sampler_device") + 1] for c in sage] == ["auto", "cpu", "cpu"]
+    assert all(c[c.index("--trainer.limit_test_batches") + 1] == "0.1" for c in sage)
+    assert [c[c.index("--data.num_workers") + 1] if "--data.num_workers" in c else None for c in sage] == [None, "8", "8"]
     assert [c[c.index("--model.aggregation") + 1] for c in sage] == ["gnnkit", "gnnkit", "pyg"]
     reuse = [gpu.command(c, args, Path("r")) for c in gpu.configs(["reuse"])]
     assert "--data.reuse" not in reuse[0] and reuse[1][reuse[1].index("--data.reuse") + 1] == "null"
     assert reuse[0][reuse[0].index("--trainer.max_epochs") + 1] == "20"
     gcn = gpu.command(gpu.configs(["gcn"])[0], args, Path("r"))
-    assert gcn[gcn.index("--data.dataset") + 1] == "x"
+    assert gcn[gcn.index("--data.dataset") + 1] == "x" and "--trainer.limit_test_batches" not in gcn
 
 
 def _fake_run(gpu, ran):
@@ -70,6 +73,28 @@ def test_families_span_calls_by_resuming_an_unfinished_result(bench, tmp_path):
                        ("reuse", "reuse"), ("reuse", "fresh sampling")]
     assert [(r["family"], r["label"]) for r in result["rows"]] == [(c.family, c.label) for c in gpu.configs(gpu.FAMILIES)]
     assert result["complete"] is True and result["summary"]["gcn_gnnkit_over_pyg_epoch"] == 1.0
+
+
+def test_a_failed_row_is_recorded_and_the_others_still_run(bench, tmp_path):
+    gpu, ran = bench("gpu"), []
+    fake, failing = _fake_run(gpu, ran), ["gnnkit, CPU sampling"]  # fails the first time only
+
+    def run(config, args, workdir):
+        if config.label in failing:
+            failing.remove(config.label)
+            raise RuntimeError("bench/gpu.py: sage / gnnkit, CPU sampling failed (exit 1):\nboom")
+        return fake(config, args, workdir)
+
+    gpu.run = run
+    out = tmp_path / "gpu.json"
+    gpu.main(["--device", "cpu", "--json", str(out), "--families", "sage", "gcn"])
+    result = json.loads(out.read_text())
+    failed = [r for r in result["rows"] if "error" in r]
+    assert [r["label"] for r in failed] == ["gnnkit, CPU sampling"] and "boom" in failed[0]["error"]
+    assert ran == [("sage", "gnnkit"), ("sage", "PyG"), ("gcn", "gnnkit"), ("gcn", "PyG")]
+    assert result["summary"]["gpu_sampling_speedup"] is None and result["complete"] is False
+    gpu.main(["--device", "cpu", "--json", str(out), "--families", "sage", "--resume", str(out)])  # runs it again
+    assert ran[-1] == ("sage", "gnnkit, CPU sampling")
 
 
 @pytest.mark.parametrize("change", [["--epochs", "3"], ["--dataset-full", "other"], "complete"])
