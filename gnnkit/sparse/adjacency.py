@@ -17,6 +17,13 @@ def _as_index(t: Tensor, name: str) -> Tensor:
     return t if t.dtype == torch.int64 else t.to(torch.int64)
 
 
+def indptr_of(sorted_ids: Tensor, n: int) -> Tensor:
+    """The CSR row pointer ``[n + 1]`` of non-decreasing row ids in ``[0, n)``: entry ``r`` counts
+    the ids below ``r``. A binary search, so no host sync (``torch.bincount`` on a GPU reads the
+    ids' range back to size its output)."""
+    return torch.searchsorted(sorted_ids, torch.arange(n + 1, dtype=torch.int64, device=sorted_ids.device))
+
+
 class Adjacency:
     r"""A graph's adjacency matrix ``A [num_rows, num_cols]`` in CSR form, rows = destinations.
 
@@ -107,22 +114,24 @@ class Adjacency:
         if values is not None and values.shape != (src.numel(),):
             raise ValueError(f"Adjacency.from_edge_index: values must have shape ({src.numel()},), "
                              f"got {tuple(values.shape)}")
-        low, high = (0, 0), (-1, -1)  # (source, destination) id ranges, read in one sync (per layer on a GPU)
+        # the (source, destination) id ranges and whether dst is sorted, read in one sync (per layer on a GPU)
+        low, high, ordered = (0, 0), (-1, -1), True
         if edge_index.numel():
-            low, high = (tuple(v) for v in torch.stack(torch.aminmax(edge_index, dim=1)).tolist())
+            facts = torch.cat([torch.stack(torch.aminmax(edge_index, dim=1)).flatten().to(torch.int64),
+                               (dst[1:] >= dst[:-1]).all().to(torch.int64).view(1)])
+            lo_src, lo_dst, hi_src, hi_dst, sorted_flag = facts.tolist()
+            low, high, ordered = (lo_src, lo_dst), (hi_src, hi_dst), bool(sorted_flag)
         if num_nodes is None:
             num_nodes = max(high) + 1
         num_dst = num_nodes if num_dst is None else num_dst
         if min(low) < 0 or high[0] >= num_nodes or high[1] >= num_dst:
             raise ValueError(f"Adjacency.from_edge_index: source ids must lie in [0, {num_nodes}) and destination "
                              f"ids in [0, {num_dst}), got {low[0]}..{high[0]} and {low[1]}..{high[1]}")
-        if dst.numel() > 1 and not bool((dst[1:] >= dst[:-1]).all()):
+        if not ordered:
             order = torch.argsort(dst, stable=True)
             src, dst = src[order], dst[order]
             values = None if values is None else values[order]
-        counts = torch.bincount(dst, minlength=num_dst)
-        indptr = torch.zeros(num_dst + 1, dtype=torch.int64, device=edge_index.device)
-        torch.cumsum(counts, 0, out=indptr[1:])
+        indptr = indptr_of(dst, num_dst)
         # well-formed by construction (ids checked above, indptr a cumulative count): no second pass
         return cls(indptr, src, num_cols=num_nodes, values=values, single_use=single_use, validate=False)
 
@@ -168,9 +177,7 @@ class Adjacency:
         """
         def build() -> Adjacency:
             order = torch.argsort(self.indices, stable=True)
-            counts = torch.bincount(self.indices, minlength=self.num_cols)
-            indptr = torch.zeros(self.num_cols + 1, dtype=torch.int64, device=self.device)
-            torch.cumsum(counts, 0, out=indptr[1:])
+            indptr = indptr_of(self.indices[order], self.num_cols)
             values = None if self.values is None else self.values[order]
             transposed = Adjacency(indptr, self.rows()[order], num_cols=self.num_rows,
                                    values=values, validate=False, single_use=self.single_use)

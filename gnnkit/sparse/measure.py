@@ -93,7 +93,8 @@ def measure_formats(
     names = [n for n in (list(FORMATS) if formats is None else formats)
              if FORMATS[n].runs_on(adj.device) and FORMATS[n].applicable(adj)
              and FORMATS[n].selectable()]  # unbuilt native: no
-    x = torch.randn(adj.num_cols, width, generator=torch.Generator().manual_seed(seed)).to(adj.device)
+    gen = torch.Generator(device=adj.device).manual_seed(seed)  # drawn where it is used: no host copy
+    x = torch.randn(adj.num_cols, width, generator=gen, device=adj.device)
     adj.rows()
     adj.t()
     convert: dict[str, float] = {}
@@ -101,11 +102,15 @@ def measure_formats(
     counts: dict[str, int] = {}
     try:
         with torch.no_grad():
-            for name in names:
+            for name in list(names):
                 adj.uncache(f"format:{name}:")
-                convert[name] = synced_seconds(lambda: FORMATS[name].prepare(adj, x.dtype))
-            for name in names:  # warm-up round
-                fastest[name] = synced_seconds(lambda: FORMATS[name](adj, x))
+                try:
+                    convert[name] = synced_seconds(lambda: FORMATS[name].prepare(adj, x.dtype))
+                    fastest[name] = synced_seconds(lambda: FORMATS[name](adj, x))  # the warm-up product
+                except torch.cuda.OutOfMemoryError:  # a format too large for what the GPU has free: not a candidate
+                    adj.uncache(f"format:{name}:")
+                    names.remove(name)
+                    continue
                 counts[name] = 1
             active, start = list(names), time.perf_counter()
             for round_ in range(max_rounds):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from gnnkit.sparse.adjacency import Adjacency
+from gnnkit.sparse.adjacency import Adjacency, indptr_of
 
 
 def gcn_normalized(adj: Adjacency, add_self_loops: bool = True) -> Adjacency:
@@ -42,9 +42,7 @@ def gcn_normalized(adj: Adjacency, add_self_loops: bool = True) -> Adjacency:
         degree = torch.zeros(n, dtype=weights.dtype, device=adj.device).index_add_(0, rows, weights)
         inv_sqrt = degree.pow(-0.5)
         inv_sqrt.masked_fill_(inv_sqrt == float("inf"), 0.0)
-        indptr = torch.zeros(n + 1, dtype=torch.int64, device=adj.device)
-        torch.cumsum(torch.bincount(rows, minlength=n), 0, out=indptr[1:])
-        return Adjacency(indptr, cols, num_cols=n, values=inv_sqrt[rows] * weights * inv_sqrt[cols],
+        return Adjacency(indptr_of(rows, n), cols, num_cols=n, values=inv_sqrt[rows] * weights * inv_sqrt[cols],
                          validate=False, single_use=adj.single_use)
 
     return adj.cached(f"gcn_normalized:{add_self_loops}", build)

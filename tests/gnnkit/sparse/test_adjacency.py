@@ -52,16 +52,25 @@ def test_conversions_built_on_cuda_stay_there():
 
 
 @CUDA
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("name", sorted(FORMATS))
-def test_every_format_on_cuda_matches_the_cpu(name):
+def test_every_format_on_cuda_matches_the_cpu(name, dtype):
+    """Formats with CUDA code give the CPU's values (also for mixed precision's 16-bit features);
+    the CPU-only ones refuse CUDA in one line naming the format and the device."""
     adj = graph(weighted=True)
-    x = torch.randn(40, 8, generator=torch.Generator().manual_seed(1))
+    x = torch.randn(40, 8, generator=torch.Generator().manual_seed(1)).to(dtype)
     fmt = FORMATS[name]
+    if not fmt.runs_on(torch.device("cuda")):
+        with pytest.raises(ValueError, match=f"format '{name}' has no implementation on cuda"):
+            spmm(adj.to("cuda"), x.cuda(), format=name)
+        return
     if not fmt.applicable(adj):
         pytest.skip(f"{name} cannot hold this matrix")
-    expected = spmm(adj, x, format=name)
+    expected = spmm(adj, x.float(), format=name)
     got = spmm(adj.to("cuda"), x.cuda(), format=name)
-    torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-5)
+    assert got.dtype == dtype
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
+    torch.testing.assert_close(got.float().cpu(), expected, **tol)
 
 
 @CUDA
@@ -72,6 +81,20 @@ def test_gnnkit_aggregation_trains_on_cuda():
     out = model(data.x, data.edge_index, adj=data.adj)
     out.sum().backward()
     assert out.device.type == "cuda" and out.shape == (40, 3)
+
+
+def test_indptr_of_sorted_ids_counts_like_bincount():
+    from gnnkit.sparse.adjacency import indptr_of
+
+    ids = torch.tensor([0, 0, 2, 2, 2, 5])  # rows 1, 3, 4 and 6 empty
+    expected = torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(ids, minlength=7).cumsum(0)])
+    assert torch.equal(indptr_of(ids, 7), expected) and indptr_of(ids[:0], 3).tolist() == [0, 0, 0, 0]
+
+
+def test_from_edge_index_of_int32_unsorted_edges():
+    edges = torch.tensor([[0, 2, 1], [2, 0, 1]], dtype=torch.int32)
+    adj = Adjacency.from_edge_index(edges, 3)
+    assert adj.indptr.tolist() == [0, 1, 2, 3] and adj.indices.tolist() == [2, 1, 0]
 
 
 def test_from_edge_index_checks_ids_in_one_pass_and_builds_a_valid_matrix():
