@@ -202,6 +202,20 @@ def _rotated(items: list[str], k: int) -> list[str]:
     return items[k % len(items):] + items[:k % len(items)]
 
 
+def warm_device(device: torch.device) -> None:
+    """Initialise a GPU's libraries before timing (the CUDA context, cuBLAS and cuSPARSE handles
+    are made on first use, at a cost of the order of a hundred full-batch steps; every
+    configuration's process would pay it in its first step otherwise)."""
+    if device.type != "cuda":
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        eye = torch.eye(4, device=device)
+        torch.sparse.mm(eye.to_sparse_csr(), eye).sum().item()
+        (eye @ eye).sum().item()
+    torch.cuda.synchronize(device)
+
+
 def e2e_worker(spec: dict[str, Any]) -> dict[str, Any]:
     """Step times of one configuration, alone in this process (``--e2e-worker``).
 
@@ -228,6 +242,7 @@ def e2e_worker(spec: dict[str, Any]) -> dict[str, Any]:
     train = graph.split["train"]
     full_batch = spec["model"] == "gcn"
     device = torch.device(spec.get("device", "cpu"))
+    warm_device(device)
     set_run_length(run_length(spec.get("epochs"), None, full_batch))
     step = _TrainStep(spec["model"], config, x.size(1), spec["hidden"], classes, full_batch, device)
     if full_batch:
@@ -393,6 +408,21 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def write_result(args: argparse.Namespace, kind: str, selector_meta: dict[str, Any], summary: dict[str, Any],
+                 rows: list[dict[str, Any]], e2e: list[dict[str, Any]]) -> None:
+    """``--json`` with what is measured so far (the matrix part is written before the end-to-end
+    part starts, so a run cut short keeps it)."""
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"device": args.device, "device_name": torch.cuda.get_device_name() if kind == "cuda" else "cpu",
+            "threads": torch.get_num_threads(), "torch": torch.__version__, "selector": str(model_path(kind)),
+            "selector_meta": selector_meta, "widths": args.widths, "repeats": args.repeats,
+            "quick": args.quick, "e2e_epochs": args.epochs, "e2e_steps": args.steps,
+            "e2e_batches": args.batches, "e2e_trials": args.trials,
+            "loadavg_at_end": os.getloadavg()}
+    atomic_write_text(args.json, json.dumps({"summary": summary, "rows": rows, "end_to_end": e2e, "meta": meta},
+                                            indent=2, default=float) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", type=Path, help="write the results and the summary here")
@@ -437,6 +467,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\nsummary (geomeans over rows):")
         for key, value in summary.items():
             print(f"  {key:32s} {value:.3f}" if isinstance(value, float) else f"  {key:32s} {value}")
+        if args.json:
+            write_result(args, kind, selector_meta, summary, rows, [])
     e2e = []
     if not args.no_e2e:
         try:
@@ -462,15 +494,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  best fixed/auto: best fixed format's epoch time over auto's; run ratio: the same over "
                   f"{args.epochs} epochs including the first step (conversions, auto's decision and check)")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        meta = {"device": args.device, "device_name": torch.cuda.get_device_name() if kind == "cuda" else "cpu",
-                "threads": torch.get_num_threads(), "torch": torch.__version__, "selector": str(model_path(kind)),
-                "selector_meta": selector_meta, "widths": args.widths, "repeats": args.repeats,
-                "quick": args.quick, "e2e_epochs": args.epochs, "e2e_steps": args.steps,
-                "e2e_batches": args.batches, "e2e_trials": args.trials,
-                "loadavg_at_end": os.getloadavg()}
-        atomic_write_text(args.json, json.dumps({"summary": summary, "rows": rows, "end_to_end": e2e, "meta": meta},
-                                        indent=2, default=float) + "\n")
+        write_result(args, kind, selector_meta, summary, rows, e2e)
         print(f"\nwrote {args.json}")
     png = args.png or (args.json.with_suffix(".png") if args.json else None)
     if png and rows:
