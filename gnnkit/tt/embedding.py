@@ -204,14 +204,24 @@ class TTEmbedding(nn.Module):
         rows = self.rows_of(indices)
         cores = list(self.cores)
         c = self.config
-        if self._cache is None:
+        training_on_gpu = self._training_on_gpu(cores)
+        if self._cache is None or training_on_gpu:
             # Tables configured with a hot-row cache keep the Python contraction (whose levels the
             # cache stores), so cached and uncached lookups of the same cores agree bitwise; the
-            # others use the fused native kernel when it is built.
-            out = lookup(cores, rows, c.p_shapes, dedup=c.dedup, prefix_reuse=c.prefix_reuse, fused=c.hot_rows == 0)
+            # others, and training on a GPU, use the fused native kernel when it is built.
+            out = lookup(cores, rows, c.p_shapes, dedup=c.dedup, prefix_reuse=c.prefix_reuse,
+                         fused=c.hot_rows == 0 or training_on_gpu)
         else:
             out = self._cached_lookup(cores, rows)
         return out.reshape(*indices.shape, c.embedding_dim)
+
+    @staticmethod
+    def _training_on_gpu(cores: list[Tensor]) -> bool:
+        """Whether this lookup trains cores on a GPU. Then the hot-row cache stands aside for the
+        fused CUDA kernel: the cores change every step, so the cache would rebuild on every lookup
+        (with host syncs for its freshness check and its cold rows) rather than serve; it serves
+        the lookups without gradients (evaluation), where the cores stay the same."""
+        return cores[0].is_cuda and torch.is_grad_enabled() and cores[0].requires_grad
 
     def _cached_lookup(self, cores: list[Tensor], rows: Tensor) -> Tensor:
         c = self.config

@@ -101,3 +101,24 @@ def test_hot_nodes_follow_the_order_and_capacity():
     assert torch.equal(cached.cache.rows, torch.sort(order[torch.arange(len(HOT))]).values)
     cached.set_hot_nodes(None)
     assert cached.cache is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: the GPU path is checked on a GPU machine")
+def test_training_on_a_gpu_runs_the_fused_kernel_and_the_cache_serves_evaluation(monkeypatch):
+    """On a GPU the cores change every step, so training lookups take the fused CUDA kernel rather
+    than a cache that would rebuild each time; lookups without gradients use the cache."""
+    from gnnkit.native import ops
+
+    cached, plain = (emb.cuda() for emb in _pair())
+    fused = []
+    original = ops.tt_lookup
+    monkeypatch.setattr(ops, "tt_lookup", lambda *a, **k: fused.append(1) or original(*a, **k))
+    idx = _batch(0).cuda()
+    out = cached(idx)
+    out.square().sum().backward()
+    assert fused and cached.cache.refreshes == 0
+    torch.testing.assert_close(out, plain(idx))
+    with torch.no_grad():
+        torch.testing.assert_close(cached(idx), plain(idx))
+        cached(idx)
+    assert cached.cache.refreshes == 1
