@@ -94,17 +94,40 @@ def _align(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
-def _stored_dtype(name: str, tensor: torch.Tensor, lossy: dict[str, torch.dtype]) -> torch.dtype:
-    """The dtype ``tensor`` is written in: a lossy float override, or the narrowest lossless int."""
+def _fits_int32(tensors: list[torch.Tensor]) -> list[bool]:
+    """Whether each int64 tensor's values fit int32, read with one host sync per device (the
+    tensors of a shard's batches may sit on a GPU)."""
     import torch
 
-    if name in lossy and tensor.is_floating_point():
-        return lossy[name]
-    if tensor.dtype == torch.int64 and tensor.numel():
-        info = torch.iinfo(torch.int32)
-        if int(tensor.min()) >= info.min and int(tensor.max()) <= info.max:
-            return torch.int32
-    return tensor.dtype
+    info, fits = torch.iinfo(torch.int32), [True] * len(tensors)
+    by_device: dict[torch.device, list[int]] = {}
+    for i, t in enumerate(tensors):
+        if t.numel():
+            by_device.setdefault(t.device, []).append(i)
+    for indices in by_device.values():
+        bounds = torch.stack([torch.stack(torch.aminmax(tensors[i])) for i in indices]).tolist()
+        for i, (low, high) in zip(indices, bounds):
+            fits[i] = info.min <= low and high <= info.max
+    return fits
+
+
+def _stored_dtypes(records: list[BatchRecord], lossy: dict[str, torch.dtype]) -> list[torch.dtype]:
+    """The dtype each array of ``records`` is written in, in order: a lossy float override, or the
+    narrowest lossless int."""
+    import torch
+
+    arrays = [(name, t) for record in records for name, t in record.arrays.items()]
+    ints = [t for _, t in arrays if t.dtype == torch.int64]
+    narrow = iter(_fits_int32(ints))
+    stored = []
+    for name, t in arrays:
+        if name in lossy and t.is_floating_point():
+            stored.append(lossy[name])
+        elif t.dtype == torch.int64:
+            stored.append(torch.int32 if next(narrow) else torch.int64)
+        else:
+            stored.append(t.dtype)
+    return stored
 
 
 def _raw_bytes(tensor: torch.Tensor) -> memoryview:
@@ -119,10 +142,11 @@ def _layout(records: list[BatchRecord], lossy: dict[str, torch.dtype]
             ) -> tuple[bytes, list[tuple[torch.Tensor, torch.dtype]], int]:
     """A shard's padded header, its arrays with their storage dtypes, and the file's size."""
     batches, arrays, offset = [], [], 0
+    stored_dtypes = iter(_stored_dtypes(records, lossy))
     for record in records:
         specs = {}
         for name, tensor in record.arrays.items():
-            stored = _stored_dtype(name, tensor, lossy)
+            stored = next(stored_dtypes)
             specs[name] = {"offset": offset, "shape": list(tensor.shape),
                            "stored": str(stored).removeprefix("torch."),
                            "dtype": str(tensor.dtype).removeprefix("torch.")}
@@ -422,14 +446,18 @@ class BatchCache:
 
     def check(self, shard: int, buffer: torch.Tensor | np.ndarray, crc: bool = True) -> None:
         """Raise :class:`CorruptShard` unless ``buffer`` (a tensor on any device, or a numpy array) has
-        the shard's recorded size (and CRC-32)."""
+        the shard's recorded size (and CRC-32). For bytes already on a GPU the CRC is taken of the
+        file they were read from, not of a copy back from the device."""
         info, where = self.shards[shard], self.shard_path(shard)
         size = buffer.size if isinstance(buffer, np.ndarray) else buffer.numel()
         if size != info["bytes"]:
             raise CorruptShard(where, f"expected {info['bytes']} bytes, found {size} (truncated?)")
         if not crc:
             return
-        data = buffer if isinstance(buffer, np.ndarray) else buffer.cpu().numpy()
+        if isinstance(buffer, np.ndarray):
+            data = buffer
+        else:
+            data = buffer.numpy() if buffer.device.type == "cpu" else self.read_bytes(shard)
         if zlib.crc32(memoryview(data)) != info["crc32"]:
             raise CorruptShard(where, "CRC-32 mismatch (the file changed after it was written)")
         self.verified.add(shard)
