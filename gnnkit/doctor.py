@@ -55,7 +55,7 @@ def report(build: bool = True) -> dict[str, Any]:
         None: "not built (the first use builds them, a minute at most, once)",
     }.get(native["built"], f"unavailable: {native['error']}")
     info["native kernels"] = state
-    info["native CUDA part"] = "yes" if native["with_cuda"] else "no (no CUDA torch or no GPU)"
+    info["native CUDA part"] = "yes" if native["with_cuda"] else "no (no CUDA torch, no GPU or no nvcc)"
     info["native built kernels"] = ", ".join(native["kernels"]) or "-"
     info["native build dir"] = native["build_dir"] or "-"
     return info

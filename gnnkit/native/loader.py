@@ -53,8 +53,17 @@ def source_dir() -> Path:
 
 
 def with_cuda() -> bool:
-    """Whether the build includes the CUDA kernels (torch has CUDA and a GPU is visible)."""
-    return torch.version.cuda is not None and torch.cuda.is_available()
+    """Whether the build includes the CUDA kernels: torch has CUDA, a GPU is visible and a CUDA
+    compiler is found (a pip-installed CUDA torch comes without nvcc: the CPU kernels are then
+    still built, and the GPU uses torch's own operations)."""
+    return torch.version.cuda is not None and torch.cuda.is_available() and cuda_compiler() is not None
+
+
+def cuda_compiler() -> str | None:
+    """The CUDA toolkit torch's extension builder would compile with (``CUDA_HOME``), or None."""
+    from torch.utils import cpp_extension
+
+    return cpp_extension.CUDA_HOME
 
 
 def sources(cuda: bool | None = None) -> list[Path]:

@@ -75,6 +75,20 @@ def test_a_build_is_announced_with_its_folder_and_time_and_a_built_library_is_re
     assert capsys.readouterr().err == "" and len(builds) == 2
 
 
+@pytest.mark.parametrize("compiler", [None, "/usr/local/cuda"])
+def test_cuda_kernels_join_the_build_only_with_a_cuda_compiler(monkeypatch, compiler):
+    """A pip-installed CUDA torch on a GPU machine has no nvcc: the build then stays CPU-only (the
+    CPU kernels are kept) instead of failing as a whole."""
+    import torch
+    from torch.utils import cpp_extension
+
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", compiler)
+    assert loader.with_cuda() is (compiler is not None)
+    assert any(p.suffix == ".cu" for p in loader.sources()) is (compiler is not None)
+
+
 def test_missing_sources_fall_back_with_one_warning(tmp_path, monkeypatch):
     monkeypatch.setenv("GNNKIT_NATIVE", "1")
     monkeypatch.setenv("GNNKIT_NATIVE_SRC", str(tmp_path / "nowhere"))
