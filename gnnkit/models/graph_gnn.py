@@ -158,13 +158,14 @@ class BatchPlans:
     """
 
     def __init__(self) -> None:
-        self._plans: dict[tuple[int, ...], SpmmPlan] = {}
+        self._plans: dict[tuple[str | int, ...], SpmmPlan] = {}
 
     def get(self, adj: Adjacency, width: int, format: str) -> SpmmPlan:
         """The plan for ``adj`` at ``width``: the selector's, made once per size class (``"auto"``)."""
         if format != "auto":
             return plan(adj, width, format)
-        key = (adj.num_rows.bit_length(), adj.num_cols.bit_length(), adj.nnz.bit_length(), width)
+        # the device kind too: a model planned on the CPU and moved to a GPU must not reuse CPU formats
+        key = (adj.device.type, adj.num_rows.bit_length(), adj.num_cols.bit_length(), adj.nnz.bit_length(), width)
         if key not in self._plans:
             self._plans[key] = plan(adj, width, "auto")
         return self._plans[key]
