@@ -285,7 +285,7 @@ def epoch_times(dataset: str, steps: int, batches: int, hidden: int, trials: int
     allocator state shared with the others); ``trials`` rounds run every configuration once, in an
     order that rotates from round to round, so slow drifts of the machine hit them alike.
     """
-    fixed = [f for f in E2E_FIXED if FORMATS[f].selectable()]
+    fixed = [f for f in E2E_FIXED if FORMATS[f].selectable(torch.device(device))]
     configs = ["gnnkit-auto"] + [f"gnnkit-{f}" for f in fixed] + ["pyg"]
     rows = []
     for model, mode in (("gcn", "full-batch"), ("sage", "sampled")):

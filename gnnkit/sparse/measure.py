@@ -92,7 +92,7 @@ def measure_formats(
     """
     names = [n for n in (list(FORMATS) if formats is None else formats)
              if FORMATS[n].runs_on(adj.device) and FORMATS[n].applicable(adj)
-             and FORMATS[n].selectable()]  # unbuilt native: no
+             and FORMATS[n].selectable(adj.device)]  # native ones only where built
     gen = torch.Generator(device=adj.device).manual_seed(seed)  # drawn where it is used: no host copy
     x = torch.randn(adj.num_cols, width, generator=gen, device=adj.device)
     adj.rows()

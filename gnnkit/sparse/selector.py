@@ -179,7 +179,7 @@ def usable(fmt: Any, adj: Adjacency) -> bool:
     conversion if the matrix is single-use, runs on the matrix's device, and is selectable here
     (native formats: only when their kernels are built)."""
     return (fmt.runs_on(adj.device) and fmt.applicable(adj) and (fmt.conversion_free or not adj.single_use)
-            and fmt.selectable())
+            and fmt.selectable(adj.device))
 
 
 def calibrated_path(kind: str = "cpu") -> Path:

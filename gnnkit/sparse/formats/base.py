@@ -78,8 +78,9 @@ class SpmmFormat(ABC):
         """Whether this format can hold ``adj`` at a sensible memory cost."""
         return True
 
-    def selectable(self) -> bool:
-        """Whether the selector (and labelling) may use this format on this machine."""
+    def selectable(self, device: torch.device | None = None) -> bool:
+        """Whether the selector (and labelling) may use this format on this machine (for matrices
+        on ``device``, when given)."""
         return True
 
     @abstractmethod

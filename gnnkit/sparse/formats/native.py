@@ -29,6 +29,12 @@ def _fallback(adj: Adjacency, x: Tensor) -> Tensor:
     return torch.sparse.mm(adj.cached(f"native_fallback:{x.dtype}", build), x)
 
 
+def _built_for(device: torch.device | None) -> bool:
+    """Whether the native build has kernels for ``device`` (the CPU's, or CUDA's when compiled in;
+    elsewhere the formats run torch's CSR, which the selector must not mistake for them)."""
+    return native.available() and (device is None or device.type == "cpu" or "spmm_csr_cuda" in native.kernels())
+
+
 def _native_ok(x: Tensor) -> bool:
     return native.available() and (x.device.type == "cpu" or "spmm_csr_cuda" in native.kernels())
 
@@ -41,9 +47,9 @@ class NativeCSRFormat(SpmmFormat):
     conversion_free = True
     narrow_on = ("cuda",)  # the CPU kernels take float32/float64
 
-    def selectable(self) -> bool:
-        """Whether the selector may pick this format: only when the native build is present."""
-        return native.available()
+    def selectable(self, device: torch.device | None = None) -> bool:
+        """Whether the selector may pick this format: only where its kernels are built."""
+        return _built_for(device)
 
     def convert(self, adj: Adjacency, dtype: torch.dtype) -> Tensor | None:
         return None if adj.values is None else weights_as(adj, dtype).contiguous()
@@ -61,9 +67,9 @@ class NativeSELLFormat(SpmmFormat):
 
     narrow_on = ("cuda",)  # the CPU kernels take float32/float64
 
-    def selectable(self) -> bool:
-        """Whether the selector may pick this format: only when the native build is present."""
-        return native.available()
+    def selectable(self, device: torch.device | None = None) -> bool:
+        """Whether the selector may pick this format: only where its kernels are built."""
+        return _built_for(device)
 
     def convert(self, adj: Adjacency, dtype: torch.dtype) -> Any:
         if not native.available():

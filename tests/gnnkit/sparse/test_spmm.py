@@ -248,3 +248,13 @@ def test_formats_without_cuda_code_are_never_candidates_on_cuda() -> None:
     on_cuda = {n for n, f in FORMATS.items() if usable(f, adj)}
     assert not on_cuda & {"csc", "bsr4", "bsr16"}
     assert {"csr", "coo", "dense", "gather_scatter", "segment"} <= on_cuda
+
+
+def test_native_formats_are_candidates_only_where_their_kernels_are_built():
+    """Without CUDA kernels in the build (no GPU, or no nvcc) native formats on CUDA would run
+    torch's CSR under their name: the selector and labelling must not take them there."""
+    from gnnkit import native
+
+    for name in ("native_csr", "native_sell"):
+        assert FORMATS[name].selectable(torch.device("cpu")) is native.available()
+        assert FORMATS[name].selectable(torch.device("cuda")) is ("spmm_csr_cuda" in native.kernels())
