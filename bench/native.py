@@ -96,7 +96,7 @@ def interleaved(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, flo
     With a GPU present a timing ends with a device synchronisation, so GPU work is timed whole,
     and a function that takes under a millisecond runs several times between synchronisations
     (the per-call time is their mean): one sync a call would add its own ~10-30 us to a 0.2 ms
-    kernel. On the CPU each timing is one call, as before.
+    kernel. On a machine without a GPU each timing is one call, as before.
     """
     repeats = {name: _repeats(fn) for name, fn in fns.items()}
     times: dict[str, list[float]] = {name: [] for name in fns}

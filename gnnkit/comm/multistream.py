@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -40,23 +41,39 @@ def concurrent_collectives(group: dist.ProcessGroup | None) -> int:
     return max(1, int(getattr(options, "_threads", 1)))
 
 
+#: Per CUDA device, the stream on which multistream's parts are joined.
+_JOIN_STREAMS: dict[torch.device, Any] = {}
+
+
+def _join_stream(device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """A context making a side stream of ``device`` current (none on the CPU)."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    if device not in _JOIN_STREAMS:
+        _JOIN_STREAMS[device] = torch.cuda.Stream(device)
+    return torch.cuda.stream(_JOIN_STREAMS[device])
+
+
 def _joined(parts: list[Future], flat: Tensor) -> Future[Tensor]:
     """A future of ``flat`` once every part's all-reduce is done, on its device's streams too.
 
     ``collect_all`` gives a CPU future, which would hand ``flat`` to DDP as soon as NCCL has queued
-    the parts; waiting on each part makes the current stream wait for its events before the result
-    (CUDA-aware, :func:`device_future`) records its own.
+    the parts. The parts are waited for on a side stream (NCCL's futures complete when queued, so
+    this runs inline in the backward pass: waiting on the compute stream would hold the remaining
+    layers' kernels behind the all-reduces), and the result (CUDA-aware, :func:`device_future`)
+    records its events there, which DDP's own wait then honours.
     """
     result = device_future(flat.device)
 
     def done(all_parts: Future) -> None:
-        try:
-            for part in all_parts.value():
-                part.wait()
-        except Exception as err:  # noqa: BLE001 - re-raised in the waiting thread
-            result.set_exception(err)
-            return
-        result.set_result(flat)
+        with _join_stream(flat.device):
+            try:
+                for part in all_parts.value():
+                    part.wait()
+            except Exception as err:  # noqa: BLE001 - re-raised in the waiting thread
+                result.set_exception(err)
+                return
+            result.set_result(flat)
 
     torch.futures.collect_all(parts).add_done_callback(done)
     return result

@@ -62,7 +62,7 @@ class Residuals:
         ``device`` (default: where the residuals are, the CPU when there are none)."""
         stored = [self.memory[s.name] for s in layout if s.name in self.memory]
         device = device if device is not None else (stored[0].device if stored else "cpu")
-        out = torch.zeros(sum(s.numel for s in layout), device=device)
+        out = torch.zeros(sum(s.numel for s in layout), dtype=torch.float32, device=device)
         for slot in layout:
             if slot.name in self.memory:
                 out[slot.offset:slot.offset + slot.numel] = self.memory[slot.name]

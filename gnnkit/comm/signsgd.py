@@ -11,6 +11,7 @@ from torch.futures import Future
 from gnnkit.comm.base import Slot, all_gather_single, read_on_this_stream
 from gnnkit.comm.residuals import ErrorFeedback, Residuals
 
+
 def _shifts(device: torch.device) -> Tensor:
     """The bit positions 0..7 as uint8, made on ``device`` (a copy from host memory would sync)."""
     return torch.arange(8, dtype=torch.uint8, device=device)

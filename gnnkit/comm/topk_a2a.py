@@ -115,9 +115,10 @@ class TopKA2A(ErrorFeedback):
             payload[:sizes[rank]] = mine
             self.dense_gathers += 1
         gathered = torch.empty(p * length, dtype=torch.float32, device=flat.device)
+        # before the launch, so the collective (and the callback after it) are ordered after the copy
+        base = torch.tensor(offsets).to(flat.device, non_blocking=True).unsqueeze(1) if sparse else None
         work = all_gather_single(gathered, payload, group=self.group, async_op=True)
         self.bytes_sent += 4 * length * (p - 1)
-        base = torch.tensor(offsets).to(flat.device, non_blocking=True).unsqueeze(1) if sparse else None
 
         def assemble(_: Future) -> Tensor:
             read_on_this_stream(gathered, base)

@@ -456,7 +456,8 @@ class GraphDataModule(pl.LightningDataModule):
             "num_neighbors": self.num_neighbors, "replace": False, "batch_size": hp.batch_size,
             "seed": hp.seed, "feature_dtype": self.reuse.feature_dtype,
             "rank": trainer.global_rank if trainer else 0, "world_size": trainer.world_size if trainer else 1,
-            "stored": "structure" if self._gathered_on_device() else "batches",
+            # only when it differs from whole batches, so the keys of existing caches stay as they were
+            **({"stored": "structure"} if self._gathered_on_device() else {}),
         }
 
     def _gathered_on_device(self) -> dict[str, Tensor] | None:

@@ -14,9 +14,10 @@ in. Every epoch has the same number of steps, so runs compare at equal epochs. A
 every epoch samples fresh. A damaged shard is detected (size and CRC-32) and its batches are
 sampled afresh for the same seeds, never trained on.
 
-When the sampler runs on the GPU, the features and labels it gathers from already sit on the device,
-where gathering them again by node id costs far less than moving the gathered rows through the cache
-(disk, host memory, PCIe). Then only a batch's structure is recorded (node ids, edges, counts) and
+When the sampler runs on the GPU, the features and labels it gathers from are where the GPU reads
+them (device memory, or pinned host memory read through unified addressing), and gathering them
+again by node id costs far less than moving the gathered rows through the cache (disk, host memory,
+a copy to the device). Then only a batch's structure is recorded (node ids, edges, counts) and
 replay gathers ``x`` and ``y`` again (``node_attrs``): the cache shrinks several-fold and replayed
 batches equal fresh ones bit for bit.
 """
@@ -234,7 +235,8 @@ class ReuseLoader:
 
         The cache is ``config.cache_dir`` or :func:`default_folder` under gnnkit's batch root; the
         epoch is the trainer's, and replayed bytes are handed over on CUDA when it trains there.
-        ``inputs`` must say what is stored (``"stored"``: ``"structure"`` with ``node_attrs``).
+        ``inputs`` must say what is stored (``"stored": "structure"`` with ``node_attrs``, absent or
+        ``"batches"`` without).
         """
         if inputs.get("stored", "batches") != ("structure" if node_attrs else "batches"):
             raise ValueError(f"reuse: the cache inputs say stored={inputs.get('stored')!r} but node_attrs "

@@ -60,10 +60,13 @@ def with_cuda() -> bool:
 
 
 def cuda_compiler() -> str | None:
-    """The CUDA toolkit torch's extension builder would compile with (``CUDA_HOME``), or None."""
+    """The nvcc of the CUDA toolkit torch's extension builder would compile with (``CUDA_HOME``,
+    which falls back to /usr/local/cuda, a folder CUDA runtime images have without nvcc), or None."""
     from torch.utils import cpp_extension
 
-    return cpp_extension.CUDA_HOME
+    home = cpp_extension.CUDA_HOME
+    nvcc = Path(home) / "bin" / "nvcc" if home else None
+    return str(nvcc) if nvcc is not None and nvcc.is_file() else None
 
 
 def sources(cuda: bool | None = None) -> list[Path]:

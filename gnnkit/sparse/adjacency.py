@@ -17,11 +17,19 @@ def _as_index(t: Tensor, name: str) -> Tensor:
     return t if t.dtype == torch.int64 else t.to(torch.int64)
 
 
-def indptr_of(sorted_ids: Tensor, n: int) -> Tensor:
-    """The CSR row pointer ``[n + 1]`` of non-decreasing row ids in ``[0, n)``: entry ``r`` counts
-    the ids below ``r``. A binary search, so no host sync (``torch.bincount`` on a GPU reads the
-    ids' range back to size its output)."""
-    return torch.searchsorted(sorted_ids, torch.arange(n + 1, dtype=torch.int64, device=sorted_ids.device))
+def indptr_of(ids: Tensor, n: int, order: Tensor | None = None) -> Tensor:
+    """The CSR row pointer ``[n + 1]`` of row ids in ``[0, n)``: entry ``r`` counts the ids below
+    ``r``. ``ids[order]`` (``ids`` itself when ``order`` is None) must be non-decreasing.
+
+    On a GPU a binary search over the sorted ids, with no host sync (``torch.bincount`` there reads
+    the ids' range back to size its output); on the CPU a count, as fast for large graphs.
+    """
+    if ids.device.type == "cpu":
+        indptr = torch.zeros(n + 1, dtype=torch.int64)
+        torch.cumsum(torch.bincount(ids, minlength=n), 0, out=indptr[1:])
+        return indptr
+    ordered = ids if order is None else ids[order]
+    return torch.searchsorted(ordered, torch.arange(n + 1, dtype=torch.int64, device=ids.device))
 
 
 class Adjacency:
@@ -177,7 +185,7 @@ class Adjacency:
         """
         def build() -> Adjacency:
             order = torch.argsort(self.indices, stable=True)
-            indptr = indptr_of(self.indices[order], self.num_cols)
+            indptr = indptr_of(self.indices, self.num_cols, order)
             values = None if self.values is None else self.values[order]
             transposed = Adjacency(indptr, self.rows()[order], num_cols=self.num_rows,
                                    values=values, validate=False, single_use=self.single_use)

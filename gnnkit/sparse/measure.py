@@ -104,14 +104,13 @@ def measure_formats(
         with torch.no_grad():
             for name in list(names):
                 adj.uncache(f"format:{name}:")
-                try:
-                    convert[name] = synced_seconds(lambda: FORMATS[name].prepare(adj, x.dtype))
-                    fastest[name] = synced_seconds(lambda: FORMATS[name](adj, x))  # the warm-up product
-                except torch.cuda.OutOfMemoryError:  # a format too large for what the GPU has free: not a candidate
-                    adj.uncache(f"format:{name}:")
+                if not _fits(adj, name, lambda: synced_seconds(lambda: FORMATS[name].prepare(adj, x.dtype)), convert):
                     names.remove(name)
-                    continue
-                counts[name] = 1
+            for name in list(names):  # warm-up round
+                if _fits(adj, name, lambda: synced_seconds(lambda: FORMATS[name](adj, x)), fastest):
+                    counts[name] = 1
+                else:
+                    names.remove(name)
             active, start = list(names), time.perf_counter()
             for round_ in range(max_rounds):
                 if round_ >= repeats and time.perf_counter() - start >= min_seconds:
@@ -126,6 +125,17 @@ def measure_formats(
         for name in names:
             adj.uncache(f"format:{name}:")
     return {n: FormatTiming(convert[n], fastest[n], counts[n]) for n in names}
+
+
+def _fits(adj: Adjacency, name: str, timed: Callable[[], float], into: dict[str, float]) -> bool:
+    """Run ``timed`` into ``into[name]``; False (and the format's conversion dropped) if the GPU ran
+    out of memory for it: a format too large for what is free is no candidate."""
+    try:
+        into[name] = timed()
+    except torch.cuda.OutOfMemoryError:
+        adj.uncache(f"format:{name}:")
+        return False
+    return True
 
 
 def best_format(timings: dict[str, FormatTiming], amortize: int = AMORTIZE_STEPS) -> str:

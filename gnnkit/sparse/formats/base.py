@@ -120,7 +120,9 @@ class SpmmFormat(ABC):
         state = self.prepare(adj, compute)
         if adj.nnz == 0 or x.size(1) == 0:
             return x.new_zeros(adj.num_rows, x.size(1))
-        # in the dtype chosen here: autocast would hand torch's sparse products 16-bit inputs again
+        # in the dtype chosen here (the input's, or float32 where the format has no 16-bit kernel):
+        # autocast would hand torch's sparse products 16-bit inputs again, and a 16-bit input
+        # stays 16-bit wherever the format takes it
         with torch.autocast(adj.device.type, enabled=False):
             return self.multiply(state, adj, x.contiguous().to(compute)).to(x.dtype)
 

@@ -32,11 +32,12 @@ def _fallback(adj: Adjacency, x: Tensor) -> Tensor:
 def _built_for(device: torch.device | None) -> bool:
     """Whether the native build has kernels for ``device`` (the CPU's, or CUDA's when compiled in;
     elsewhere the formats run torch's CSR, which the selector must not mistake for them)."""
-    return native.available() and (device is None or device.type == "cpu" or "spmm_csr_cuda" in native.kernels())
+    return native.available() and (device is None or device.type == "cpu"
+                                   or (device.type == "cuda" and "spmm_csr_cuda" in native.kernels()))
 
 
 def _native_ok(x: Tensor) -> bool:
-    return native.available() and (x.device.type == "cpu" or "spmm_csr_cuda" in native.kernels())
+    return _built_for(x.device)
 
 
 @register("native_csr")

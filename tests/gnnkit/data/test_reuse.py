@@ -88,6 +88,7 @@ def test_structure_only_recording_replays_what_fresh_sampling_gives(tmp_path, mo
     and the cache is a fraction of a whole-batch one."""
     whole = _datamodule(tmp_path, "whole", feature_dtype="float16")
     list(whole.train_dataloader())
+    assert "stored" not in whole.reuse_inputs() and whole.reuse_stats.stored == "batches"  # keys as before
     monkeypatch.setattr(GraphDataModule, "_gathered_on_device", lambda self: {"x": self.graph.x, "y": self.graph.y})
     dm = _datamodule(tmp_path, "structure", feature_dtype="float16")
     loader = dm.train_dataloader()

@@ -75,18 +75,23 @@ def test_a_build_is_announced_with_its_folder_and_time_and_a_built_library_is_re
     assert capsys.readouterr().err == "" and len(builds) == 2
 
 
-@pytest.mark.parametrize("compiler", [None, "/usr/local/cuda"])
-def test_cuda_kernels_join_the_build_only_with_a_cuda_compiler(monkeypatch, compiler):
-    """A pip-installed CUDA torch on a GPU machine has no nvcc: the build then stays CPU-only (the
-    CPU kernels are kept) instead of failing as a whole."""
+@pytest.mark.parametrize("toolkit", ["none", "without nvcc", "with nvcc"])
+def test_cuda_kernels_join_the_build_only_with_a_cuda_compiler(monkeypatch, tmp_path, toolkit):
+    """A pip-installed CUDA torch on a GPU machine, or a CUDA runtime image (a /usr/local/cuda
+    without bin/nvcc), has no compiler: the build then stays CPU-only (the CPU kernels are kept)
+    instead of failing as a whole."""
     import torch
     from torch.utils import cpp_extension
 
+    (tmp_path / "bin").mkdir()
+    if toolkit == "with nvcc":
+        (tmp_path / "bin" / "nvcc").write_text("")
     monkeypatch.setattr(torch.version, "cuda", "13.0")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(cpp_extension, "CUDA_HOME", compiler)
-    assert loader.with_cuda() is (compiler is not None)
-    assert any(p.suffix == ".cu" for p in loader.sources()) is (compiler is not None)
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", None if toolkit == "none" else str(tmp_path))
+    built = toolkit == "with nvcc"
+    assert loader.with_cuda() is built
+    assert any(p.suffix == ".cu" for p in loader.sources()) is built
 
 
 def test_missing_sources_fall_back_with_one_warning(tmp_path, monkeypatch):

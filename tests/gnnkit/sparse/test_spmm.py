@@ -250,11 +250,15 @@ def test_formats_without_cuda_code_are_never_candidates_on_cuda() -> None:
     assert {"csr", "coo", "dense", "gather_scatter", "segment"} <= on_cuda
 
 
-def test_native_formats_are_candidates_only_where_their_kernels_are_built():
+@pytest.mark.parametrize("cuda_kernels", [False, True])
+def test_native_formats_are_candidates_only_where_their_kernels_are_built(monkeypatch, cuda_kernels):
     """Without CUDA kernels in the build (no GPU, or no nvcc) native formats on CUDA would run
     torch's CSR under their name: the selector and labelling must not take them there."""
     from gnnkit import native
 
+    monkeypatch.setattr(native, "available", lambda: True)
+    monkeypatch.setattr(native, "kernels", lambda: ["spmm_csr", *(["spmm_csr_cuda"] if cuda_kernels else [])])
     for name in ("native_csr", "native_sell"):
-        assert FORMATS[name].selectable(torch.device("cpu")) is native.available()
-        assert FORMATS[name].selectable(torch.device("cuda")) is ("spmm_csr_cuda" in native.kernels())
+        assert FORMATS[name].selectable(torch.device("cpu"))
+        assert FORMATS[name].selectable(torch.device("cuda")) is cuda_kernels
+    assert not FORMATS["native_csr"].selectable(torch.device("meta"))  # no kernels anywhere else
