@@ -29,8 +29,8 @@ the end of its kernels), training batches per second, the whole training time (`
 peak GPU memory while training (``peak_gpu_mb``; peak RSS on the CPU) and the test metric. The
 sampled families test on ``--test-fraction`` of the products test split (2.2M nodes: testing all of
 it with CPU sampling takes minutes a row), and the CPU-sampling rows sample with ``--cpu-workers``
-loader processes. A row that fails is recorded with its error and the others still run. ``summary``: ``sage_products_epoch_s`` (gnnkit row),
-``gpu_sampling_speedup`` (gnnkit with CPU sampling over gnnkit, epoch time),
+loader processes. A row that fails is recorded with its error and the others still run.
+``summary``: ``sage_products_epoch_s`` (gnnkit row), ``gpu_sampling_speedup`` (gnnkit with CPU sampling over gnnkit, epoch time),
 ``gcn_gnnkit_over_pyg_epoch`` (gnnkit's epoch over PyG's: at most 1 is no slower) and
 ``reuse_end_to_end_speedup`` (fresh sampling's training time over reuse's) with ``reuse_acc_gap``
 (fresh minus reuse test metric, in points).
@@ -128,7 +128,8 @@ def run(config: Config, args: argparse.Namespace, workdir: Path) -> dict[str, An
     return {"family": config.family, "label": config.label, "args": list(config.overrides),
             "epochs": report["epochs"], "train_epoch_s": report["train_epoch_time_s"],
             "train_time_s": report["train_time_s"], "batches_per_s": report["train_batches_per_s"],
-            "peak_gpu_mb": report.get("peak_train_gpu_mb", report.get("peak_gpu_mb")), "peak_rss_mb": report["peak_rss_mb"],
+            "peak_gpu_mb": report.get("peak_train_gpu_mb", report.get("peak_gpu_mb")),
+            "peak_rss_mb": report["peak_rss_mb"],
             "sampler_device": sampler.get("device") if isinstance(sampler, dict) else sampler,
             "metric": report["metric"], "test": report["test"]}
 

@@ -36,7 +36,8 @@ def test_rows_differ_only_in_their_path(bench):
     assert all("--trainer.accelerator" in c and c[c.index("--trainer.max_epochs") + 1] == "3" for c in sage)
     assert [c[c.index("--data.sampler_device") + 1] for c in sage] == ["auto", "cpu", "cpu"]
     assert all(c[c.index("--trainer.limit_test_batches") + 1] == "0.1" for c in sage)
-    assert [c[c.index("--data.num_workers") + 1] if "--data.num_workers" in c else None for c in sage] == [None, "8", "8"]
+    workers = [c[c.index("--data.num_workers") + 1] if "--data.num_workers" in c else None for c in sage]
+    assert workers == [None, "8", "8"]
     assert [c[c.index("--model.aggregation") + 1] for c in sage] == ["gnnkit", "gnnkit", "pyg"]
     reuse = [gpu.command(c, args, Path("r")) for c in gpu.configs(["reuse"])]
     assert "--data.reuse" not in reuse[0] and reuse[1][reuse[1].index("--data.reuse") + 1] == "null"
@@ -71,7 +72,8 @@ def test_families_span_calls_by_resuming_an_unfinished_result(bench, tmp_path):
     result = json.loads(out.read_text())
     assert ran[2:] == [("sage", "gnnkit"), ("sage", "gnnkit, CPU sampling"), ("sage", "PyG"), ("gcn", "PyG"),
                        ("reuse", "reuse"), ("reuse", "fresh sampling")]
-    assert [(r["family"], r["label"]) for r in result["rows"]] == [(c.family, c.label) for c in gpu.configs(gpu.FAMILIES)]
+    in_order = [(c.family, c.label) for c in gpu.configs(gpu.FAMILIES)]
+    assert [(r["family"], r["label"]) for r in result["rows"]] == in_order
     assert result["complete"] is True and result["summary"]["gcn_gnnkit_over_pyg_epoch"] == 1.0
 
 
