@@ -181,7 +181,7 @@ def encode_shard(records: list[BatchRecord], lossy: dict[str, torch.dtype]) -> l
     return list(_pieces(*_layout(records, lossy)[:2]))
 
 
-def decode_shard(buffer: torch.Tensor, where: str | Path = "shard") -> list[BatchRecord]:
+def decode_shard(buffer: torch.Tensor, where: str | Path = "shard", head: bytes | None = None) -> list[BatchRecord]:
     """Turn a shard's bytes back into its batches.
 
     Arrays stored in their own dtype are views of ``buffer`` (no copy); narrowed ones are widened.
@@ -189,6 +189,8 @@ def decode_shard(buffer: torch.Tensor, where: str | Path = "shard") -> list[Batc
     Args:
         buffer: The whole shard file as a 1-D uint8 tensor (CPU or GPU).
         where: Shown in errors.
+        head: The shard's first bytes (preamble and header) when the caller has them on the host:
+            read from there, not from a GPU ``buffer`` (each read there waits for the GPU).
 
     Returns:
         The shard's batches, in the order they were written.
@@ -200,11 +202,14 @@ def decode_shard(buffer: torch.Tensor, where: str | Path = "shard") -> list[Batc
 
     if buffer.dtype != torch.uint8 or buffer.dim() != 1 or buffer.numel() < _PREAMBLE.size:
         raise CorruptShard(where, f"expected at least {_PREAMBLE.size} bytes of a gnnkit batch shard")
-    magic, version, _, length = _PREAMBLE.unpack(bytes(buffer[:_PREAMBLE.size].cpu().numpy()))
+    def read(begin: int, end: int) -> bytes:
+        return head[begin:end] if head is not None else bytes(buffer[begin:end].cpu().numpy())
+
+    magic, version, _, length = _PREAMBLE.unpack(read(0, _PREAMBLE.size).ljust(_PREAMBLE.size, b"\0"))
     if magic != MAGIC or version != FORMAT_VERSION:
         raise CorruptShard(where, f"not a version-{FORMAT_VERSION} gnnkit batch shard")
     try:
-        header = json.loads(bytes(buffer[_PREAMBLE.size:_PREAMBLE.size + length].cpu().numpy()))
+        header = json.loads(read(_PREAMBLE.size, _PREAMBLE.size + length))
         start = _align(_PREAMBLE.size + length)
         return [BatchRecord({name: _array(buffer, start, spec) for name, spec in batch["arrays"].items()},
                             batch["meta"]) for batch in header["batches"]]
@@ -438,6 +443,16 @@ class BatchCache:
         except OSError as err:
             raise CorruptShard(self.shard_path(shard), f"unreadable ({err.strerror or err})") from None
 
+    def read_head(self, shard: int) -> bytes:
+        """A shard's preamble and header, read from its file (for bytes already on a GPU)."""
+        try:
+            with open(self.shard_path(shard), "rb") as handle:
+                preamble = handle.read(_PREAMBLE.size)
+                length = _PREAMBLE.unpack(preamble)[3] if len(preamble) == _PREAMBLE.size else 0
+                return preamble + handle.read(min(length, self.shards[shard]["bytes"]))
+        except OSError as err:
+            raise CorruptShard(self.shard_path(shard), f"unreadable ({err.strerror or err})") from None
+
     def read_shard(self, shard: int) -> torch.Tensor:
         """A shard's bytes as a uint8 tensor (size and checksum not yet verified)."""
         import torch
@@ -472,7 +487,8 @@ class BatchCache:
                 of each shard through this object (the size and header are checked every time).
         """
         self.check(shard, buffer, crc=verify == "always" or shard not in self.verified)
-        records = decode_shard(buffer, self.shard_path(shard))
+        head = self.read_head(shard) if buffer.device.type != "cpu" else None
+        records = decode_shard(buffer, self.shard_path(shard), head)
         if len(records) != self.shards[shard]["batches"]:
             raise CorruptShard(self.shard_path(shard), f"expected {self.shards[shard]['batches']} batches")
         return records

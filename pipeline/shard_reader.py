@@ -23,14 +23,66 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Iterator, Sequence
+import queue
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 import torch
 
 _EMPTY = torch.empty(0, dtype=torch.uint8)
+_T = TypeVar("_T")
+_END = object()
+
+
+class _Failed:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def read_ahead(items: Iterable[_T], depth: int) -> Iterator[_T]:
+    """``items`` in order, produced up to ``depth`` ahead by a background thread.
+
+    File reads and pinned copies release the GIL, so the next shard is read while the training
+    step runs. An error in the producer is raised here; closing this iterator early stops the
+    producer after the item it is on.
+    """
+    ready: queue.Queue = queue.Queue(maxsize=max(1, depth))
+    stop = threading.Event()
+
+    def put(item: object) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not put(item):
+                    return
+            put(_END)
+        except BaseException as err:  # noqa: BLE001 - re-raised in the consuming thread
+            put(_Failed(err))
+
+    thread = threading.Thread(target=produce, name="shard-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = ready.get()
+            if item is _END:
+                return
+            if isinstance(item, _Failed):
+                raise item.error
+            yield item
+    finally:
+        stop.set()
+        thread.join()
 
 
 class ShardReader(Protocol):
@@ -93,7 +145,10 @@ class TorchShardReader:
             _ShardFiles(paths), batch_size=None, sampler=list(order), num_workers=self.num_workers,
             prefetch_factor=self.prefetch if self.num_workers else None, pin_memory=gpu,
         )
-        for index, buffer in loader:
+        # for a GPU without reader processes, the next shards are read and pinned by a thread while
+        # the current one trains (reader processes prefetch on their own)
+        shards = read_ahead(loader, self.prefetch) if gpu and not self.num_workers else loader
+        for index, buffer in shards:
             yield int(index), (buffer.to(device, non_blocking=True) if gpu else buffer)
 
 

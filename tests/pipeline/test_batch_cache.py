@@ -92,6 +92,22 @@ def test_writer_makes_fixed_size_shards_and_publishes_atomically(tmp_path):
         _assert_same(record, _record(i))
 
 
+def test_a_shard_decodes_with_its_header_read_from_the_file(tmp_path):
+    """Bytes on a GPU are decoded with the header the cache reads from the file on the host (a read
+    of the device buffer would wait for the GPU): the same batches either way."""
+    path = tmp_path / "c"
+    _write(path, 6, shard_mb=0.002)
+    cache = open_batch_cache(path, INPUTS)
+    for shard in range(len(cache.shards)):
+        buffer = cache.read_shard(shard)
+        head = cache.read_head(shard)
+        assert bytes(buffer[:len(head)].numpy()) == head
+        for a, b in zip(decode_shard(buffer, head=head), decode_shard(buffer)):
+            _assert_same(a, b)
+    with pytest.raises(CorruptShard, match="gnnkit batch shard"):
+        decode_shard(cache.read_shard(0), head=b"not a shard")
+
+
 def test_failed_writer_leaves_nothing_and_keeps_the_old_cache(tmp_path):
     path = tmp_path / "c"
     _write(path, 2)

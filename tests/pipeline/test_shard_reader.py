@@ -1,10 +1,12 @@
 """DALI and torch shard readers: same bytes, same order; missing files come back empty."""
 
+import threading
+
 import numpy as np
 import pytest
 import torch
 
-from pipeline.shard_reader import DaliShardReader, TorchShardReader, dali_available, make_shard_reader
+from pipeline.shard_reader import DaliShardReader, TorchShardReader, dali_available, make_shard_reader, read_ahead
 
 needs_dali = pytest.mark.skipif(not dali_available(), reason="nvidia-dali is not installed")
 
@@ -72,3 +74,35 @@ def test_the_torch_reader_hands_shards_over_on_the_gpu(files, workers):
     assert [i for i, _ in on_gpu] == order
     for (_, gpu), (_, cpu) in zip(on_gpu, on_cpu):
         assert gpu.is_cuda and torch.equal(gpu.cpu(), cpu)
+
+
+def _ahead_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "shard-read-ahead"]
+
+
+def test_read_ahead_keeps_the_order_and_raises_the_producers_error():
+    assert list(read_ahead(iter(range(50)), 3)) == list(range(50))
+
+    def failing():
+        yield from (1, 2)
+        raise OSError("disk gone")
+
+    got = []
+    with pytest.raises(OSError, match="disk gone"):
+        for item in read_ahead(failing(), 2):
+            got.append(item)
+    assert got == [1, 2] and not _ahead_threads()
+
+
+def test_read_ahead_stops_its_thread_when_the_consumer_stops_early():
+    pulled = []
+
+    def shards():
+        for i in range(1000):
+            pulled.append(i)
+            yield i
+
+    ahead = read_ahead(shards(), 2)
+    assert [next(ahead) for _ in range(3)] == [0, 1, 2]
+    ahead.close()
+    assert not _ahead_threads() and len(pulled) <= 3 + 2 + 2  # what was taken, the queue, one in hand
