@@ -104,10 +104,10 @@ def measure_formats(
         with torch.no_grad():
             for name in list(names):
                 adj.uncache(f"format:{name}:")
-                if not _fits(adj, name, lambda: synced_seconds(lambda: FORMATS[name].prepare(adj, x.dtype)), convert):
+                if not _fits(adj, name, lambda: FORMATS[name].prepare(adj, x.dtype), convert):
                     names.remove(name)
             for name in list(names):  # warm-up round
-                if _fits(adj, name, lambda: synced_seconds(lambda: FORMATS[name](adj, x)), fastest):
+                if _fits(adj, name, lambda: FORMATS[name](adj, x), fastest):
                     counts[name] = 1
                 else:
                     names.remove(name)
@@ -127,11 +127,11 @@ def measure_formats(
     return {n: FormatTiming(convert[n], fastest[n], counts[n]) for n in names}
 
 
-def _fits(adj: Adjacency, name: str, timed: Callable[[], float], into: dict[str, float]) -> bool:
-    """Run ``timed`` into ``into[name]``; False (and the format's conversion dropped) if the GPU ran
-    out of memory for it: a format too large for what is free is no candidate."""
+def _fits(adj: Adjacency, name: str, fn: Callable[[], Any], into: dict[str, float]) -> bool:
+    """Time ``fn`` (:func:`synced_seconds`) into ``into[name]``; False (and the format's conversion
+    dropped) if the GPU ran out of memory for it: a format too large for what is free is no candidate."""
     try:
-        into[name] = timed()
+        into[name] = synced_seconds(fn)
     except torch.cuda.OutOfMemoryError:
         adj.uncache(f"format:{name}:")
         return False

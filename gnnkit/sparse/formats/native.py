@@ -36,41 +36,36 @@ def _built_for(device: torch.device | None) -> bool:
                                    or (device.type == "cuda" and "spmm_csr_cuda" in native.kernels()))
 
 
-def _native_ok(x: Tensor) -> bool:
-    return _built_for(x.device)
+class _NativeFormat(SpmmFormat):
+    """What the native formats share: where their kernels are built, and 16-bit values only on CUDA."""
 
-
-@register("native_csr")
-class NativeCSRFormat(SpmmFormat):
-    """Native CSR kernel: nnz-balanced row split over threads, vectorised over the feature width
-    (GE-SpMM's row split, <https://arxiv.org/abs/2007.03179>)."""
-
-    conversion_free = True
     narrow_on = ("cuda",)  # the CPU kernels take float32/float64
 
     def selectable(self, device: torch.device | None = None) -> bool:
         """Whether the selector may pick this format: only where its kernels are built."""
         return _built_for(device)
+
+
+@register("native_csr")
+class NativeCSRFormat(_NativeFormat):
+    """Native CSR kernel: nnz-balanced row split over threads, vectorised over the feature width
+    (GE-SpMM's row split, <https://arxiv.org/abs/2007.03179>)."""
+
+    conversion_free = True
 
     def convert(self, adj: Adjacency, dtype: torch.dtype) -> Tensor | None:
         return None if adj.values is None else weights_as(adj, dtype).contiguous()
 
     def multiply(self, state: Tensor | None, adj: Adjacency, x: Tensor) -> Tensor:
-        if not _native_ok(x):
+        if not _built_for(x.device):
             return _fallback(adj, x)
         return native.ops.spmm_csr_raw(native.ops.CSR(adj.indptr, adj.indices, state, adj.num_cols), x)
 
 
 @register("native_sell")
-class NativeSELLFormat(SpmmFormat):
+class NativeSELLFormat(_NativeFormat):
     """Native SELL-C-sigma kernel: rows sorted by length in windows, packed in padded column-major
     chunks, for skewed degree distributions (Kreutzer et al., <https://arxiv.org/abs/1307.6209>)."""
-
-    narrow_on = ("cuda",)  # the CPU kernels take float32/float64
-
-    def selectable(self, device: torch.device | None = None) -> bool:
-        """Whether the selector may pick this format: only where its kernels are built."""
-        return _built_for(device)
 
     def convert(self, adj: Adjacency, dtype: torch.dtype) -> Any:
         if not native.available():
@@ -79,6 +74,6 @@ class NativeSELLFormat(SpmmFormat):
         return native.ops.to_sell(native.ops.CSR(adj.indptr, adj.indices, values, adj.num_cols), dtype)
 
     def multiply(self, state: Any, adj: Adjacency, x: Tensor) -> Tensor:
-        if state is None or not _native_ok(x):
+        if state is None or not _built_for(x.device):
             return _fallback(adj, x)
         return native.ops.spmm_sell(state, x)
