@@ -1,32 +1,48 @@
 #!/usr/bin/env bash
 # The GPU work of issues 16 and 17 on a lent GPU machine: install, native build, the GPU test tier
-# and the GPU benchmarks, in named steps so that a session can spread them over calls of at most
-# ten minutes.
+# and the GPU benchmarks, in named steps sized for today's loan: 15 device-minutes a session (the
+# machine's start, 1-2 min, included) and at most 10 minutes a call.
 #
-# The machine starts bare (torch+CUDA, PyG, Lightning, pyarrow; no ogb, jsonargparse or DALI), so
-# fetch the small wheels here first (Python 3.12 there) and carry them:
+# The machine starts bare (torch+CUDA, PyG, Lightning, pyarrow, pytest-xdist; no ogb, jsonargparse
+# or DALI), so fetch the small wheels here first (Python 3.12 there) and carry them:
 #     echo /.whl/ >> .git/info/exclude
 #     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #         --platform manylinux_2_17_x86_64 --platform any -d .whl \
 #         ogb jsonargparse typeshed-client docstring-parser outdated littleutils
 # then, from the repository root on the device machine (carry [".whl"]):
-#     bash bench/gpu_session.sh setup tests          # one call: the steps named, in order
-#     bash bench/gpu_session.sh                      # every step (far longer than one call)
-# Steps (each call starts a fresh machine, so begin every call with setup, about 1-2 min):
-#   setup    wheels, the imports the steps need, the native build
-#   tests    the GPU test tier (issue 16's acceptance; ~6-9 min)
-#   native   bench/native.py --device cuda -> native_gpu.json (~1-2 min)
-#   label    label the corpus on the GPU (GNNKIT_GPU_CORPUS matrices, default 150; ~2-4 min; resumes)
-#   train    train the CUDA selector on those labels -> selector_model_cuda.json
-#   formats  bench/formats.py --device cuda, held-out matrices -> formats_gpu.json (~1-2 min)
-#   e2e      its end-to-end part, added to formats_gpu.json (~5 min)
-#   gpu      issue 16's table, bench/gpu.py -> gpu.json; GNNKIT_GPU_FAMILIES="gcn sage" runs some
-#            families, and an unfinished bench/results/gpu.json is resumed (its rows kept)
-# A plan that fits one session's 30 device-minutes, copying what comes back into the tree between
-# calls (gpu.json, formats_gpu.json and formats_labels_gpu.jsonl into bench/results/,
-# selector_model_cuda.json into gnnkit/sparse/), so that the next call goes on from there:
-#   issue 16: `setup tests`; GNNKIT_GPU_FAMILIES="gcn sage" `setup gpu`; GNNKIT_GPU_FAMILIES=reuse `setup gpu`
-#   issue 17: `setup native label`; `setup label train formats`; `setup e2e`
+#     GNNKIT_CALL_S=580 bash bench/gpu_session.sh setup tests gpu   # the steps named, in order
+# GNNKIT_CALL_S is the call's timeout_s: each step runs under what is left of it (less 15 s), so a
+# step that would overrun is stopped and its log still comes back.
+#
+# Steps (each call begins with setup: on a fresh machine 1-2 min, on a warm one seconds):
+#   setup         wheels, the imports the steps need, the native build; and, in the background, the
+#                 datasets that the call's gpu/e2e steps train on (the products twin takes 1-2 min
+#                 of one core), overlapping the build and the tests
+#   tests         the GPU tier, `pytest -n 8 -m gpu tests`: every test that needs CUDA (issue 16's
+#                 acceptance, with the CUDA kernel tests of issue 17); then the native kernels' CPU
+#                 tests on this image's torch (issue 16, item 3). About 2-3 min (an estimate)
+#   native        bench/native.py --device cuda -> native_gpu.json (~1-2 min)
+#   label         label the corpus on the GPU (GNNKIT_GPU_CORPUS matrices, default 150; ~2-4 min; resumes)
+#   train         train the CUDA selector on those labels -> selector_model_cuda.json
+#   formats       bench/formats.py --device cuda, held-out matrices -> formats_gpu.json (~1-2 min)
+#   e2e           its end-to-end part, added to formats_gpu.json (~3-5 min)
+#   gpu           issue 16's table, bench/gpu.py -> gpu.json; GNNKIT_GPU_FAMILIES="gcn sage" runs some
+#                 families, and an unfinished gpu.json is resumed (its rows kept)
+#
+# A plan for one session (15 device-minutes): one issue a session, two calls on one machine. The
+# machine stays warm 30 s after a call, so make the second call at once: it finds the first's
+# build, datasets and results there (GNNKIT_HOME is the ignored folder .gpu-home/, which survives
+# between calls on a warm machine; results are also kept in .gpu-home/results and picked up from
+# there). Copy what came back into the tree afterwards (gpu.json, formats_gpu.json and
+# formats_labels_gpu.jsonl into bench/results/, selector_model_cuda.json into gnnkit/sparse/); a
+# cold machine resumes from those copies instead.
+#   issue 16: GNNKIT_GPU_FAMILIES="gcn sage" bash bench/gpu_session.sh setup tests gpu    (~8 min)
+#             GNNKIT_GPU_FAMILIES=reuse bash bench/gpu_session.sh setup gpu              (~4 min)
+#   issue 17: bash bench/gpu_session.sh setup tests native label                         (~8 min)
+#             bash bench/gpu_session.sh setup train formats e2e                           (~5 min)
+# The minutes are estimates from CPU runs, not GPU measurements: GNNKIT_CALL_S keeps a call inside
+# its limit whatever they turn out to be, and an unfinished table or corpus resumes next time.
+#
 # Results land in $OUT (default ./gpu-out; at most 8 files come back), written as they are made,
 # so a call cut short at its limit still brings back what it finished: the JSON files above,
 # session.log with every step's outcome, logs.tgz with each finished step's whole log and the PNG
@@ -36,37 +52,91 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
 LOGS=/tmp/gnnkit-gpu-logs
+export GNNKIT_HOME=${GNNKIT_HOME:-$PWD/.gpu-home} PYTHONUNBUFFERED=1
+export GNNKIT_NATIVE_CACHE=${GNNKIT_NATIVE_CACHE:-$GNNKIT_HOME/native}  # the tests' own homes load setup's build
+export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+KEPT=$GNNKIT_HOME/results  # this machine's results, for the next call on it
 LABELS=$OUT/formats_labels_gpu.jsonl  # appended to as it is labelled
-mkdir -p "$OUT" "$LOGS"
-seed() {  # seed FILE...: bring what an earlier call brought back (copied into the tree) to $OUT
+CORPUS=${GNNKIT_GPU_CORPUS:-150}  # matrices labelled on the GPU for the CUDA selector
+deadline=$((SECONDS + ${GNNKIT_CALL_S:-580} - 15))
+mkdir -p "$OUT" "$LOGS" "$KEPT"
+failed=0
+
+seed() {  # seed FILE...: bring an earlier call's result to $OUT (copied into the tree, else kept here)
     for file in "$@"; do
-        [ -f "$OUT/$(basename "$file")" ] || [ ! -f "$file" ] || cp "$file" "$OUT/"
+        local name
+        name=$(basename "$file")
+        [ -f "$OUT/$name" ] && continue
+        if [ -f "$file" ]; then cp "$file" "$OUT/"; elif [ -f "$KEPT/$name" ]; then cp "$KEPT/$name" "$OUT/"; fi
     done
 }
 seed bench/results/formats_labels_gpu.jsonl  # labelling goes on from where an earlier call stopped
-export GNNKIT_HOME=${GNNKIT_HOME:-/tmp/gnnkit-home} PYTHONUNBUFFERED=1
-export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-CORPUS=${GNNKIT_GPU_CORPUS:-150}  # matrices labelled on the GPU for the CUDA selector
-failed=0
+
 finish() {
+    cp "$OUT"/*.json "$OUT"/*.jsonl "$KEPT/" 2>/dev/null
     echo "$failed step(s) failed; session.log and logs.tgz in $OUT" | tee -a "$OUT/session.log"
 }
 trap finish EXIT
 
-step() {  # step NAME COMMAND...: run, time and log one step (live in $OUT/step.log, then logs.tgz)
-    local name=$1; shift
-    local start=$SECONDS live=$OUT/step.log
-    echo "== $name: $*" | tee -a "$OUT/session.log"
-    if "$@" >"$live" 2>&1; then
+record() {  # record NAME LOG STATUS START: a finished step's outcome in session.log, its log into logs.tgz
+    local name=$1 log=$2 status=$3 start=$4
+    if [ "$status" -eq 0 ]; then
         echo "   ok in $((SECONDS - start)) s" | tee -a "$OUT/session.log"
     else
-        echo "   FAILED (exit $?) in $((SECONDS - start)) s; tail of $name.log:" | tee -a "$OUT/session.log"
-        tail -n 15 "$live" | sed 's/^/   | /' | tee -a "$OUT/session.log"
+        local why="exit $status"
+        [ "$status" -eq 124 ] && why="stopped at the call's limit"
+        echo "   FAILED ($why) in $((SECONDS - start)) s; tail of $name.log:" | tee -a "$OUT/session.log"
+        tail -n 15 "$log" | sed 's/^/   | /' | tee -a "$OUT/session.log"
         failed=$((failed + 1))
     fi
-    tail -n 3 "$live" | sed 's/^/   > /' >>"$OUT/session.log"
-    mv "$live" "$LOGS/$name.log"
+    tail -n 3 "$log" | sed 's/^/   > /' >>"$OUT/session.log"
+    [ "$log" = "$LOGS/$name.log" ] || mv "$log" "$LOGS/$name.log"
     tar -czf "$OUT/logs.tgz" -C "$LOGS" .
+    cp "$OUT"/*.json "$OUT"/*.jsonl "$KEPT/" 2>/dev/null
+}
+
+step() {  # step NAME COMMAND...: run, time and log one step (live in $OUT/step.log), within the call's limit
+    local name=$1; shift
+    local start=$SECONDS live=$OUT/step.log left=$((deadline - SECONDS))
+    echo "== $name: $*" | tee -a "$OUT/session.log"
+    if [ "$left" -lt 20 ]; then
+        echo "   SKIPPED: ${left} s left of the call" | tee -a "$OUT/session.log"
+        failed=$((failed + 1))
+        return
+    fi
+    timeout -k 10 "$left" "$@" >"$live" 2>&1
+    record "$name" "$live" $? "$start"
+}
+
+prep_pid=""
+prep_start() {  # DATASET...: preprocess into the cache in the background (the runs then find it there)
+    [ $# -gt 0 ] || return 0
+    echo "== prep (background): $*" | tee -a "$OUT/session.log"
+    prep_begun=$SECONDS
+    (for dataset in "$@"; do python3 -m gnnkit.cli preprocess "$dataset" || exit; done) >"$LOGS/prep.log" 2>&1 &
+    prep_pid=$!
+}
+
+prep_wait() {  # the background preprocessing's outcome, once (steps that train wait for it)
+    [ -n "$prep_pid" ] || return 0
+    local status=0
+    wait "$prep_pid" || status=$?
+    prep_pid=""
+    echo "== prep: done waiting" | tee -a "$OUT/session.log"
+    record prep "$LOGS/prep.log" "$status" "$prep_begun"
+}
+
+datasets_for() {  # STEP...: the datasets those steps train on
+    local want=()
+    for s in "$@"; do
+        case "$s" in
+            gpu) for family in ${GNNKIT_GPU_FAMILIES:-sage gcn reuse}; do
+                     case "$family" in sage|reuse) want+=(synthetic-products) ;; gcn) want+=(synthetic-arxiv) ;; esac
+                 done ;;
+            e2e) want+=(synthetic-arxiv) ;;
+        esac
+    done
+    [ ${#want[@]} -eq 0 ] || printf '%s\n' "${want[@]}" | awk '!seen[$0]++'
 }
 
 setup() {
@@ -74,15 +144,19 @@ setup() {
         step install python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
             --target /tmp/site .whl/*.whl
     fi
+    # shellcheck disable=SC2046  # one dataset a word
+    [ -n "$prep_pid" ] || prep_start $(datasets_for "${steps[@]}")
     step doctor python3 -m gnnkit.cli doctor
     step imports python3 -c "import ogb, jsonargparse, pandas, sklearn, pyarrow, matplotlib; print('imports ok')"
     step build python3 -c "from gnnkit import native; assert native.get() is not None, native.status(); print(native.kernels())"
 }
 
-tests() {  # the GPU tier: every test that runs on CUDA (the rest is CI's, on CPU)
-    step tests-gpu python3 -m pytest -q -p no:cacheprovider tests/gnnkit/native tests/gnnkit/sparse \
-        tests/gnnkit/tt tests/gnnkit/data/test_device_sampling.py tests/pipeline/test_shard_reader.py \
-        tests/gnnkit/test_gpu_tier.py
+tests() {  # the GPU tier (the rest is CI's, on CPU), on 8 pytest workers where pytest-xdist imports
+    local workers=()
+    python3 -c "import xdist" 2>/dev/null && workers=(-n "${GNNKIT_TEST_WORKERS:-8}")
+    step tests-gpu python3 -m pytest -q -p no:cacheprovider "${workers[@]}" -m gpu tests
+    step tests-native python3 -m pytest -q -p no:cacheprovider "${workers[@]}" -m "not gpu" tests/gnnkit/native \
+        -k "not emulated and not nvcc"  # CI runs the emulator and the nvcc compile checks
 }
 
 native() {
@@ -98,31 +172,36 @@ train() {  # its model
         --out "$OUT/selector_model_cuda.json"
 }
 
-with_selector() {  # COMMAND...: run it with the model trained in this call, if any (else the shipped one)
-    if [ -f "$OUT/selector_model_cuda.json" ]; then
-        GNNKIT_SELECTOR_CUDA="$OUT/selector_model_cuda.json" "$@"
-    else
-        "$@"
-    fi
+selector=()
+use_selector() {  # the CUDA model trained on this machine, if any (else the shipped one), for the next steps
+    local model=$OUT/selector_model_cuda.json
+    [ -f "$model" ] || [ ! -f "$KEPT/${model##*/}" ] || cp "$KEPT/${model##*/}" "$model"
+    selector=(env)
+    [ -f "$model" ] && selector=(env GNNKIT_SELECTOR_CUDA="$model")
 }
 
 formats() {  # the held-out comparison
-    step bench-formats with_selector python3 bench/formats.py --device cuda --no-e2e \
+    use_selector
+    step bench-formats "${selector[@]}" python3 bench/formats.py --device cuda --no-e2e \
         --json "$OUT/formats_gpu.json" --png "$LOGS/formats_gpu.png"
 }
 
 e2e() {  # its end-to-end part, added to the matrix part of this or an earlier call
+    use_selector
     seed bench/results/formats_gpu.json
-    step bench-formats-e2e with_selector python3 bench/formats.py --device cuda --e2e-only --trials 2 \
+    prep_wait
+    step bench-formats-e2e "${selector[@]}" python3 bench/formats.py --device cuda --e2e-only --trials 2 \
         --json "$OUT/formats_gpu.json"
 }
 
 gpu() {  # issue 16's table: every recipe family, gnnkit (GPU sampling) vs CPU sampling vs PyG
+    seed bench/results/gpu.json
     local resume=()
-    if python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["complete"])' bench/results/gpu.json \
+    if python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["complete"])' "$OUT/gpu.json" \
         2>/dev/null; then
-        resume=(--resume bench/results/gpu.json)  # an earlier call's unfinished table: its rows are kept
+        resume=(--resume "$OUT/gpu.json")  # an earlier call's unfinished table: its rows are kept
     fi
+    prep_wait
     # shellcheck disable=SC2086  # the families are words
     step bench-gpu python3 bench/gpu.py --json "$OUT/gpu.json" --png "$LOGS/gpu.png" --workdir /tmp/gpubench \
         --families ${GNNKIT_GPU_FAMILIES:-sage gcn reuse} "${resume[@]}"
@@ -132,8 +211,10 @@ steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(setup tests native label train formats e2e gpu)
 for s in "${steps[@]}"; do
     case "$s" in
-        setup|tests|native|label|train|formats|e2e|gpu) "$s" ;;
+        setup|tests|native|label|train|formats|e2e|gpu) ;;
         *) echo "unknown step '$s' (setup, tests, native, label, train, formats, e2e, gpu)"; exit 2 ;;
     esac
 done
+for s in "${steps[@]}"; do "$s"; done
+prep_wait
 exit "$failed"

@@ -12,6 +12,21 @@ import pytest
 from pipeline.ogb_layout import write_ogb_folder
 
 
+NO_CUDA_REASON = "needs CUDA: the GPU tier (pytest -m gpu) runs on a GPU machine, see bench/gpu_session.sh"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``gpu`` are skipped, with the reason, where torch sees no CUDA device."""
+    marked = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not marked:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        for item in marked:
+            item.add_marker(pytest.mark.skip(reason=NO_CUDA_REASON))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def gnnkit_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Every test session gets its own data and cache folders (never the user's)."""

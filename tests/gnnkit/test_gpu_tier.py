@@ -1,6 +1,7 @@
 """The GPU tier: every recipe family trains for a couple of epochs on CUDA, and GPU and CPU give the
-same logits for the same weights and batch. Skipped without CUDA (CI has none); run on a GPU machine
-with ``python -m pytest tests/gnnkit/test_gpu_tier.py`` (``bench/gpu_session.sh`` does)."""
+same logits for the same weights and batch. Marked ``gpu``: skipped without CUDA (CI has none); on a
+GPU machine ``python -m pytest -m gpu tests`` runs it with every other CUDA test (``bench/gpu_session.sh``
+does)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,7 @@ from gnnkit.data.datamodule import GraphDataModule
 from gnnkit.models.node_gnn import NodeGNN
 from gnnkit.sparse import Adjacency
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
-                                reason="needs CUDA: the GPU tier runs on a GPU machine (bench/gpu_session.sh)")
+pytestmark = pytest.mark.gpu
 
 REPO = Path(__file__).parents[2]
 GPU = ("--trainer.accelerator", "gpu", "--trainer.devices", "1", "--trainer.max_epochs", "2")

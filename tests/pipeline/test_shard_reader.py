@@ -65,7 +65,7 @@ def test_the_torch_reader_for_a_gpu_is_made_for_the_device():
         assert make_shard_reader("auto", device="cuda").name == "torch"
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: the GPU path is checked on a GPU machine")
+@pytest.mark.gpu
 @pytest.mark.parametrize("workers", [0, 2])
 def test_the_torch_reader_hands_shards_over_on_the_gpu(files, workers):
     order = [3, 5, 0, 4]

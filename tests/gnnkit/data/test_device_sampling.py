@@ -16,7 +16,6 @@ from gnnkit.data.device_sampling import (
 )
 
 CPU, GPU = torch.device("cpu"), torch.device("cuda", 0)  # a device object needs no GPU
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: the GPU path is checked on a GPU machine")
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without a GPU")
 
 
@@ -124,7 +123,7 @@ def test_the_device_resident_path_samples_what_the_host_path_samples(monkeypatch
             assert torch.equal(ta, tb)
 
 
-@CUDA
+@pytest.mark.gpu
 def test_sampling_on_the_gpu_gives_device_batches_with_valid_edges():
     dm = GraphDataModule("synthetic-tiny", batch_size=64, num_neighbors=[5, 3], sampler_device="cuda")
     g = dm.graph
@@ -137,7 +136,7 @@ def test_sampling_on_the_gpu_gives_device_batches_with_valid_edges():
     assert dm.report_info()["sampler"]["graph_memory"] == "device"
 
 
-@CUDA
+@pytest.mark.gpu
 def test_a_pinned_view_reads_host_memory_from_the_gpu():
     host = torch.randn(1000, 16).pin_memory()
     view = uva_view(host, GPU)
@@ -151,7 +150,7 @@ def test_a_pinned_view_reads_host_memory_from_the_gpu():
     assert torch.equal(uva_view(ids, GPU).cpu(), ids)
 
 
-@CUDA
+@pytest.mark.gpu
 def test_sampling_through_unified_addressing_gives_the_device_batches(monkeypatch):
     on_device = GraphDataModule("synthetic-tiny", batch_size=64, num_neighbors=[5, 3], seed=3, sampler_device="cuda")
     pinned = GraphDataModule("synthetic-tiny", batch_size=64, num_neighbors=[5, 3], seed=3, sampler_device="cuda")
@@ -172,7 +171,7 @@ def test_sampling_through_unified_addressing_gives_the_device_batches(monkeypatc
             assert ta.is_cuda and torch.equal(ta, tb)
 
 
-@CUDA
+@pytest.mark.gpu
 def test_full_batch_stages_share_one_device_copy_of_the_graph():
     """Full-batch training on a GPU moves the graph once a run: the train and validation batches
     hold the same device tensors (and adjacency), so the batch transfer moves nothing more."""

@@ -16,7 +16,7 @@ from .conftest import GRAPHS, on_device, powerlaw_csr
 from .test_sampler import check_sample
 from .test_spmm import num_cols_of, reference
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: CUDA kernels not run")
+pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ def num_cols_of(name: str, indices: torch.Tensor, indptr: torch.Tensor) -> int:
     return 90 if name == "rectangular" else indptr.numel() - 1
 
 
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU"))]
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -11,9 +11,6 @@ from gnnkit.models.node_gnn import NodeGNN
 from gnnkit.sparse import FORMATS, Adjacency, spmm
 from gnnkit.sparse.normalize import gcn_normalized
 
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: the GPU path is checked on a GPU machine")
-
-
 def graph(weighted: bool = False) -> Adjacency:
     g = torch.Generator().manual_seed(0)
     edge_index = torch.randint(0, 40, (2, 300), generator=g)
@@ -43,7 +40,7 @@ def test_pyg_data_to_carries_the_adjacency():
     assert data.adj is adj.to("meta")  # a second run over the same graph reuses the copy
 
 
-@CUDA
+@pytest.mark.gpu
 def test_conversions_built_on_cuda_stay_there():
     adj = Adjacency.from_edge_index(torch.tensor([[0, 1, 2], [1, 0, 0]], device="cuda"), 3)
     assert adj.device.type == "cuda"
@@ -51,7 +48,7 @@ def test_conversions_built_on_cuda_stay_there():
         assert derived.device.type == "cuda"
 
 
-@CUDA
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("name", sorted(FORMATS))
 def test_every_format_on_cuda_matches_the_cpu(name, dtype):
@@ -73,7 +70,7 @@ def test_every_format_on_cuda_matches_the_cpu(name, dtype):
     torch.testing.assert_close(got.float().cpu(), expected, **tol)
 
 
-@CUDA
+@pytest.mark.gpu
 def test_gnnkit_aggregation_trains_on_cuda():
     adj = graph()
     data = Data(x=torch.randn(40, 5), adj=adj, edge_index=torch.stack([adj.rows(), adj.indices]).flip(0)).to("cuda")

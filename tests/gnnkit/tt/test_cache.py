@@ -103,7 +103,7 @@ def test_hot_nodes_follow_the_order_and_capacity():
     assert cached.cache is None
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: the GPU path is checked on a GPU machine")
+@pytest.mark.gpu
 def test_training_on_a_gpu_runs_the_fused_kernel_and_the_cache_serves_evaluation(monkeypatch):
     """On a GPU the cores change every step, so training lookups take the fused CUDA kernel rather
     than a cache that would rebuild each time; lookups without gradients use the cache."""
