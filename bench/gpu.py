@@ -24,6 +24,12 @@ runs), with overrides; its ``report.json`` gives the figures. Families and their
   ``--data.reuse null``, both with gnnkit aggregation and the default sampler device, over the
   recipe's whole schedule (``--reuse-epochs``).
 
+The ``sage`` rows also profile their first epoch (:class:`gnnkit.step_profile.StepProfile`:
+``--profile-steps`` steps after 10 of warm-up, split into data / forward / backward / optimizer, host
+time, GPU time and host syncs each, then the operators that took the most device time over 5 more):
+a table per row, and ``step_profile`` in its JSON, say where an epoch's time goes. Only the first
+epoch is profiled, so the median epoch is not disturbed.
+
 Per run: the training epoch without validation (median, ``train_epoch_time_s``; on a GPU timed to
 the end of its kernels), training batches per second, the whole training time (``train_time_s``),
 peak GPU memory while training (``peak_gpu_mb``; peak RSS on the CPU) and the test metric. The
@@ -74,22 +80,26 @@ class Config:
         label: The row's name in the table.
         recipe: The recipe under ``recipes/``.
         overrides: ``gnnkit run`` arguments after the recipe.
+        profiled: Whether the run profiles the steps of its first epoch.
     """
 
     family: str
     label: str
     recipe: str
     overrides: tuple[str, ...]
+    profiled: bool = False
 
 
 def configs(families: list[str]) -> list[Config]:
     """The rows of the chosen families, in table order."""
     sage, gcn, reuse = "sage_synthetic_products.yaml", "gcn_synthetic_arxiv.yaml", "sage_reuse_synthetic_products.yaml"
     table = {
-        "sage": [Config("sage", "gnnkit", sage, ("--model.aggregation", "gnnkit", "--data.sampler_device", "auto")),
+        "sage": [Config("sage", "gnnkit", sage, ("--model.aggregation", "gnnkit", "--data.sampler_device", "auto"),
+                        profiled=True),
                  Config("sage", "gnnkit, CPU sampling", sage,
-                        ("--model.aggregation", "gnnkit", "--data.sampler_device", "cpu")),
-                 Config("sage", "PyG", sage, ("--model.aggregation", "pyg", "--data.sampler_device", "cpu"))],
+                        ("--model.aggregation", "gnnkit", "--data.sampler_device", "cpu"), profiled=True),
+                 Config("sage", "PyG", sage, ("--model.aggregation", "pyg", "--data.sampler_device", "cpu"),
+                        profiled=True)],
         "gcn": [Config("gcn", "gnnkit", gcn, ("--model.aggregation", "gnnkit")),
                 Config("gcn", "PyG", gcn, ("--model.aggregation", "pyg"))],
         "reuse": [Config("reuse", "reuse", reuse, ("--model.aggregation", "gnnkit")),
@@ -105,10 +115,13 @@ def command(config: Config, args: argparse.Namespace, run_dir: Path) -> list[str
     dataset = args.dataset_sampled if sampled else args.dataset_full
     accelerator = "gpu" if args.device == "cuda" else "cpu"
     cpu_sampling = dict(zip(config.overrides[::2], config.overrides[1::2])).get("--data.sampler_device") == "cpu"
+    profile = ["--trainer.callbacks+=gnnkit.step_profile.StepProfile",
+               "--trainer.callbacks.init_args.steps", str(args.profile_steps)]
     return [sys.executable, "-m", "gnnkit.cli", "run", str(ROOT / "recipes" / config.recipe), *config.overrides,
             "--trainer.accelerator", accelerator, "--trainer.max_epochs", str(epochs),
             *(["--trainer.limit_test_batches", str(args.test_fraction)] if sampled else []),
             *(["--data.num_workers", str(args.cpu_workers)] if cpu_sampling else []),
+            *(profile if config.profiled and args.profile_steps > 0 else []),
             *(["--data.dataset", dataset] if dataset else []), "--run_dir", str(run_dir)]
 
 
@@ -131,7 +144,8 @@ def run(config: Config, args: argparse.Namespace, workdir: Path) -> dict[str, An
             "peak_gpu_mb": report.get("peak_train_gpu_mb", report.get("peak_gpu_mb")),
             "peak_rss_mb": report["peak_rss_mb"],
             "sampler_device": sampler.get("device") if isinstance(sampler, dict) else sampler,
-            "metric": report["metric"], "test": report["test"]}
+            "metric": report["metric"], "test": report["test"],
+            **({"step_profile": report["step_profile"]} if "step_profile" in report else {})}
 
 
 def _row(family: str, label: str, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -188,6 +202,21 @@ def print_table(rows: list[dict[str, Any]], device: str) -> None:
             print(f"{r['label']:22} {str(r['sampler_device'] or '-'):>8} {r['train_epoch_s']:9.3f} "
                   f"{ratio if ratio is not None else float('nan'):8.3f} {r['batches_per_s'] or 0:10.2f} "
                   f"{r['train_time_s']:9.2f} {mem or 0:12.1f} {r['test']:7.4f}")
+
+
+def print_profiles(rows: list[dict[str, Any]]) -> None:
+    """Per profiled row: each phase of a step, host ms (GPU ms and host syncs where measured), medians."""
+    for r in rows:
+        profile = r.get("step_profile") or {}
+        if not profile.get("steps"):
+            continue
+        print(f"\n{r['family']} / {r['label']}: a step's phases, median of {profile['steps']} steps (ms)")
+        gpu, syncs = profile.get("gpu_ms"), profile.get("syncs")
+        print(f"{'phase':10} {'host':>9}" + (f" {'GPU':>9} {'syncs':>6}" if gpu else ""))
+        for phase, host in profile["host_ms"].items():
+            print(f"{phase:10} {host:9.3f}" + (f" {gpu[phase]:9.3f} {syncs[phase]:6.1f}" if gpu else ""))
+        for op in profile.get("operators", [])[:5]:
+            print(f"  {op['self_ms']:9.3f} ms  {op['calls']:6d} calls  {op['name'][:70]}")
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
@@ -279,6 +308,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="fraction of the test split the sampled families test on")
     parser.add_argument("--cpu-workers", type=int, default=8, help="loader processes of the CPU-sampling rows")
     parser.add_argument("--resume", type=Path, help="an unfinished --json result whose rows to keep")
+    parser.add_argument("--profile-steps", type=int, default=30,
+                        help="steps of the sage rows' first epoch split into phases (0: no profile)")
     args = parser.parse_args(argv)
     if args.device == "cuda":
         import torch
@@ -301,6 +332,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             if args.json:
                 atomic_write_text(args.json, json.dumps(result_of(rows, args), indent=2) + "\n")
     print_table(rows, args.device)
+    print_profiles(rows)
     result = result_of(rows, args)
     print(json.dumps(result["summary"], indent=2))
     if args.json:

@@ -176,7 +176,7 @@ def write_report(
         **describe_optimizers(getattr(trainer, "optimizers", None) or []),
         **(extra or {}),
     }
-    for part in (model, datamodule, trainer.strategy):  # parts that describe themselves add their own keys
+    for part in (model, datamodule, trainer.strategy, *trainer.callbacks):  # parts that describe themselves add keys
         if callable(getattr(part, "report_info", None)):
             report.update(part.report_info())
     if not trainer.is_global_zero:

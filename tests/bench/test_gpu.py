@@ -31,8 +31,9 @@ def test_summary_keys_of_the_issue(bench):
 def test_rows_differ_only_in_their_path(bench):
     gpu = bench("gpu")
     args = gpu.argparse.Namespace(epochs=3, reuse_epochs=20, device="cuda", dataset_sampled=None, dataset_full="x",
-                                  test_fraction=0.1, cpu_workers=8)
+                                  test_fraction=0.1, cpu_workers=8, profile_steps=30)
     sage = [gpu.command(c, args, Path("r")) for c in gpu.configs(["sage"])]
+    assert all(c[c.index("--trainer.callbacks.init_args.steps") + 1] == "30" for c in sage)  # sampled rows profile
     assert all("--trainer.accelerator" in c and c[c.index("--trainer.max_epochs") + 1] == "3" for c in sage)
     assert [c[c.index("--data.sampler_device") + 1] for c in sage] == ["auto", "cpu", "cpu"]
     assert all(c[c.index("--trainer.limit_test_batches") + 1] == "0.1" for c in sage)
@@ -44,6 +45,20 @@ def test_rows_differ_only_in_their_path(bench):
     assert reuse[0][reuse[0].index("--trainer.max_epochs") + 1] == "20"
     gcn = gpu.command(gpu.configs(["gcn"])[0], args, Path("r"))
     assert gcn[gcn.index("--data.dataset") + 1] == "x" and "--trainer.limit_test_batches" not in gcn
+    assert not any("StepProfile" in a for c in (gcn, *reuse) for a in c)  # one step an epoch; summed times
+
+
+def test_a_profiled_rows_phases_are_printed(bench, capsys):
+    gpu = bench("gpu")
+    profile = {"steps": 30, "host_ms": {"data": 2.0, "forward": 1.0, "backward": 1.5, "optimizer": 0.5, "step": 5.0},
+               "gpu_ms": {"data": 0.5, "forward": 1.0, "backward": 1.5, "optimizer": 0.5, "step": 3.5},
+               "syncs": {"data": 4.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0, "step": 4.0},
+               "operators": [{"name": "spmm_csr_cuda", "calls": 15, "self_ms": 3.25}]}
+    gpu.print_profiles([{**_row("sage", "gnnkit", 1.0), "step_profile": profile}, _row("gcn", "gnnkit", 1.0)])
+    out = capsys.readouterr().out
+    assert "sage / gnnkit: a step's phases, median of 30 steps" in out and "gcn" not in out
+    assert [line.split() for line in out.splitlines() if line.startswith("data")] == [["data", "2.000", "0.500", "4.0"]]
+    assert "3.250 ms      15 calls  spmm_csr_cuda" in out
 
 
 def _fake_run(gpu, ran):

@@ -1,0 +1,223 @@
+"""Where a training step's time goes: a Lightning callback that splits a window of steps into phases.
+
+A step is cut at Lightning's hooks into ``data`` (the previous step's end to this one's start:
+fetching the batch, which for sampled training is sampling and gathering, and moving it to the
+device), ``forward`` (the training step, up to ``on_before_backward``), ``backward`` and
+``optimizer`` (the update and the hooks that end the step). For each phase it records the host's
+wall time and, on a GPU, the time between CUDA events recorded at the same cut points (the GPU's
+own timeline, idle gaps included) and the number of host synchronisations, counted with
+``torch.cuda.set_sync_debug_mode("warn")``. A step whose host time far exceeds its GPU time is
+held by the host (launches, syncs, Python); a GPU that is busy all step is the bottleneck.
+
+After that window it runs ``torch.profiler`` over a few more steps and keeps the operators that
+took the most device time (host time on the CPU), so one run answers which kernels to work on.
+It measures the first epoch only, so with several epochs a median epoch time is not disturbed.
+
+    gnnkit run recipes/sage_synthetic_products.yaml --trainer.callbacks+=gnnkit.step_profile.StepProfile \\
+        --trainer.callbacks.init_args.steps 30
+
+``report.json`` then has ``step_profile`` (milliseconds a step, each phase's median) and the run
+folder ``step_profile.txt`` (the profiler's table).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+
+from pipeline import atomic_write_text, log
+
+#: The phases of a step, in order; each ends at the hook of the same index in :data:`_CUTS`.
+PHASES = ("data", "forward", "backward", "optimizer")
+_SYNC_WARNING = "synchroniz"  # torch's sync debug mode warns "called a synchronizing CUDA operation"
+
+
+class StepProfile(pl.Callback):
+    """Times the phases of ``steps`` training steps after ``skip`` warm-up steps, then profiles
+    ``profiled_steps`` more with ``torch.profiler`` (0: no profiler).
+
+    Args:
+        steps: Steps whose phases are timed.
+        skip: Steps of the first epoch left out first (warm-up: allocator, cuSPARSE plans, caches); at
+            least 1, since the first timed step's data phase starts where the step before it ended.
+        profiled_steps: Steps run under ``torch.profiler`` after the timed ones.
+        top: Operators kept from the profiler's table.
+    """
+
+    def __init__(self, steps: int = 30, skip: int = 10, profiled_steps: int = 5, top: int = 15) -> None:
+        for name, value, low in (("steps", steps, 1), ("skip", skip, 1), ("profiled_steps", profiled_steps, 0),
+                                 ("top", top, 1)):
+            if value < low:
+                raise ValueError(f"StepProfile.{name}: expected an integer >= {low}, got {value!r}")
+        self.steps, self.skip, self.profiled_steps, self.top = steps, skip, profiled_steps, top
+        self.rows: list[dict[str, Any]] = []  # per timed step: phase -> host ms, gpu:phase -> GPU ms, ...
+        self.operators: list[dict[str, Any]] = []
+        self.table = ""
+        self._cuda: torch.device | None = None
+        self._seen = 0  # training steps begun
+        self._marks: list[tuple[float, Any, int]] = []  # (host clock, CUDA event, syncs so far) at each cut
+        self._warned: list[warnings.WarningMessage] | None = None
+        self._catcher: warnings.catch_warnings | None = None
+        self._profiler: torch.profiler.profile | None = None
+
+    # -- the window -------------------------------------------------------------------------------
+
+    def _timing(self) -> bool:
+        return self.skip <= self._seen - 1 < self.skip + self.steps
+
+    def _profiling(self) -> bool:
+        return self.skip + self.steps <= self._seen - 1 < self.skip + self.steps + self.profiled_steps
+
+    def _mark(self) -> None:
+        """A cut point: the host clock, a CUDA event on the current stream, the syncs so far."""
+        event = None
+        if self._cuda is not None:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+        syncs = sum(_SYNC_WARNING in str(w.message) for w in self._warned) if self._warned is not None else 0
+        self._marks.append((time.perf_counter(), event, syncs))
+
+    def _count_syncs(self, on: bool) -> None:
+        if self._cuda is None:
+            return
+        if on and self._catcher is None:
+            self._catcher = warnings.catch_warnings(record=True)
+            self._warned = self._catcher.__enter__()
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+        elif not on and self._catcher is not None:
+            torch.cuda.set_sync_debug_mode("default")
+            self._catcher.__exit__(None, None, None)
+            self._catcher, self._warned = None, None
+
+    # -- Lightning hooks --------------------------------------------------------------------------
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        device = pl_module.device
+        self._cuda = device if device.type == "cuda" else None
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        if trainer.current_epoch > 0:
+            return
+        self._seen += 1
+        if self._timing():
+            self._mark()
+        elif self._profiling() and self._profiler is None:
+            self._start_profiler()
+
+    def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
+        if trainer.current_epoch == 0 and self._timing():
+            self._mark()
+
+    def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.current_epoch == 0 and self._timing():
+            self._mark()
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        if trainer.current_epoch > 0:
+            return
+        if self._timing():
+            self._mark()
+            self._close_step()
+            if self._seen == self.skip + self.steps:
+                self._close_window()
+        elif self._profiling() and self._seen == self.skip + self.steps + self.profiled_steps:
+            self._stop_profiler(trainer)
+        if self._seen == self.skip:  # the window opens: the next step's data phase starts now
+            self._count_syncs(True)
+            self._mark()
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """An epoch shorter than the window closes it where it stands."""
+        if trainer.current_epoch == 0:
+            self._close_window()
+            if self._profiler is not None:
+                self._stop_profiler(trainer)
+
+    # -- a step's phases ----------------------------------------------------------------------------
+
+    def _close_step(self) -> None:
+        """Turn the cut points of the step just ended into its phase times (its GPU times wait for
+        the window's end, so that no step waits for the GPU); its end opens the next step's data phase."""
+        marks = self._marks
+        self._marks = [marks[-1]]
+        if len(marks) != len(PHASES) + 1:  # a step without backward (manual optimisation, a skipped step)
+            return
+        row: dict[str, Any] = {}
+        for phase, (begin, end) in zip(PHASES, zip(marks, marks[1:])):
+            row[phase] = 1e3 * (end[0] - begin[0])
+            if self._cuda is not None:
+                row[f"gpu:{phase}"] = (begin[1], end[1])
+                row[f"syncs:{phase}"] = end[2] - begin[2]
+        self.rows.append(row)
+
+    def _close_window(self) -> None:
+        """Stop counting syncs, then read the GPU times of the window's steps (one wait, at its end)."""
+        self._count_syncs(False)
+        self._marks = []
+        pending = [(row, key) for row in self.rows for key, value in row.items() if isinstance(value, tuple)]
+        if pending:
+            torch.cuda.synchronize(self._cuda)
+        for row, key in pending:
+            begin, end = row[key]
+            row[key] = begin.elapsed_time(end)
+
+    # -- the profiler -------------------------------------------------------------------------------
+
+    def _start_profiler(self) -> None:
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self._cuda is not None:
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self._profiler = torch.profiler.profile(activities=activities)
+        self._profiler.__enter__()
+
+    def _stop_profiler(self, trainer: pl.Trainer) -> None:
+        profiler, self._profiler = self._profiler, None
+        if self._cuda is not None:
+            torch.cuda.synchronize(self._cuda)
+        profiler.__exit__(None, None, None)
+        averages = profiler.key_averages()
+        on_device = self._cuda is not None
+        sort = "self_device_time_total" if on_device else "self_cpu_time_total"
+        self.table = averages.table(sort_by=sort, row_limit=self.top)
+        ranked = sorted(averages, key=lambda e: getattr(e, sort), reverse=True)[:self.top]
+        self.operators = [{"name": e.key, "calls": e.count, "self_ms": round(getattr(e, sort) / 1e3, 3)}
+                          for e in ranked]
+        if trainer.is_global_zero:
+            path = Path(trainer.default_root_dir) / "step_profile.txt"
+            atomic_write_text(path, self.table + "\n")
+            log.info("step profile: %s", path)
+
+    # -- the summary ----------------------------------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        """Each phase's median over the timed steps, in milliseconds (``host``; on a GPU also ``gpu``
+        and ``syncs``), the step's, and the profiled operators."""
+        if not self.rows:
+            return {"steps": 0}
+        def median(key: str) -> float:
+            return round(statistics.median(r[key] for r in self.rows), 3)
+
+        out: dict[str, Any] = {"steps": len(self.rows), "skipped": self.skip,
+                               "host_ms": {p: median(p) for p in PHASES}}
+        out["host_ms"]["step"] = round(statistics.median(sum(r[p] for p in PHASES) for r in self.rows), 3)
+        if self._cuda is not None:
+            out["gpu_ms"] = {p: median(f"gpu:{p}") for p in PHASES}
+            out["gpu_ms"]["step"] = round(statistics.median(sum(r[f"gpu:{p}"] for p in PHASES) for r in self.rows), 3)
+            out["syncs"] = {p: median(f"syncs:{p}") for p in PHASES}
+            out["syncs"]["step"] = statistics.median(sum(r[f"syncs:{p}"] for p in PHASES) for r in self.rows)
+        if self.operators:
+            out["profiled_steps"] = self.profiled_steps
+            out["operators"] = self.operators
+        return out
+
+    def report_info(self) -> dict[str, Any]:
+        """``step_profile`` for report.json."""
+        return {"step_profile": self.summary()}

@@ -1,0 +1,105 @@
+"""StepProfile: the phases of a window of training steps, the profiler's operators, the report key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from gnnkit.step_profile import PHASES, StepProfile
+
+SAMPLED_RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "sage_synthetic_products.yaml"
+
+
+class _Tiny(pl.LightningModule):
+    """A linear model; ``sync_every_step`` reads the loss on the host (one sync a step on a GPU)."""
+
+    def __init__(self, sync_every_step: bool = False) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(8, 2)
+        self.sync_every_step = sync_every_step
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = torch.nn.functional.cross_entropy(self.layer(x), y)
+        if self.sync_every_step:
+            float(loss)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def _fit(tmp_path, callback: StepProfile, batches: int = 12, epochs: int = 2, accelerator: str = "cpu",
+         **model_args) -> pl.Trainer:
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(batches * 4, 8, generator=g), torch.randint(0, 2, (batches * 4,), generator=g))
+    trainer = pl.Trainer(max_epochs=epochs, accelerator=accelerator, devices=1, callbacks=[callback],
+                         default_root_dir=tmp_path, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(_Tiny(**model_args), DataLoader(data, batch_size=4))
+    return trainer
+
+
+def test_the_window_times_each_phase_of_the_first_epoch_then_profiles(tmp_path):
+    profile = StepProfile(steps=5, skip=2, profiled_steps=3)
+    _fit(tmp_path, profile)
+    summary = profile.summary()
+    assert summary["steps"] == 5 and len(profile.rows) == 5  # the second epoch adds none
+    assert set(summary["host_ms"]) == {*PHASES, "step"}
+    assert all(r[p] >= 0 for r in profile.rows for p in PHASES)
+    assert summary["host_ms"]["step"] >= max(summary["host_ms"][p] for p in PHASES)
+    assert "gpu_ms" not in summary and "syncs" not in summary  # CPU: host time only
+    assert summary["profiled_steps"] == 3 and summary["operators"]
+    assert all({"name", "calls", "self_ms"} <= set(op) for op in summary["operators"])
+    table = (tmp_path / "step_profile.txt").read_text()
+    assert summary["operators"][0]["name"] in table
+    assert json.loads(json.dumps(profile.report_info()))["step_profile"] == summary
+
+
+def test_an_epoch_shorter_than_the_window_keeps_the_steps_it_had(tmp_path):
+    profile = StepProfile(steps=20, skip=3, profiled_steps=5)
+    _fit(tmp_path, profile, batches=8, epochs=1)
+    assert profile.summary()["steps"] == 5 and "operators" not in profile.summary()
+    assert profile._profiler is None and profile._catcher is None
+
+
+def test_a_window_past_the_first_epoch_times_nothing(tmp_path):
+    profile = StepProfile(steps=4, skip=20, profiled_steps=0)
+    _fit(tmp_path, profile, batches=6)
+    assert profile.summary() == {"steps": 0} and not (tmp_path / "step_profile.txt").exists()
+
+
+@pytest.mark.parametrize("name, value", [("steps", 0), ("skip", 0), ("profiled_steps", -1), ("top", 0)])
+def test_bad_settings_name_the_setting(name, value):
+    with pytest.raises(ValueError, match=f"StepProfile.{name}: expected an integer >= "):
+        StepProfile(**{name: value})
+
+
+def test_the_run_report_carries_the_profile(tmp_path, monkeypatch):
+    from gnnkit.run import run
+
+    monkeypatch.chdir(tmp_path)
+    report = run(str(SAMPLED_RECIPE), [
+        "--data.dataset", "synthetic-tiny", "--trainer.max_epochs", "1", "--trainer.accelerator", "cpu",
+        "--data.batch_size", "64", "--data.num_neighbors", "[5, 5]", "--data.num_workers", "0",
+        "--trainer.callbacks+=gnnkit.step_profile.StepProfile", "--trainer.callbacks.init_args.steps", "4",
+        "--trainer.callbacks.init_args.skip", "2", "--trainer.callbacks.init_args.profiled_steps", "2",
+        "--run_dir", str(tmp_path / "run")])
+    written = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert written["step_profile"] == report["step_profile"] and report["step_profile"]["steps"] == 4
+    assert (tmp_path / "run" / "step_profile.txt").is_file()
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_each_phase_has_its_device_time_and_host_syncs(tmp_path):
+    profile = StepProfile(steps=4, skip=2, profiled_steps=2)
+    _fit(tmp_path, profile, accelerator="gpu", sync_every_step=True)
+    summary = profile.summary()
+    assert set(summary["gpu_ms"]) == set(summary["syncs"]) == {*PHASES, "step"} and summary["gpu_ms"]["step"] > 0
+    assert summary["syncs"]["forward"] >= 1  # the float(loss) of every training step
+    assert torch.cuda.get_sync_debug_mode() == 0  # switched back after the window
