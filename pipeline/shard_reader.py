@@ -17,6 +17,8 @@ shards in the order asked (the caller owns shuffling, so both backends yield the
 moves the bytes to the GPU), the torch reader otherwise (on a GPU, with its pinned copy), and on CPU, where measurement (``bench/reuse.py``) found the zero-copy
 mapping faster than DALI's read-and-copy on this class of machine; both give the same batches.
 A shard that cannot be read comes back empty; the cache's checksum check then reports it.
+:class:`ResidentShardReader` wraps either and keeps the shards it handed over on the device, within a
+budget, so that a replay on a GPU reads each shard once per recording rather than once per epoch.
 """
 
 from __future__ import annotations
@@ -150,6 +152,71 @@ class TorchShardReader:
         shards = read_ahead(loader, self.prefetch) if gpu and not self.num_workers else loader
         for index, buffer in shards:
             yield int(index), (buffer.to(device, non_blocking=True) if gpu else buffer)
+
+
+class ResidentShardReader:
+    """Another reader's shards, kept where it handed them over, within a byte budget, and served
+    from there when they are asked for again.
+
+    On a GPU this makes every replay after the first read nothing from disk and copy nothing over
+    the host link: the structure of a products-sized recorded epoch (node ids and edges of 192
+    batches of 1,024 seeds, fan-out [15, 10, 5]) is about 2 GB, small beside the GPU's memory, while
+    reading it again every epoch costs host time and link bandwidth that fresh GPU sampling does
+    not. A kept shard is known by its path and its file's identity (inode, size, modification time),
+    so a new recording, published as new files, is read afresh; :meth:`clear` lets go of them all.
+
+    Args:
+        reader: The reader that reads a shard the first time (its buffers must be its own, fresh
+            each shard: the torch reader's device copies and DALI's outputs are).
+        budget_bytes: Bytes of kept buffers at most; shards beyond it are read every time.
+    """
+
+    def __init__(self, reader: ShardReader, budget_bytes: int) -> None:
+        self.reader = reader
+        self.name = reader.name
+        self.budget_bytes = budget_bytes
+        self._kept: dict[tuple[str, int, int, int], torch.Tensor] = {}
+        self.kept_bytes = 0
+
+    @staticmethod
+    def _identity(path: Path) -> tuple[str, int, int, int] | None:
+        try:
+            stat = os.stat(path)
+        except OSError:
+            return None
+        return str(path), stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+    def read(self, paths: Sequence[Path], order: Sequence[int]) -> Iterator[tuple[int, torch.Tensor]]:
+        identity = {i: self._identity(paths[i]) for i in order}
+        missing = [i for i in order if identity[i] not in self._kept]
+        fetched = self.reader.read(paths, missing) if missing else iter(())
+        try:
+            for i in order:
+                kept = self._kept.get(identity[i])
+                if kept is not None:
+                    yield i, kept
+                    continue
+                index, buffer = next(fetched)
+                if index != i:
+                    raise RuntimeError(f"shard reader {self.name}: asked for shard {i}, got {index}")
+                self._keep(identity[i], buffer)
+                yield i, buffer
+        finally:
+            close = getattr(fetched, "close", None)  # a generator: stops its reader's read-ahead
+            if close is not None:
+                close()
+
+    def _keep(self, identity: tuple[str, int, int, int] | None, buffer: torch.Tensor) -> None:
+        size = buffer.numel() * buffer.element_size()
+        if identity is None or size == 0 or self.kept_bytes + size > self.budget_bytes:
+            return
+        self._kept[identity] = buffer
+        self.kept_bytes += size
+
+    def clear(self) -> None:
+        """Let go of every kept shard."""
+        self._kept.clear()
+        self.kept_bytes = 0
 
 
 def dali_available() -> bool:

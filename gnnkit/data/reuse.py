@@ -46,7 +46,7 @@ from pipeline.batch_cache import (
     open_batch_cache,
     read_manifest,
 )
-from pipeline.shard_reader import ShardReader, make_shard_reader
+from pipeline.shard_reader import ResidentShardReader, ShardReader, make_shard_reader
 
 PHASES = ("record", "replay", "fresh")
 
@@ -71,6 +71,9 @@ class ReuseConfig:
         shard_mb: Target shard size in MiB.
         disk_budget_mb: Disk budget of the cache in MiB; batches beyond it are not recorded and the
             replay cycles through those that were (``None``: free disk space less 1 GiB).
+        device_cache_mb: When replaying on a GPU, MiB of shards kept in its memory after their first
+            read, so later replays of the recording read nothing from disk and copy nothing to the
+            device (``None``: up to a quarter of the GPU's free memory; 0: read every replay).
         cache_dir: Cache folder (default: ``$GNNKIT_HOME/batches/<dataset>/<settings hash>``).
     """
 
@@ -83,6 +86,7 @@ class ReuseConfig:
     verify: str = "once"
     shard_mb: float = 64.0
     disk_budget_mb: float | None = 8192.0
+    device_cache_mb: float | None = None
     cache_dir: str | None = None
 
     def __post_init__(self) -> None:
@@ -96,6 +100,7 @@ class ReuseConfig:
             ("verify", self.verify in ("once", "always"), "'once' or 'always'"),
             ("shard_mb", self.shard_mb > 0, "a positive number"),
             ("disk_budget_mb", self.disk_budget_mb is None or self.disk_budget_mb >= 0, "a number >= 0"),
+            ("device_cache_mb", self.device_cache_mb is None or self.device_cache_mb >= 0, "a number >= 0"),
         )
         for name, ok, expected in checks:
             if not ok:
@@ -122,6 +127,7 @@ class ReuseStats:
     cache_bytes: int = 0
     loader: str = ""
     stored: str = "batches"  # or "structure" (node attributes gathered again at replay)
+    device_kept_mb: float = 0.0  # shards replayed from GPU memory (ReuseConfig.device_cache_mb)
 
     def state_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -218,7 +224,8 @@ class ReuseLoader:
         self.current_epoch = current_epoch
         self.stats = stats
         self.seed = seed
-        self.reader: ShardReader = make_shard_reader(config.loader, config.workers, device=device)
+        self.reader: ShardReader = _kept_on_device(make_shard_reader(config.loader, config.workers, device=device),
+                                                   config.device_cache_mb, device)
         self.stats.loader = self.reader.name
         self.node_attrs = dict(node_attrs) if node_attrs else None
         self.stats.stored = "structure" if self.node_attrs else "batches"
@@ -299,6 +306,8 @@ class ReuseLoader:
 
     def _record(self, recorded: int) -> Iterator[Data]:
         config = self.config
+        if isinstance(self.reader, ResidentShardReader):
+            self.reader.clear()  # the shards kept of the recording this one replaces
         lossy = {"x": torch.float16} if config.feature_dtype == "float16" else {}
         writer = BatchCacheWriter(self.folder, self._inputs(recorded), shard_mb=config.shard_mb,
                                   budget_mb=config.disk_budget_mb, lossy=lossy)
@@ -346,6 +355,9 @@ class ReuseLoader:
         fresh = self._count(iter(self.fresh), "fresh") if fresh_steps else iter(())
         for is_fresh in plan.tolist():
             yield next(fresh) if is_fresh else next(replayed)
+        replayed.close()
+        if isinstance(self.reader, ResidentShardReader):
+            self.stats.device_kept_mb = round(self.reader.kept_bytes / 2**20, 1)
 
     def _replayed(self, cache: BatchCache, count: int, generator: torch.Generator) -> Iterator[Data]:
         """``count`` cached batches: shards in a random order, batches shuffled within each shard,
@@ -376,6 +388,15 @@ class ReuseLoader:
                 self.stats.corrupt_shards += 1
                 log.warning("reuse: %s; sampling its batches afresh", err)
             return None
+
+
+def _kept_on_device(reader: ShardReader, budget_mb: float | None, device: str) -> ShardReader:
+    """``reader``, keeping the shards it hands over on a GPU within ``budget_mb`` (``None``: a quarter
+    of the GPU's free memory now); unchanged on the CPU, where replay maps the page cache already."""
+    if torch.device(device).type != "cuda" or budget_mb == 0:
+        return reader
+    budget = int(budget_mb * 2**20) if budget_mb is not None else torch.cuda.mem_get_info(torch.device(device))[0] // 4
+    return ResidentShardReader(reader, budget)
 
 
 def default_folder(root: Path, dataset: str, inputs: dict[str, Any]) -> Path:

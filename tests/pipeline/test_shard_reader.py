@@ -1,4 +1,5 @@
-"""DALI and torch shard readers: same bytes, same order; missing files come back empty."""
+"""DALI and torch shard readers: same bytes, same order; missing files come back empty. The resident
+reader serves shards it kept without reading them again."""
 
 import threading
 
@@ -6,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.shard_reader import DaliShardReader, TorchShardReader, dali_available, make_shard_reader, read_ahead
+from pipeline.shard_reader import (DaliShardReader, ResidentShardReader, TorchShardReader, dali_available,
+                                   make_shard_reader, read_ahead)
 
 needs_dali = pytest.mark.skipif(not dali_available(), reason="nvidia-dali is not installed")
 
@@ -106,3 +108,60 @@ def test_read_ahead_stops_its_thread_when_the_consumer_stops_early():
     assert [next(ahead) for _ in range(3)] == [0, 1, 2]
     ahead.close()
     assert not _ahead_threads() and len(pulled) <= 3 + 2 + 2  # what was taken, the queue, one in hand
+
+
+class _Counting:
+    """A reader that records which shards it was asked to read."""
+
+    name = "counting"
+
+    def __init__(self, reader):
+        self.reader, self.asked = reader, []
+
+    def read(self, paths, order):
+        self.asked.append(list(order))
+        yield from self.reader.read(paths, order)
+
+
+def test_a_resident_reader_reads_each_shard_once_and_serves_the_same_bytes(files):
+    inner = _Counting(TorchShardReader())
+    resident = ResidentShardReader(inner, budget_bytes=10**6)
+    order = [3, 5, 0, 4]
+    first, second = _read_all(resident, files, order), _read_all(resident, files, [0, 4, 3, 5, 1])
+    assert [i for i, _ in first] == order and [i for i, _ in second] == [0, 4, 3, 5, 1]
+    for i, data in first + second:
+        assert bytes(data.numpy()) == (files[i].read_bytes() if files[i].exists() else b"")
+    assert inner.asked == [order, [5, 1]]  # the missing file is never kept; shard 1 was not read before
+    assert resident.kept_bytes == sum(files[i].stat().st_size for i in (3, 0, 4, 1))
+
+
+def test_a_resident_reader_keeps_what_fits_and_rereads_a_rewritten_shard(files):
+    inner = _Counting(TorchShardReader())
+    size = files[0].stat().st_size
+    resident = ResidentShardReader(inner, budget_bytes=size + files[1].stat().st_size - 1)
+    list(resident.read(files, [0, 1]))
+    list(resident.read(files, [0, 1]))
+    assert inner.asked[1] == [1]  # shard 0 fits the budget, shard 1 does not
+    files[0].write_bytes(b"a new recording")  # published anew: another file
+    (got,) = [bytes(b.numpy()) for _, b in resident.read(files, [0])]
+    assert got == b"a new recording" and inner.asked[2] == [0]
+    resident.clear()
+    list(resident.read(files, [2]))
+    assert resident.kept_bytes == files[2].stat().st_size and inner.asked[3] == [2]
+
+
+def test_a_resident_reader_stops_its_readers_read_ahead_when_the_consumer_stops(files):
+    resident = ResidentShardReader(TorchShardReader(device="cpu"), budget_bytes=0)
+    shards = resident.read(files, [0, 1, 2, 3])
+    next(shards)
+    shards.close()
+    assert not _ahead_threads()
+
+
+@pytest.mark.gpu
+def test_a_resident_reader_keeps_the_gpu_copies(files):
+    resident = ResidentShardReader(TorchShardReader(device="cuda"), budget_bytes=10**6)
+    first = _read_all(resident, files, [2, 0])
+    again = list(resident.read(files, [0, 2]))
+    assert all(b.is_cuda for _, b in again) and resident.kept_bytes > 0
+    assert torch.equal(dict(again)[2].cpu(), dict(first)[2].cpu())

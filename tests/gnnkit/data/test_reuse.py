@@ -43,7 +43,7 @@ def test_phases_of_the_schedule():
 
 
 @pytest.mark.parametrize("field,value", [("epochs", -1), ("factor", 0), ("fresh_fraction", 1.5),
-                                         ("loader", "nvme"), ("feature_dtype", "int8")])
+                                         ("loader", "nvme"), ("feature_dtype", "int8"), ("device_cache_mb", -1)])
 def test_bad_schedule_is_one_line_naming_the_field(field, value):
     with pytest.raises(ValueError, match=f"^data.reuse.{field}: expected"):
         ReuseConfig(**{field: value})
@@ -101,6 +101,45 @@ def test_structure_only_recording_replays_what_fresh_sampling_gives(tmp_path, mo
     shard = json.loads((tmp_path / "structure" / "manifest.json").read_text())
     assert shard["inputs"]["stored"] == "structure"
     assert dm.reuse_stats.cache_bytes < 0.5 * whole.reuse_stats.cache_bytes
+
+
+@pytest.mark.parametrize("structure", [True, False])
+def test_shards_kept_on_the_device_replay_the_recording_every_epoch_without_reading_it(tmp_path, monkeypatch,
+                                                                                       structure):
+    """Replay on a GPU keeps the shards it read (ReuseConfig.device_cache_mb): later replays read
+    nothing, and what they yield is still the recording, after the model trained on those batches
+    (a kept shard is shared by every replay, float32 features are views of it: nothing may write
+    into it). Forced here on the CPU."""
+    import gnnkit.data.reuse as reuse
+    from gnnkit.models.node_gnn import NodeGNN
+    from pipeline.shard_reader import ResidentShardReader
+
+    assert reuse._kept_on_device(reader := object(), None, "cpu") is reader  # the CPU maps the page cache
+    assert reuse._kept_on_device(reader, 0, "cuda") is reader  # switched off
+    monkeypatch.setattr(reuse, "_kept_on_device", lambda reader, budget, device: ResidentShardReader(reader, 2**30))
+    if structure:
+        monkeypatch.setattr(GraphDataModule, "_gathered_on_device", lambda self: {"x": self.graph.x, "y": self.graph.y})
+    dm = _datamodule(tmp_path, "c", epochs=8, factor=4)
+    loader = dm.train_dataloader()
+    recorded = {_key(b): b.clone() for b in loader}
+    reads = []
+    inner = loader.reader.reader
+    monkeypatch.setattr(inner, "read", lambda paths, order, read=inner.read: reads.append(list(order)) or read(paths, order))
+    model = NodeGNN("sage", dm.num_features, 16, dm.num_classes, num_layers=2, aggregation="gnnkit")
+    for epoch in range(3):
+        for batch in loader:
+            _assert_identical(recorded[_key(batch)], batch)
+            out = model(batch.x, batch.edge_index, num_sampled_nodes=batch.num_sampled_nodes,
+                        num_sampled_edges=batch.num_sampled_edges)
+            out[:batch.batch_size].sum().backward()
+            if epoch and not structure:  # the features are the kept bytes themselves
+                kept = loader.reader._kept.values()
+                assert any(b.data_ptr() <= batch.x.data_ptr() < b.data_ptr() + b.numel() for b in kept)
+        assert dm.reuse_stats.device_kept_mb > 0
+    shards = len(json.loads((tmp_path / "c" / "manifest.json").read_text())["shards"])
+    assert [len(order) for order in reads] == [shards]  # read in the first replay only
+    list(loader)  # epoch 4 records anew: the kept shards of the old recording are let go
+    assert loader.reader.kept_bytes == 0
 
 
 def test_node_attrs_must_match_what_the_cache_inputs_say(tmp_path):
