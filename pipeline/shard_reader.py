@@ -154,6 +154,10 @@ class TorchShardReader:
             yield int(index), (buffer.to(device, non_blocking=True) if gpu else buffer)
 
 
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
 class ResidentShardReader:
     """Another reader's shards, kept where it handed them over, within a byte budget, and served
     from there when they are asked for again.
@@ -207,11 +211,13 @@ class ResidentShardReader:
                 close()
 
     def _keep(self, identity: tuple[str, int, int, int] | None, buffer: torch.Tensor) -> None:
-        size = buffer.numel() * buffer.element_size()
-        if identity is None or size == 0 or self.kept_bytes + size > self.budget_bytes:
+        if identity is None or buffer.numel() == 0:
             return
-        self._kept[identity] = buffer
-        self.kept_bytes += size
+        for stale in [key for key in self._kept if key[0] == identity[0]]:  # its file was written anew
+            self.kept_bytes -= _nbytes(self._kept.pop(stale))
+        if self.kept_bytes + _nbytes(buffer) <= self.budget_bytes:
+            self._kept[identity] = buffer
+            self.kept_bytes += _nbytes(buffer)
 
     def clear(self) -> None:
         """Let go of every kept shard."""

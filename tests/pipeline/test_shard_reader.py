@@ -145,6 +145,7 @@ def test_a_resident_reader_keeps_what_fits_and_rereads_a_rewritten_shard(files):
     files[0].write_bytes(b"a new recording")  # published anew: another file
     (got,) = [bytes(b.numpy()) for _, b in resident.read(files, [0])]
     assert got == b"a new recording" and inner.asked[2] == [0]
+    assert resident.kept_bytes == len(b"a new recording")  # the old bytes of that path are let go
     resident.clear()
     list(resident.read(files, [2]))
     assert resident.kept_bytes == files[2].stat().st_size and inner.asked[3] == [2]

@@ -124,7 +124,8 @@ def test_shards_kept_on_the_device_replay_the_recording_every_epoch_without_read
     recorded = {_key(b): b.clone() for b in loader}
     reads = []
     inner = loader.reader.reader
-    monkeypatch.setattr(inner, "read", lambda paths, order, read=inner.read: reads.append(list(order)) or read(paths, order))
+    monkeypatch.setattr(inner, "read",
+                        lambda paths, order, read=inner.read: reads.append(list(order)) or read(paths, order))
     model = NodeGNN("sage", dm.num_features, 16, dm.num_classes, num_layers=2, aggregation="gnnkit")
     for epoch in range(3):
         for batch in loader:
