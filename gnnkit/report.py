@@ -176,7 +176,8 @@ def write_report(
         **describe_optimizers(getattr(trainer, "optimizers", None) or []),
         **(extra or {}),
     }
-    for part in (model, datamodule, trainer.strategy, *trainer.callbacks):  # parts that describe themselves add keys
+    # parts that describe themselves (the model, data, strategy, callbacks such as StepProfile) add keys
+    for part in (model, datamodule, trainer.strategy, *getattr(trainer, "callbacks", ())):
         if callable(getattr(part, "report_info", None)):
             report.update(part.report_info())
     if not trainer.is_global_zero:
