@@ -171,21 +171,33 @@ class StepProfile(pl.Callback):
 
     # -- the profiler -------------------------------------------------------------------------------
 
+    # The profile is a by-product: a profiler that cannot start or finish (no CUPTI, say) is logged
+    # and the run goes on with the phases alone.
+
     def _start_profiler(self) -> None:
         activities = [torch.profiler.ProfilerActivity.CPU]
         if self._cuda is not None:
             activities.append(torch.profiler.ProfilerActivity.CUDA)
-        self._profiler = torch.profiler.profile(activities=activities)
-        self._profiler.__enter__()
+        profiler = torch.profiler.profile(activities=activities)
+        try:
+            profiler.__enter__()
+        except RuntimeError as err:
+            log.warning("step profile: torch.profiler did not start (%s); phase times only", err)
+            self.profiled_steps = 0
+            return
+        self._profiler = profiler
 
     def _stop_profiler(self, trainer: pl.Trainer) -> None:
         profiler, self._profiler = self._profiler, None
         if self._cuda is not None:
             torch.cuda.synchronize(self._cuda)
-        profiler.__exit__(None, None, None)
-        averages = profiler.key_averages()
-        on_device = self._cuda is not None
-        sort = "self_device_time_total" if on_device else "self_cpu_time_total"
+        try:
+            profiler.__exit__(None, None, None)
+            averages = profiler.key_averages()
+        except RuntimeError as err:
+            log.warning("step profile: torch.profiler failed (%s); phase times only", err)
+            return
+        sort = "self_device_time_total" if self._cuda is not None else "self_cpu_time_total"
         self.table = averages.table(sort_by=sort, row_limit=self.top)
         ranked = sorted(averages, key=lambda e: getattr(e, sort), reverse=True)[:self.top]
         self.operators = [{"name": e.key, "calls": e.count, "self_ms": round(getattr(e, sort) / 1e3, 3)}

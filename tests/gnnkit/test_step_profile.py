@@ -74,6 +74,20 @@ def test_a_window_past_the_first_epoch_times_nothing(tmp_path):
     assert profile.summary() == {"steps": 0} and not (tmp_path / "step_profile.txt").exists()
 
 
+def test_a_profiler_that_cannot_start_leaves_the_phases_and_the_run(tmp_path, monkeypatch):
+    class Broken:
+        def __init__(self, **kwargs):
+            pass
+
+        def __enter__(self):
+            raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
+
+    monkeypatch.setattr(torch.profiler, "profile", Broken)
+    profile = StepProfile(steps=3, skip=1, profiled_steps=2)
+    _fit(tmp_path, profile)
+    assert profile.summary()["steps"] == 3 and "operators" not in profile.summary()
+
+
 @pytest.mark.parametrize("name, value", [("steps", 0), ("skip", 0), ("profiled_steps", -1), ("top", 0)])
 def test_bad_settings_name_the_setting(name, value):
     with pytest.raises(ValueError, match=f"StepProfile.{name}: expected an integer >= "):
