@@ -33,9 +33,9 @@
 # machine stays warm 30 s after a call, so make the second call at once: it finds the first's
 # build, datasets and results there (GNNKIT_HOME is the ignored folder .gpu-home/, which survives
 # between calls on a warm machine; results are also kept in .gpu-home/results and picked up from
-# there). Copy what came back into the tree afterwards (gpu.json, formats_gpu.json and
-# formats_labels_gpu.jsonl into bench/results/, selector_model_cuda.json into gnnkit/sparse/); a
-# cold machine resumes from those copies instead.
+# there before the tree's copies). Copy what came back into the tree afterwards (gpu.json,
+# formats_gpu.json and formats_labels_gpu.jsonl into bench/results/, selector_model_cuda.json into
+# gnnkit/sparse/); a cold machine resumes from those copies instead.
 #   issue 16: GNNKIT_GPU_FAMILIES="gcn sage" bash bench/gpu_session.sh setup tests gpu    (~8 min)
 #             GNNKIT_GPU_FAMILIES=reuse bash bench/gpu_session.sh setup gpu              (~4 min)
 #   issue 17: bash bench/gpu_session.sh setup tests native label                         (~8 min)
@@ -62,12 +62,12 @@ deadline=$((SECONDS + ${GNNKIT_CALL_S:-580} - 15))
 mkdir -p "$OUT" "$LOGS" "$KEPT"
 failed=0
 
-seed() {  # seed FILE...: bring an earlier call's result to $OUT (copied into the tree, else kept here)
+seed() {  # seed FILE...: bring an earlier call's result to $OUT: this machine's, else the tree's copy
     for file in "$@"; do
         local name
         name=$(basename "$file")
         [ -f "$OUT/$name" ] && continue
-        if [ -f "$file" ]; then cp "$file" "$OUT/"; elif [ -f "$KEPT/$name" ]; then cp "$KEPT/$name" "$OUT/"; fi
+        if [ -f "$KEPT/$name" ]; then cp "$KEPT/$name" "$OUT/"; elif [ -f "$file" ]; then cp "$file" "$OUT/"; fi
     done
 }
 seed bench/results/formats_labels_gpu.jsonl  # labelling goes on from where an earlier call stopped

@@ -53,6 +53,17 @@ def test_the_benchmarks_datasets_are_preprocessed_in_the_background_before_they_
     assert (tmp_path / "home" / "results").is_dir()  # where the next call on this machine finds the results
 
 
+def test_a_second_call_on_the_same_machine_goes_on_from_the_first_calls_results(tmp_path):
+    kept = tmp_path / "home" / "results"
+    kept.mkdir(parents=True)
+    (kept / "gpu.json").write_text('{"complete": false, "rows": ["from the first call"]}')
+    proc, calls, log = _session(tmp_path, "gpu", GNNKIT_GPU_FAMILIES="reuse")
+    assert proc.returncode == 0, log
+    assert (tmp_path / "out" / "gpu.json").read_text() == (kept / "gpu.json").read_text()
+    bench = next(c for c in calls if c.startswith("bench/gpu.py"))
+    assert f"--resume {tmp_path / 'out' / 'gpu.json'}" in bench
+
+
 def test_steps_without_training_preprocess_nothing(tmp_path):
     proc, calls, _ = _session(tmp_path, "setup", "tests")
     assert proc.returncode == 0 and not [c for c in calls if "preprocess" in c]
