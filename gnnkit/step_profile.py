@@ -33,7 +33,8 @@ import torch
 
 from pipeline import atomic_write_text, log
 
-#: The phases of a step, in order; each ends at the hook of the same index in :data:`_CUTS`.
+#: The phases of a step, in order: they end at ``on_train_batch_start``, ``on_before_backward``,
+#: ``on_after_backward`` and ``on_train_batch_end``.
 PHASES = ("data", "forward", "backward", "optimizer")
 _SYNC_WARNING = "synchroniz"  # torch's sync debug mode warns "called a synchronizing CUDA operation"
 
