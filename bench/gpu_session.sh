@@ -73,7 +73,6 @@ seed() {  # seed FILE...: bring an earlier call's result to $OUT: this machine's
 seed bench/results/formats_labels_gpu.jsonl  # labelling goes on from where an earlier call stopped
 
 finish() {
-    cp "$OUT"/*.json "$OUT"/*.jsonl "$KEPT/" 2>/dev/null
     echo "$failed step(s) failed; session.log and logs.tgz in $OUT" | tee -a "$OUT/session.log"
 }
 trap finish EXIT

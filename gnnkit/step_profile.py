@@ -215,17 +215,15 @@ class StepProfile(pl.Callback):
         and ``syncs``), the step's, and the profiled operators."""
         if not self.rows:
             return {"steps": 0}
-        def median(key: str) -> float:
-            return round(statistics.median(r[key] for r in self.rows), 3)
 
-        out: dict[str, Any] = {"steps": len(self.rows), "skipped": self.skip,
-                               "host_ms": {p: median(p) for p in PHASES}}
-        out["host_ms"]["step"] = round(statistics.median(sum(r[p] for p in PHASES) for r in self.rows), 3)
+        def medians(prefix: str) -> dict[str, float]:  # each phase's, and the whole step's
+            out = {p: statistics.median(r[prefix + p] for r in self.rows) for p in PHASES}
+            out["step"] = statistics.median(sum(r[prefix + p] for p in PHASES) for r in self.rows)
+            return {k: round(v, 3) for k, v in out.items()}
+
+        out: dict[str, Any] = {"steps": len(self.rows), "skipped": self.skip, "host_ms": medians("")}
         if self._cuda is not None:
-            out["gpu_ms"] = {p: median(f"gpu:{p}") for p in PHASES}
-            out["gpu_ms"]["step"] = round(statistics.median(sum(r[f"gpu:{p}"] for p in PHASES) for r in self.rows), 3)
-            out["syncs"] = {p: median(f"syncs:{p}") for p in PHASES}
-            out["syncs"]["step"] = statistics.median(sum(r[f"syncs:{p}"] for p in PHASES) for r in self.rows)
+            out["gpu_ms"], out["syncs"] = medians("gpu:"), medians("syncs:")
         if self.operators:
             out["profiled_steps"] = self.profiled_steps
             out["operators"] = self.operators

@@ -154,10 +154,6 @@ class TorchShardReader:
             yield int(index), (buffer.to(device, non_blocking=True) if gpu else buffer)
 
 
-def _nbytes(tensor: torch.Tensor) -> int:
-    return tensor.numel() * tensor.element_size()
-
-
 class ResidentShardReader:
     """Another reader's shards, kept where it handed them over, within a byte budget, and served
     from there when they are asked for again.
@@ -180,7 +176,11 @@ class ResidentShardReader:
         self.name = reader.name
         self.budget_bytes = budget_bytes
         self._kept: dict[tuple[str, int, int, int], torch.Tensor] = {}
-        self.kept_bytes = 0
+
+    @property
+    def kept_bytes(self) -> int:
+        """Bytes of the kept buffers (uint8)."""
+        return sum(buffer.numel() for buffer in self._kept.values())
 
     @staticmethod
     def _identity(path: Path) -> tuple[str, int, int, int] | None:
@@ -214,15 +214,13 @@ class ResidentShardReader:
         if identity is None or buffer.numel() == 0:
             return
         for stale in [key for key in self._kept if key[0] == identity[0]]:  # its file was written anew
-            self.kept_bytes -= _nbytes(self._kept.pop(stale))
-        if self.kept_bytes + _nbytes(buffer) <= self.budget_bytes:
+            del self._kept[stale]
+        if self.kept_bytes + buffer.numel() <= self.budget_bytes:
             self._kept[identity] = buffer
-            self.kept_bytes += _nbytes(buffer)
 
     def clear(self) -> None:
         """Let go of every kept shard."""
         self._kept.clear()
-        self.kept_bytes = 0
 
 
 def dali_available() -> bool:

@@ -395,8 +395,9 @@ def _kept_on_device(reader: ShardReader, budget_mb: float | None, device: str) -
     of the GPU's free memory now); unchanged on the CPU, where replay maps the page cache already."""
     if torch.device(device).type != "cuda" or budget_mb == 0:
         return reader
-    budget = int(budget_mb * 2**20) if budget_mb is not None else torch.cuda.mem_get_info(torch.device(device))[0] // 4
-    return ResidentShardReader(reader, budget)
+    if budget_mb is None:
+        return ResidentShardReader(reader, torch.cuda.mem_get_info(torch.device(device))[0] // 4)
+    return ResidentShardReader(reader, int(budget_mb * 2**20))
 
 
 def default_folder(root: Path, dataset: str, inputs: dict[str, Any]) -> Path:
