@@ -7,8 +7,9 @@
 # or DALI), so fetch the small wheels here first (Python 3.12 there) and carry them:
 #     echo /.whl/ >> .git/info/exclude
 #     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-#         --platform manylinux_2_17_x86_64 --platform any -d .whl \
-#         ogb jsonargparse typeshed-client docstring-parser outdated littleutils
+#         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform any -d .whl \
+#         ogb jsonargparse typeshed-client docstring-parser outdated littleutils pymetis
+# (pymetis: the TT recipe orders its rows by METIS partitions)
 # then, from the repository root on the device machine (carry [".whl"]):
 #     GNNKIT_CALL_S=580 bash bench/gpu_session.sh setup tests gpu   # the steps named, in order
 # GNNKIT_CALL_S is the call's timeout_s: each step runs under what is left of it (less 15 s), so a
@@ -146,14 +147,14 @@ setup() {
     # shellcheck disable=SC2046  # one dataset a word
     [ -n "$prep_pid" ] || prep_start $(datasets_for "${steps[@]}")
     step doctor python3 -m gnnkit.cli doctor
-    step imports python3 -c "import ogb, jsonargparse, pandas, sklearn, pyarrow, matplotlib; print('imports ok')"
+    step imports python3 -c "import ogb, jsonargparse, pymetis, pandas, sklearn, pyarrow, matplotlib; print('imports ok')"
     step build python3 -c "from gnnkit import native; assert native.get() is not None, native.status(); print(native.kernels())"
 }
 
 tests() {  # the GPU tier (the rest is CI's, on CPU), on 8 pytest workers where pytest-xdist imports
     local workers=()
     python3 -c "import xdist" 2>/dev/null && workers=(-n "${GNNKIT_TEST_WORKERS:-8}")
-    step tests-gpu python3 -m pytest -q -p no:cacheprovider "${workers[@]}" -m gpu tests
+    step tests-gpu python3 -m pytest -q -p no:cacheprovider --tb=short --durations=15 "${workers[@]}" -m gpu tests
     step tests-native python3 -m pytest -q -p no:cacheprovider "${workers[@]}" -m "not gpu" tests/gnnkit/native \
         -k "not emulated and not nvcc"  # CI runs the emulator and the nvcc compile checks
 }

@@ -260,6 +260,9 @@ def tt_lookup(cores: Sequence[Tensor], rows: Tensor, reuse_prefixes: bool = True
         ``[B, q1 q2 q3]``, differentiable with respect to the cores.
     """
     checks.tt_inputs("tt_lookup", cores, rows)
+    if cores[0].device.type == "cuda" and tt_shared_bytes(cores) > _shared_memory_limit(cores[0].device):
+        raise ValueError(f"tt_lookup: the cores need {tt_shared_bytes(cores)} bytes of shared memory a block "
+                         f"(q1 q2 (r2 + q3) values), above this GPU's {_shared_memory_limit(cores[0].device)}")
     return _TTLookup.apply(rows.reshape(-1), *cores, bool(reuse_prefixes))
 
 

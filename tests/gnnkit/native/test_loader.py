@@ -56,6 +56,7 @@ def test_a_build_is_announced_with_its_folder_and_time_and_a_built_library_is_re
     monkeypatch.setenv("GNNKIT_NATIVE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(logging.getLogger("gnnkit"), "handlers", [])  # no log set up: stderr
     monkeypatch.setattr(loader, "_by_key", {})
+    monkeypatch.setattr(loader, "with_cuda", lambda: False)  # a CPU build, also on a GPU machine
     builds = []
 
     def compile_(name, build_directory, **_):  # stands in for the minute of compiling
