@@ -296,6 +296,7 @@ class CSRNeighborSampler(BaseSampler):
 
         # Per-process state, (re)built lazily by `_process_state`:
         self._generator: torch.Generator | None = self._new_generator(self.seed)
+        self._device_generator: torch.Generator | None = None  # see `_on_device`
         self._owner_pid: int = os.getpid()
         self._worker_seeded: bool = False
         self._local: Tensor | None = None  # global id -> local id, -1 elsewhere
@@ -314,9 +315,21 @@ class CSRNeighborSampler(BaseSampler):
     # Per-process state ################################################
 
     def _new_generator(self, seed: int | None) -> torch.Generator | None:
+        """The private generator: on the CPU wherever the graph lives, so drawing a kernel's seed
+        from it never waits for the GPU (a draw from a CUDA generator read back is a host sync)."""
         if seed is None:
             return None
-        return torch.Generator(device=self.indptr.device).manual_seed(seed)
+        return torch.Generator().manual_seed(seed)
+
+    def _on_device(self, generator: torch.Generator | None, device: torch.device) -> torch.Generator | None:
+        """A generator that draws on ``device`` for the pure-PyTorch hop: ``generator`` itself on its
+        own device, else this sampler's generator for ``device`` re-seeded from a draw of ``generator``
+        (host-side, no sync), so the samples still follow ``generator`` alone."""
+        if generator is None or generator.device.type == device.type:
+            return generator
+        if self._device_generator is None or self._device_generator.device.type != device.type:
+            self._device_generator = torch.Generator(device=device)
+        return self._device_generator.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
 
     def _process_state(self) -> tuple[torch.Generator | None, Tensor]:
         """Returns this process's generator and scratch map, creating them if needed."""
@@ -360,7 +373,7 @@ class CSRNeighborSampler(BaseSampler):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_local"] = None  # never ship the scratch map
+        state["_local"] = state["_device_generator"] = None  # never ship the scratch map
         return state
 
     # Sampling #########################################################
@@ -385,6 +398,7 @@ class CSRNeighborSampler(BaseSampler):
             node, int64 ``[F]``.
         """
         device = frontier.device
+        generator = self._on_device(generator, device)
         start = torch.index_select(self.indptr, 0, frontier)
         deg = torch.index_select(self.indptr, 0, frontier + 1) - start
         if k == 0 or frontier.numel() == 0:
@@ -652,6 +666,9 @@ class CSRNodeLoader(NodeLoader):
         data = super().filter_fn(out)
         if isinstance(data, Data) and "edge_index" not in data:
             data.edge_index = torch.stack([out.row, out.col], dim=0)
+            # the sampler's edge order (hop by hop, by destination in node order): models may slice
+            # their blocks from one row pointer (NodeGNN's ``edges_by_destination``)
+            data.edges_by_destination = isinstance(self.node_sampler, CSRNeighborSampler)
         return data if self.batch_transform is None else self.batch_transform(data)
 
 

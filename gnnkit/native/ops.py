@@ -191,7 +191,8 @@ def _sample_raw(indptr: Tensor, indices: Tensor, seeds: Tensor, fanouts: Sequenc
     """:func:`sample_neighbors` on inputs already checked (the graph once, the seeds per batch)."""
     node, row, col, edge, nn, ne = _module().sample_neighbors(indptr, indices, seeds, list(fanouts), bool(replace),
                                                               int(seed) % 2**63, local)
-    return node, row, col, edge, nn.tolist(), ne.tolist()
+    sizes = torch.cat([nn, ne]).tolist()  # one read-back (a host sync on a GPU) for both lists
+    return node, row, col, edge, sizes[:nn.numel()], sizes[nn.numel():]
 
 
 # -- TT lookup --------------------------------------------------------------------------------------

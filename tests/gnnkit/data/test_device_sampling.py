@@ -181,3 +181,24 @@ def test_full_batch_stages_share_one_device_copy_of_the_graph():
     assert train.x.is_cuda and train.x.data_ptr() == val.x.data_ptr() and train.y.data_ptr() == val.y.data_ptr()
     assert train.adj is val.adj and train.adj.indptr.is_cuda
     assert train.to(GPU).x.data_ptr() == val.x.data_ptr()
+
+
+@pytest.mark.gpu
+def test_the_pytorch_sampler_on_the_gpu_follows_the_cpu_generator(monkeypatch):
+    """Without the CUDA sampler the PyTorch hops run on the GPU, their generator re-seeded from the
+    sampler's CPU one (no host sync for a seed): the same seed gives the same valid batches."""
+    monkeypatch.setattr("gnnkit.native.ops._native_graph", lambda sampler, sources_are_rows=True: False)
+    runs = []
+    for _ in range(2):
+        dm = GraphDataModule("synthetic-tiny", batch_size=64, num_neighbors=[5, 3], seed=3, sampler_device="cuda",
+                             prefetch=0)
+        torch.manual_seed(0)
+        runs.append(_batches(dm))
+    assert dm._samplers["train"]._generator.device.type == "cpu"
+    g = dm.graph
+    for a, b in zip(*runs):
+        for ta, tb in zip(a, b):
+            assert ta.is_cuda and torch.equal(ta, tb)
+        n_id, (src, dst) = a[0].cpu(), a[1].cpu()
+        for s, d in zip(n_id[src].tolist(), n_id[dst].tolist()):
+            assert s in g.indices[g.indptr[d]:g.indptr[d + 1]].tolist()
