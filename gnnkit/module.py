@@ -299,7 +299,8 @@ class NodeClassifier(RunLengthHooks, TaskModule):
                         num_sampled_nodes=getattr(batch, "num_sampled_nodes", None),
                         num_sampled_edges=getattr(batch, "num_sampled_edges", None),
                         halo=getattr(batch, "halo", None),
-                        input_aggregated=getattr(batch, "input_aggregated", False))
+                        input_aggregated=getattr(batch, "input_aggregated", False),
+                        edges_by_destination=getattr(batch, "edges_by_destination", False))
 
     def _loss(self, logits: Tensor, y: Tensor) -> Tensor:
         if self.multiclass:

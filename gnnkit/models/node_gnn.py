@@ -15,6 +15,7 @@ from gnnkit.partitioned.halo import HaloPlan, with_halo
 from gnnkit.partitioned.local_graph import gcn_local_normalized, weighted_halo
 from gnnkit.partitioned.stale_halo import StaleHalo
 from gnnkit.sparse import Adjacency
+from gnnkit.sparse.adjacency import indptr_of
 
 #: Where message-passing layers aggregate: PyG's own layers, or gnnkit.sparse.spmm per layer.
 AGGREGATIONS = ("pyg", "gnnkit")
@@ -207,6 +208,7 @@ class NodeGNN(nn.Module):
         num_sampled_edges: list[int] | None = None,
         halo: HaloPlan | StaleHalo | None = None,
         input_aggregated: bool = False,
+        edges_by_destination: bool = False,
     ) -> Tensor:
         """Node scores.
 
@@ -237,6 +239,10 @@ class NodeGNN(nn.Module):
                 :meth:`input_aggregation` says (``Â X`` for GCN, ``[mean of neighbours, own row]``
                 for SAGE; :mod:`gnnkit.partitioned.input_aggregation`): the first layer only
                 transforms it, with no graph and no halo exchange.
+            edges_by_destination: ``edge_index``'s destinations are non-decreasing, as gnnkit's
+                sampler emits them (hop by hop, by destination in node order): the blocks of
+                ``aggregation="gnnkit"`` are then rows of one row pointer, made once, with no
+                checks (each layer's check is a host sync on a GPU).
 
         Returns:
             ``[N, out_channels]`` logits, or when trimming ``[num_sampled_nodes[0], out_channels]``
@@ -247,6 +253,8 @@ class NodeGNN(nn.Module):
                 and len(num_sampled_edges) == len(self.layers) and adj is None)
         graph: Tensor | Adjacency | None = None  # what the layers aggregate over, made once
         num_dst = x.size(0)
+        row_ptr = (indptr_of(edge_index[1], num_dst) if trim and edges_by_destination and self.aggregation == "gnnkit"
+                   else None)  # the blocks' rows, all layers' (each a prefix of the batch's nodes)
         if input_aggregated:
             self.input_aggregation()  # a model whose first layer cannot start from it fails here
         for i, layer in enumerate(self.layers):
@@ -256,7 +264,7 @@ class NodeGNN(nn.Module):
                 if i > 0:  # this hop's edges fed the previous layer only
                     edge_index = edge_index[:, : edge_index.size(1) - num_sampled_edges[-i]]
                 num_dst -= num_sampled_nodes[-(i + 1)]
-                x = self._block(layer, x, edge_index, num_dst)
+                x = self._block(layer, x, edge_index, num_dst, row_ptr)
             elif halo is not None and self.model != "mlp":
                 x = self._partition_layer(i, layer, x, adj, halo)
             else:
@@ -302,10 +310,15 @@ class NodeGNN(nn.Module):
             graph = self._sampled[1]
         return layer(inputs, graph, normalized=True) if self.model == "gcn" else layer(inputs, graph)
 
-    def _block(self, layer: nn.Module, x: Tensor, edge_index: Tensor, num_dst: int) -> Tensor:
-        """One layer on a sampled block: sources ``x``, outputs for its first ``num_dst`` rows."""
+    def _block(self, layer: nn.Module, x: Tensor, edge_index: Tensor, num_dst: int,
+               row_ptr: Tensor | None = None) -> Tensor:
+        """One layer on a sampled block: sources ``x``, outputs for its first ``num_dst`` rows (whose
+        entries ``row_ptr[: num_dst + 1]`` points at when the edges come sorted by destination)."""
         if self.aggregation == "gnnkit":
-            return layer(x, Adjacency.from_edge_index(edge_index, x.size(0), num_dst=num_dst, single_use=True))
+            block = (Adjacency(row_ptr[: num_dst + 1], edge_index[0], num_cols=x.size(0), validate=False,
+                               single_use=True) if row_ptr is not None else
+                     Adjacency.from_edge_index(edge_index, x.size(0), num_dst=num_dst, single_use=True))
+            return layer(x, block)
         return layer((x, x[:num_dst]), edge_index, size=(x.size(0), num_dst))
 
     def _graph(self, x: Tensor, edge_index: Tensor, adj: Adjacency | None) -> Tensor | Adjacency:

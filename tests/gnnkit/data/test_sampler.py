@@ -394,6 +394,7 @@ def _check_batch(batch, data, indptr, indices, num_neighbors):
         assert torch.equal(batch.x, data.x[batch.n_id])
     assert torch.equal(batch.y, data.y[batch.n_id])
     src, dst = batch.edge_index
+    assert batch.edges_by_destination and bool((dst[1:] >= dst[:-1]).all())  # what the batch says of itself
     assert torch.equal(indices[batch.e_id], batch.n_id[src])
     dst_global = batch.n_id[dst]
     assert bool(((indptr[dst_global] <= batch.e_id) & (batch.e_id < indptr[dst_global + 1])).all())

@@ -33,11 +33,8 @@ def test_mlp_ignores_edges():
     assert torch.equal(net(x, torch.zeros(2, 0, dtype=torch.long)), net(x, torch.randint(0, 10, (2, 40))))
 
 
-@pytest.mark.parametrize("model,aggregation", [("sage", "pyg"), ("gat", "pyg"), ("gin", "pyg"), ("sage", "gnnkit"),
-                                               ("gin", "gnnkit")])
-def test_trimming_per_hop_keeps_the_seed_outputs(model, aggregation):
-    """Layer i reads the batch less its outer i hops and computes only the rows layer i + 1 reads;
-    the seeds' logits and the parameters' gradients do not change."""
+def _sampled_batch():
+    """A 3-hop batch of gnnkit's sampler over a random 300-node graph with 8 features."""
     import torch_geometric
 
     from gnnkit.data.sampler import neighbor_loader
@@ -51,7 +48,15 @@ def test_trimming_per_hop_keeps_the_seed_outputs(model, aggregation):
     indptr[1:] = torch.bincount(dst, minlength=n).cumsum(0)
     data = torch_geometric.data.Data(x=torch.randn(n, 8), num_nodes=n)
     loader = neighbor_loader(data, indptr, src, [4, 3, 2], input_nodes=None, batch_size=16, shuffle=False, seed=0)
-    batch = next(iter(loader))
+    return next(iter(loader))
+
+
+@pytest.mark.parametrize("model,aggregation", [("sage", "pyg"), ("gat", "pyg"), ("gin", "pyg"), ("sage", "gnnkit"),
+                                               ("gin", "gnnkit")])
+def test_trimming_per_hop_keeps_the_seed_outputs(model, aggregation):
+    """Layer i reads the batch less its outer i hops and computes only the rows layer i + 1 reads;
+    the seeds' logits and the parameters' gradients do not change."""
+    batch = _sampled_batch()
     gnn = NodeGNN(model, 8, 16, 5, num_layers=3, aggregation=aggregation).eval()
     full = gnn(batch.x, batch.edge_index)[: batch.batch_size]
     full.square().sum().backward()
@@ -64,6 +69,27 @@ def test_trimming_per_hop_keeps_the_seed_outputs(model, aggregation):
     trimmed.square().sum().backward()
     for p, expected in zip(gnn.parameters(), full_grads):
         torch.testing.assert_close(p.grad, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("model", ["sage", "gin"])
+def test_blocks_sliced_from_one_row_pointer_give_the_checked_blocks_results(model):
+    """The sampler's edges come sorted by destination (the batch says so): the gnnkit blocks made
+    from one row pointer, without checks, give the logits and gradients of the checked ones."""
+    batch = _sampled_batch()
+    dst = batch.edge_index[1]
+    assert batch.edges_by_destination and bool((dst[1:] >= dst[:-1]).all())
+    gnn = NodeGNN(model, 8, 16, 5, num_layers=3, aggregation="gnnkit").eval()
+    sizes = {"num_sampled_nodes": batch.num_sampled_nodes, "num_sampled_edges": batch.num_sampled_edges}
+    results = []
+    for by_destination in (False, True):
+        gnn.zero_grad()
+        out = gnn(batch.x, batch.edge_index, edges_by_destination=by_destination, **sizes)
+        out.square().sum().backward()
+        results.append((out, [p.grad.clone() for p in gnn.parameters()]))
+    (checked, checked_grads), (sliced, sliced_grads) = results
+    torch.testing.assert_close(sliced, checked)
+    for a, b in zip(sliced_grads, checked_grads):
+        torch.testing.assert_close(a, b)
 
 
 def test_gcn_is_not_trimmed():
