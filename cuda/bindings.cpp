@@ -112,20 +112,23 @@ std::vector<std::string> kernels() {
 }  // namespace gnnkit
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  // The kernels take tensors and numbers only: the interpreter lock is let go while they run, so a
+  // thread preparing the next batch (gnnkit.data.prefetch) and the training loop overlap.
+  const auto nogil = py::call_guard<py::gil_scoped_release>();
   m.doc() = "gnnkit native kernels (CPU: ATen parallel_for; CUDA when built with it)";
-  m.def("spmm_csr", &gnnkit::spmm_csr, "CSR SpMM (sum or mean)");
-  m.def("sell_from_csr", &gnnkit::sell_from_csr, "SELL-C-sigma conversion of a CSR matrix");
-  m.def("spmm_sell", &gnnkit::spmm_sell, "SELL-C-sigma SpMM (sum or mean)");
-  m.def("gine_sum", &gnnkit::gine_sum, "GINE's message sum: per CSR row, sum of relu(x[src] + emb)");
-  m.def("gine_sum_coded", &gnnkit::gine_sum_coded, "gine_sum with edge rows looked up in a table");
-  m.def("gine_sum_backward", &gnnkit::gine_sum_backward, "gradients of gine_sum, walking the entries by source");
-  m.def("gine_sum_coded_backward", &gnnkit::gine_sum_coded_backward, "gradients of gine_sum_coded");
-  m.def("sample_neighbors", &gnnkit::sample_neighbors, "uniform multi-hop neighbour sampling");
-  m.def("sample_rows", &gnnkit::sample_rows, "one hop of uniform neighbour sampling over given rows");
-  m.def("relabel", &gnnkit::relabel, "local ids of sampled nodes, new ones in order of first occurrence");
-  m.def("tt_forward", &gnnkit::tt_forward, "fused 3-core TT lookup (prefix reuse, or one row a group)");
-  m.def("tt_backward", &gnnkit::tt_backward, "gradients of the fused TT lookup");
-  m.def("select_magnitude", &gnnkit::select_magnitude, "elements with |x| >= threshold, with their indices");
-  m.def("dropout", &gnnkit::dropout, "inverted dropout with a counter-based mask (same seed, same mask)");
+  m.def("spmm_csr", &gnnkit::spmm_csr, "CSR SpMM (sum or mean)", nogil);
+  m.def("sell_from_csr", &gnnkit::sell_from_csr, "SELL-C-sigma conversion of a CSR matrix", nogil);
+  m.def("spmm_sell", &gnnkit::spmm_sell, "SELL-C-sigma SpMM (sum or mean)", nogil);
+  m.def("gine_sum", &gnnkit::gine_sum, "GINE's message sum: per CSR row, sum of relu(x[src] + emb)", nogil);
+  m.def("gine_sum_coded", &gnnkit::gine_sum_coded, "gine_sum with edge rows looked up in a table", nogil);
+  m.def("gine_sum_backward", &gnnkit::gine_sum_backward, "gradients of gine_sum, walking the entries by source", nogil);
+  m.def("gine_sum_coded_backward", &gnnkit::gine_sum_coded_backward, "gradients of gine_sum_coded", nogil);
+  m.def("sample_neighbors", &gnnkit::sample_neighbors, "uniform multi-hop neighbour sampling", nogil);
+  m.def("sample_rows", &gnnkit::sample_rows, "one hop of uniform neighbour sampling over given rows", nogil);
+  m.def("relabel", &gnnkit::relabel, "local ids of sampled nodes, new ones in order of first occurrence", nogil);
+  m.def("tt_forward", &gnnkit::tt_forward, "fused 3-core TT lookup (prefix reuse, or one row a group)", nogil);
+  m.def("tt_backward", &gnnkit::tt_backward, "gradients of the fused TT lookup", nogil);
+  m.def("select_magnitude", &gnnkit::select_magnitude, "elements with |x| >= threshold, with their indices", nogil);
+  m.def("dropout", &gnnkit::dropout, "inverted dropout with a counter-based mask (same seed, same mask)", nogil);
   m.def("kernels", &gnnkit::kernels, "names of the kernels in this build");
 }

@@ -16,6 +16,7 @@ from torch_geometric.data import Data
 from gnnkit.data.device_sampling import (SamplingPlacement, check_sampler_device, host_fallback, place,
                                          plan_placement, resolve_sampler_device)
 from gnnkit.data.preprocessing import PreprocessOverrides, describe_line, graph_facts, resolve_options
+from gnnkit.data.prefetch import DEFAULT_DEPTH, DevicePrefetcher
 from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats
 from gnnkit.partitioned.boundary_sampling import BoundarySampler
 from gnnkit.partitioned.rank_data import (
@@ -96,6 +97,9 @@ class GraphDataModule(pl.LightningDataModule):
             device: the GPU when training there), ``"cpu"`` or ``"cuda"``; on a GPU the CSR, features
             and labels are copied there once, and what does not fit is read from pinned host memory
             through unified addressing (:mod:`gnnkit.data.device_sampling`).
+        prefetch: When sampling on a GPU (one process), the batches made ahead in a thread on a
+            second CUDA stream while the GPU trains (DGL's prefetch thread and alternate stream;
+            :mod:`gnnkit.data.prefetch`); ``0`` makes each batch when the step asks for it.
         seed: Sampler seed.
         reuse: PerFect-style reuse of sampled training batches (record, replay, fine-tune fresh);
             see :class:`~gnnkit.data.reuse.ReuseConfig`. Needs ``batch_size > 0``.
@@ -148,6 +152,7 @@ class GraphDataModule(pl.LightningDataModule):
         eval_batch_size: int | None = None,
         num_workers: int = 0,
         sampler_device: str = "auto",
+        prefetch: int = DEFAULT_DEPTH,
         seed: int = 0,
         reuse: ReuseConfig | None = None,
         partitions: int | None = None,
@@ -181,6 +186,8 @@ class GraphDataModule(pl.LightningDataModule):
         log.info(describe_line(self.graph.meta["name"], graph_facts(self.entry)))
         self.num_neighbors = list(num_neighbors or [15, 10, 5])
         check_sampler_device(sampler_device)  # a bad choice, or 'cuda' without a GPU, fails now (CUDA left alone)
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"data.prefetch: expected batches made ahead >= 0 (0 turns it off), got {prefetch!r}")
         self._placement: SamplingPlacement | None = None  # where sampling runs, decided with the first loader
         self._device_graph: dict[str, Any] | None = None  # the graph's copies on the sampling device
         self._full: Data | None = None
@@ -199,6 +206,7 @@ class GraphDataModule(pl.LightningDataModule):
         self.reuse_stats = ReuseStats()
         self._reuse_folder: Path | None = None
         self._samplers: dict[str, Any] = {}  # stage -> the neighbour sampler of its current loader
+        self._prefetchers: dict[str, DevicePrefetcher] = {}  # stage -> its loader's prefetching wrapper
         self._sampler_states: dict[str, Any] = {}  # restored from a checkpoint, applied when built
         self._before_sanity_check: dict[str, Any] = {}  # stage -> sampler state before the sanity check
 
@@ -255,7 +263,8 @@ class GraphDataModule(pl.LightningDataModule):
             info["reuse"] = {"schedule": vars(self.reuse).copy(), "cache_dir": str(self._reuse_folder),
                              **self.reuse_stats.state_dict()}
         if self._placement is not None:
-            info["sampler"] = self._placement.report()
+            info["sampler"] = {**self._placement.report(),
+                               "prefetch": self._prefetchers["train"].depth if "train" in self._prefetchers else 0}
         if self._remote is not None:  # summing the ranks' counts is a collective (every rank reports)
             stats = self._remote.stats
             info["partition"] = sampled_partition_facts(self._partition, stats, stats.summed(),
@@ -272,6 +281,8 @@ class GraphDataModule(pl.LightningDataModule):
         remote feature fetches did (sampled partition-parallel runs)."""
         if self._stale is not None:
             self._stale.drain()
+        for prefetcher in self._prefetchers.values():
+            prefetcher.stop()
         if self._remote is not None:
             log.info("partition %d of %d, after %s: %s", self._partition.part, self._partition.parts,
                      getattr(stage, "value", stage), describe_fetches(self._remote.stats))
@@ -303,9 +314,15 @@ class GraphDataModule(pl.LightningDataModule):
         uninterrupted run would draw). Collective in distributed runs (every rank calls it)."""
         state: dict[str, Any] = {"reuse_stats": self.reuse_stats.state_dict()} if self.reuse is not None else {}
         if not self.full_batch:
-            state["samplers"] = gather_ranks({stage: s.state_dict() for stage, s in self._samplers.items()
+            state["samplers"] = gather_ranks({stage: self._sampler_state(stage) for stage in self._samplers
                                               if stage in ("train", "val")})
         return state
+
+    def _sampler_state(self, stage: str) -> dict[str, Any]:
+        """The stage's sampler state as of the last batch the trainer got (not of those made ahead)."""
+        if stage in self._prefetchers:
+            return self._prefetchers[stage].sampler_state()
+        return self._samplers[stage].state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the counters and sampler generators when resuming a fit (not when testing a
@@ -444,6 +461,8 @@ class GraphDataModule(pl.LightningDataModule):
         (which checks again), are then those of the run alone (``trainer.sanity_checking``; called
         by :class:`~gnnkit.last_checkpoint.LastCheckpoint` when the check ends)."""
         for stage, state in self._before_sanity_check.items():
+            if stage in self._prefetchers:
+                self._prefetchers[stage].stop()  # its thread draws no more
             self._samplers[stage].load_state_dict(state)
         self._before_sanity_check = {}
 
@@ -478,9 +497,23 @@ class GraphDataModule(pl.LightningDataModule):
     def _loader(self, stage: str) -> Any:
         if self.full_batch:
             return self._full_loader(stage)
-        if stage == "train" and self.reuse is not None:
-            return self._reuse_loader()
-        return self._sampled_loader(stage)
+        loader = self._reuse_loader() if stage == "train" and self.reuse is not None else self._sampled_loader(stage)
+        return self._prefetched(stage, loader)
+
+    def _prefetched(self, stage: str, loader: Any) -> Any:
+        """``loader``, made ``prefetch`` batches ahead on a second stream when it samples on a GPU in
+        one process (several ranks keep Lightning's per-rank loaders as they are)."""
+        old = self._prefetchers.pop(stage, None)
+        if old is not None:
+            old.stop()
+        placement = self._placement
+        one_process = self.trainer is None or self.trainer.world_size == 1
+        if (not self.hparams.prefetch or self._remote is not None or placement is None or not one_process
+                or torch.device(placement.device).type != "cuda"):
+            return loader
+        self._prefetchers[stage] = DevicePrefetcher(loader, torch.device(placement.device), self.hparams.prefetch,
+                                                    state_source=self._samplers.get(stage))
+        return self._prefetchers[stage]
 
     def train_dataloader(self) -> Any:
         return self._loader("train")
