@@ -8,7 +8,9 @@ runs), with overrides; its ``report.json`` gives the figures. Families and their
   (``recipes/sage_synthetic_products.yaml``):
 
   * ``gnnkit``: ``--model.aggregation gnnkit --data.sampler_device auto`` (on a GPU: the CSR,
-    features and labels on the device, sampled and gathered there);
+    features and labels on the device, sampled and gathered there, the next batches made in a
+    thread on a second stream: ``data.prefetch``);
+  * ``gnnkit, no prefetch``: the same with ``--data.prefetch 0`` (each batch made when the step asks);
   * ``gnnkit, CPU sampling``: the same with ``--data.sampler_device cpu`` (loader workers sample on
     the host, batches copied to the device);
   * ``PyG``: ``--model.aggregation pyg --data.sampler_device cpu``: PyG's layers on batches that
@@ -24,11 +26,13 @@ runs), with overrides; its ``report.json`` gives the figures. Families and their
   ``--data.reuse null``, both with gnnkit aggregation and the default sampler device, over the
   recipe's whole schedule (``--reuse-epochs``).
 
-The ``sage`` rows also profile their first epoch (:class:`gnnkit.step_profile.StepProfile`:
-``--profile-steps`` steps after 10 of warm-up, split into data / forward / backward / optimizer, host
-time, GPU time and host syncs each, then the operators that took the most device time over 5 more):
-a table per row, and ``step_profile`` in its JSON, say where an epoch's time goes. Only the first
-epoch is profiled, so the median epoch is not disturbed.
+The ``sage`` rows also profile their first epoch, and the ``reuse`` rows their third (a replay
+epoch of the recipe's schedule) (:class:`gnnkit.step_profile.StepProfile`: ``--profile-steps`` steps
+after 10 of warm-up, split into data / forward / backward / optimizer, host time, GPU time and host
+syncs each, then the operators that took the most device time over 5 more): a table per row, and
+``step_profile`` in its JSON, say where an epoch's time goes. One epoch is profiled, so the median
+epoch is not disturbed. The ``reuse`` rows also keep report.json's ``reuse`` counts (batches replayed
+and fresh, the time spent waiting for them per phase, the shards kept on the device).
 
 Per run: the training epoch without validation (median, ``train_epoch_time_s``; on a GPU timed to
 the end of its kernels), training batches per second, the whole training time (``train_time_s``),
@@ -37,6 +41,7 @@ sampled families test on ``--test-fraction`` of the products test split (2.2M no
 it with CPU sampling takes minutes a row), and the CPU-sampling rows sample with ``--cpu-workers``
 loader processes. A row that fails is recorded with its error and the others still run.
 ``summary``: ``sage_products_epoch_s`` (gnnkit row), ``gpu_sampling_speedup`` (gnnkit with CPU sampling over gnnkit, epoch time),
+``prefetch_speedup`` (gnnkit without prefetching over gnnkit, epoch time),
 ``gcn_gnnkit_over_pyg_epoch`` (gnnkit's epoch over PyG's: at most 1 is no slower) and
 ``reuse_end_to_end_speedup`` (fresh sampling's training time over reuse's) with ``reuse_acc_gap``
 (fresh minus reuse test metric, in points).
@@ -80,7 +85,8 @@ class Config:
         label: The row's name in the table.
         recipe: The recipe under ``recipes/``.
         overrides: ``gnnkit run`` arguments after the recipe.
-        profiled: Whether the run profiles the steps of its first epoch.
+        profiled: Whether the run profiles the steps of an epoch.
+        profile_epoch: Which (0: the first).
     """
 
     family: str
@@ -88,6 +94,7 @@ class Config:
     recipe: str
     overrides: tuple[str, ...]
     profiled: bool = False
+    profile_epoch: int = 0
 
 
 def configs(families: list[str]) -> list[Config]:
@@ -96,14 +103,18 @@ def configs(families: list[str]) -> list[Config]:
     table = {
         "sage": [Config("sage", "gnnkit", sage, ("--model.aggregation", "gnnkit", "--data.sampler_device", "auto"),
                         profiled=True),
+                 Config("sage", "gnnkit, no prefetch", sage,
+                        ("--model.aggregation", "gnnkit", "--data.sampler_device", "auto", "--data.prefetch", "0"),
+                        profiled=True),
                  Config("sage", "gnnkit, CPU sampling", sage,
                         ("--model.aggregation", "gnnkit", "--data.sampler_device", "cpu"), profiled=True),
                  Config("sage", "PyG", sage, ("--model.aggregation", "pyg", "--data.sampler_device", "cpu"),
                         profiled=True)],
         "gcn": [Config("gcn", "gnnkit", gcn, ("--model.aggregation", "gnnkit")),
                 Config("gcn", "PyG", gcn, ("--model.aggregation", "pyg"))],
-        "reuse": [Config("reuse", "reuse", reuse, ("--model.aggregation", "gnnkit")),
-                  Config("reuse", "fresh sampling", reuse, ("--model.aggregation", "gnnkit", "--data.reuse", "null"))],
+        "reuse": [Config("reuse", "reuse", reuse, ("--model.aggregation", "gnnkit"), profiled=True, profile_epoch=2),
+                  Config("reuse", "fresh sampling", reuse, ("--model.aggregation", "gnnkit", "--data.reuse", "null"),
+                         profiled=True, profile_epoch=2)],
     }
     return [row for family in families for row in table[family]]
 
@@ -116,7 +127,8 @@ def command(config: Config, args: argparse.Namespace, run_dir: Path) -> list[str
     accelerator = "gpu" if args.device == "cuda" else "cpu"
     cpu_sampling = dict(zip(config.overrides[::2], config.overrides[1::2])).get("--data.sampler_device") == "cpu"
     profile = ["--trainer.callbacks+=gnnkit.step_profile.StepProfile",
-               "--trainer.callbacks.init_args.steps", str(args.profile_steps)]
+               "--trainer.callbacks.init_args.steps", str(args.profile_steps),
+               "--trainer.callbacks.init_args.epoch", str(config.profile_epoch)]
     return [sys.executable, "-m", "gnnkit.cli", "run", str(ROOT / "recipes" / config.recipe), *config.overrides,
             "--trainer.accelerator", accelerator, "--trainer.max_epochs", str(epochs),
             *(["--trainer.limit_test_batches", str(args.test_fraction)] if sampled else []),
@@ -145,7 +157,12 @@ def run(config: Config, args: argparse.Namespace, workdir: Path) -> dict[str, An
             "peak_rss_mb": report["peak_rss_mb"],
             "sampler_device": sampler.get("device") if isinstance(sampler, dict) else sampler,
             "metric": report["metric"], "test": report["test"],
-            **({"step_profile": report["step_profile"]} if "step_profile" in report else {})}
+            **({"step_profile": report["step_profile"]} if "step_profile" in report else {}),
+            **({"reuse": {k: report["reuse"].get(k) for k in REUSE_KEYS}} if "reuse" in report else {})}
+
+
+#: What the reuse rows keep of report.json's ``reuse``.
+REUSE_KEYS = ("loader", "stored", "epochs", "batches", "load_time_s", "device_kept_mb", "cache_bytes")
 
 
 def _row(family: str, label: str, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -176,6 +193,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "sage_products_epoch_s": epoch("sage", "gnnkit"),
         "gpu_sampling_speedup": _ratio(epoch("sage", "gnnkit, CPU sampling"), epoch("sage", "gnnkit")),
+        "prefetch_speedup": _ratio(epoch("sage", "gnnkit, no prefetch"), epoch("sage", "gnnkit")),
         "sage_gnnkit_over_pyg_speedup": _ratio(epoch("sage", "PyG"), epoch("sage", "gnnkit")),
         "gcn_gnnkit_over_pyg_epoch": _ratio(epoch("gcn", "gnnkit"), epoch("gcn", "PyG")),
         "reuse_end_to_end_speedup": _ratio(fresh["train_time_s"], reuse["train_time_s"]) if reuse and fresh else None,
@@ -210,7 +228,8 @@ def print_profiles(rows: list[dict[str, Any]]) -> None:
         profile = r.get("step_profile") or {}
         if not profile.get("steps"):
             continue
-        print(f"\n{r['family']} / {r['label']}: a step's phases, median of {profile['steps']} steps (ms)")
+        print(f"\n{r['family']} / {r['label']}: a step's phases in epoch {profile.get('epoch', 0)}, median of "
+              f"{profile['steps']} steps (ms)")
         gpu, syncs = profile.get("gpu_ms"), profile.get("syncs")
         print(f"{'phase':10} {'host':>9}" + (f" {'GPU':>9} {'syncs':>6}" if gpu else ""))
         for phase, host in profile["host_ms"].items():

@@ -11,7 +11,8 @@ held by the host (launches, syncs, Python); a GPU that is busy all step is the b
 
 After that window it runs ``torch.profiler`` over a few more steps and keeps the operators that
 took the most device time (host time on the CPU), so one run answers which kernels to work on.
-It measures the first epoch only, so with several epochs a median epoch time is not disturbed.
+It measures one epoch (the first by default; ``epoch`` picks another, e.g. a replay epoch of a
+reuse schedule), so with several epochs a median epoch time is not disturbed.
 
     gnnkit run recipes/sage_synthetic_products.yaml --trainer.callbacks+=gnnkit.step_profile.StepProfile \\
         --trainer.callbacks.init_args.steps 30
@@ -45,18 +46,20 @@ class StepProfile(pl.Callback):
 
     Args:
         steps: Steps whose phases are timed.
-        skip: Steps of the first epoch left out first (warm-up: allocator, cuSPARSE plans, caches); at
+        skip: Steps of the epoch left out first (warm-up: allocator, cuSPARSE plans, caches); at
             least 1, since the first timed step's data phase starts where the step before it ended.
         profiled_steps: Steps run under ``torch.profiler`` after the timed ones.
         top: Operators kept from the profiler's table.
+        epoch: The epoch measured (0: the first).
     """
 
-    def __init__(self, steps: int = 30, skip: int = 10, profiled_steps: int = 5, top: int = 15) -> None:
+    def __init__(self, steps: int = 30, skip: int = 10, profiled_steps: int = 5, top: int = 15,
+                 epoch: int = 0) -> None:
         for name, value, low in (("steps", steps, 1), ("skip", skip, 1), ("profiled_steps", profiled_steps, 0),
-                                 ("top", top, 1)):
+                                 ("top", top, 1), ("epoch", epoch, 0)):
             if value < low:
                 raise ValueError(f"StepProfile.{name}: expected an integer >= {low}, got {value!r}")
-        self.steps, self.skip, self.profiled_steps, self.top = steps, skip, profiled_steps, top
+        self.steps, self.skip, self.profiled_steps, self.top, self.epoch = steps, skip, profiled_steps, top, epoch
         self.rows: list[dict[str, Any]] = []  # per timed step: phase -> host ms, gpu:phase -> GPU ms, ...
         self.operators: list[dict[str, Any]] = []
         self.table = ""
@@ -105,7 +108,7 @@ class StepProfile(pl.Callback):
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
-        if trainer.current_epoch > 0:
+        if trainer.current_epoch != self.epoch:
             return
         self._seen += 1
         if self._timing():
@@ -114,15 +117,15 @@ class StepProfile(pl.Callback):
             self._start_profiler()
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
-        if trainer.current_epoch == 0 and self._timing():
+        if trainer.current_epoch == self.epoch and self._timing():
             self._mark()
 
     def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.current_epoch == 0 and self._timing():
+        if trainer.current_epoch == self.epoch and self._timing():
             self._mark()
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
-        if trainer.current_epoch > 0:
+        if trainer.current_epoch != self.epoch:
             return
         if self._timing():
             self._mark()
@@ -137,7 +140,7 @@ class StepProfile(pl.Callback):
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """An epoch shorter than the window closes it where it stands."""
-        if trainer.current_epoch == 0:
+        if trainer.current_epoch == self.epoch:
             self._close_window()
             if self._profiler is not None:
                 self._stop_profiler(trainer)
@@ -221,7 +224,8 @@ class StepProfile(pl.Callback):
             out["step"] = statistics.median(sum(r[prefix + p] for p in PHASES) for r in self.rows)
             return {k: round(v, 3) for k, v in out.items()}
 
-        out: dict[str, Any] = {"steps": len(self.rows), "skipped": self.skip, "host_ms": medians("")}
+        out: dict[str, Any] = {"epoch": self.epoch, "steps": len(self.rows), "skipped": self.skip,
+                               "host_ms": medians("")}
         if self._cuda is not None:
             out["gpu_ms"], out["syncs"] = medians("gpu:"), medians("syncs:")
         if self.operators:

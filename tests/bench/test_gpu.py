@@ -19,10 +19,11 @@ def _row(family, label, epoch, total=None, test=0.7):
 
 def test_summary_keys_of_the_issue(bench):
     gpu = bench("gpu")
-    rows = [_row("sage", "gnnkit", 1.0), _row("sage", "gnnkit, CPU sampling", 6.0), _row("sage", "PyG", 5.0),
+    rows = [_row("sage", "gnnkit", 1.0), _row("sage", "gnnkit, no prefetch", 1.25),
+            _row("sage", "gnnkit, CPU sampling", 6.0), _row("sage", "PyG", 5.0),
             _row("gcn", "gnnkit", 0.05), _row("gcn", "PyG", 0.06),
             _row("reuse", "reuse", 1.0, total=20.0, test=0.795), _row("reuse", "fresh sampling", 1.5, total=30.0, test=0.8)]
-    assert gpu.summarise(rows) == {"sage_products_epoch_s": 1.0, "gpu_sampling_speedup": 6.0,
+    assert gpu.summarise(rows) == {"sage_products_epoch_s": 1.0, "gpu_sampling_speedup": 6.0, "prefetch_speedup": 1.25,
                                    "sage_gnnkit_over_pyg_speedup": 5.0, "gcn_gnnkit_over_pyg_epoch": 0.8333,
                                    "reuse_end_to_end_speedup": 1.5, "reuse_acc_gap": 0.5}
     assert gpu.summarise(rows[:1])["gpu_sampling_speedup"] is None  # a family that did not run
@@ -35,28 +36,32 @@ def test_rows_differ_only_in_their_path(bench):
     sage = [gpu.command(c, args, Path("r")) for c in gpu.configs(["sage"])]
     assert all(c[c.index("--trainer.callbacks.init_args.steps") + 1] == "30" for c in sage)  # sampled rows profile
     assert all("--trainer.accelerator" in c and c[c.index("--trainer.max_epochs") + 1] == "3" for c in sage)
-    assert [c[c.index("--data.sampler_device") + 1] for c in sage] == ["auto", "cpu", "cpu"]
+    assert [c[c.index("--data.sampler_device") + 1] for c in sage] == ["auto", "auto", "cpu", "cpu"]
+    assert [c[c.index("--data.prefetch") + 1] if "--data.prefetch" in c else None for c in sage] == [
+        None, "0", None, None]  # the recipe's default, and the row without it
     assert all(c[c.index("--trainer.limit_test_batches") + 1] == "0.1" for c in sage)
     workers = [c[c.index("--data.num_workers") + 1] if "--data.num_workers" in c else None for c in sage]
-    assert workers == [None, "8", "8"]
-    assert [c[c.index("--model.aggregation") + 1] for c in sage] == ["gnnkit", "gnnkit", "pyg"]
+    assert workers == [None, None, "8", "8"]
+    assert [c[c.index("--model.aggregation") + 1] for c in sage] == ["gnnkit", "gnnkit", "gnnkit", "pyg"]
+    assert all(c[c.index("--trainer.callbacks.init_args.epoch") + 1] == "0" for c in sage)
     reuse = [gpu.command(c, args, Path("r")) for c in gpu.configs(["reuse"])]
     assert "--data.reuse" not in reuse[0] and reuse[1][reuse[1].index("--data.reuse") + 1] == "null"
     assert reuse[0][reuse[0].index("--trainer.max_epochs") + 1] == "20"
+    assert all(c[c.index("--trainer.callbacks.init_args.epoch") + 1] == "2" for c in reuse)  # a replay epoch
     gcn = gpu.command(gpu.configs(["gcn"])[0], args, Path("r"))
     assert gcn[gcn.index("--data.dataset") + 1] == "x" and "--trainer.limit_test_batches" not in gcn
-    assert not any("StepProfile" in a for c in (gcn, *reuse) for a in c)  # one step an epoch; summed times
+    assert not any("StepProfile" in a for a in gcn)  # one step an epoch
 
 
 def test_a_profiled_rows_phases_are_printed(bench, capsys):
     gpu = bench("gpu")
-    profile = {"steps": 30, "host_ms": {"data": 2.0, "forward": 1.0, "backward": 1.5, "optimizer": 0.5, "step": 5.0},
+    profile = {"epoch": 0, "steps": 30, "host_ms": {"data": 2.0, "forward": 1.0, "backward": 1.5, "optimizer": 0.5, "step": 5.0},
                "gpu_ms": {"data": 0.5, "forward": 1.0, "backward": 1.5, "optimizer": 0.5, "step": 3.5},
                "syncs": {"data": 4.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0, "step": 4.0},
                "operators": [{"name": "spmm_csr_cuda", "calls": 15, "self_ms": 3.25}]}
     gpu.print_profiles([{**_row("sage", "gnnkit", 1.0), "step_profile": profile}, _row("gcn", "gnnkit", 1.0)])
     out = capsys.readouterr().out
-    assert "sage / gnnkit: a step's phases, median of 30 steps" in out and "gcn" not in out
+    assert "sage / gnnkit: a step's phases in epoch 0, median of 30 steps" in out and "gcn" not in out
     assert [line.split() for line in out.splitlines() if line.startswith("data")] == [["data", "2.000", "0.500", "4.0"]]
     assert "3.250 ms      15 calls  spmm_csr_cuda" in out
 
@@ -85,8 +90,8 @@ def test_families_span_calls_by_resuming_an_unfinished_result(bench, tmp_path):
     partial.write_text(json.dumps({**first, "rows": first["rows"][:1]}))  # as if cut short after one row
     gpu.main([*base, "--families", "sage", "gcn", "reuse", "--resume", str(partial)])
     result = json.loads(out.read_text())
-    assert ran[2:] == [("sage", "gnnkit"), ("sage", "gnnkit, CPU sampling"), ("sage", "PyG"), ("gcn", "PyG"),
-                       ("reuse", "reuse"), ("reuse", "fresh sampling")]
+    assert ran[2:] == [("sage", "gnnkit"), ("sage", "gnnkit, no prefetch"), ("sage", "gnnkit, CPU sampling"),
+                       ("sage", "PyG"), ("gcn", "PyG"), ("reuse", "reuse"), ("reuse", "fresh sampling")]
     in_order = [(c.family, c.label) for c in gpu.configs(gpu.FAMILIES)]
     assert [(r["family"], r["label"]) for r in result["rows"]] == in_order
     assert result["complete"] is True and result["summary"]["gcn_gnnkit_over_pyg_epoch"] == 1.0
@@ -108,7 +113,8 @@ def test_a_failed_row_is_recorded_and_the_others_still_run(bench, tmp_path):
     result = json.loads(out.read_text())
     failed = [r for r in result["rows"] if "error" in r]
     assert [r["label"] for r in failed] == ["gnnkit, CPU sampling"] and "boom" in failed[0]["error"]
-    assert ran == [("sage", "gnnkit"), ("sage", "PyG"), ("gcn", "gnnkit"), ("gcn", "PyG")]
+    assert ran == [("sage", "gnnkit"), ("sage", "gnnkit, no prefetch"), ("sage", "PyG"), ("gcn", "gnnkit"),
+                   ("gcn", "PyG")]
     assert result["summary"]["gpu_sampling_speedup"] is None and result["complete"] is False
     gpu.main(["--device", "cpu", "--json", str(out), "--families", "sage", "--resume", str(out)])  # runs it again
     assert ran[-1] == ("sage", "gnnkit, CPU sampling")

@@ -74,6 +74,14 @@ def test_a_window_past_the_first_epoch_times_nothing(tmp_path):
     assert profile.summary() == {"steps": 0} and not (tmp_path / "step_profile.txt").exists()
 
 
+def test_a_later_epoch_is_measured_when_asked_for(tmp_path):
+    """A reuse schedule records in its first epoch and replays in the next: ``epoch`` picks which."""
+    profile = StepProfile(steps=4, skip=2, profiled_steps=0, epoch=1)
+    _fit(tmp_path, profile, batches=8, epochs=3)
+    summary = profile.summary()
+    assert summary["epoch"] == 1 and summary["steps"] == 4 and len(profile.rows) == 4
+
+
 def test_a_profiler_that_cannot_start_leaves_the_phases_and_the_run(tmp_path, monkeypatch):
     class Broken:
         def __init__(self, **kwargs):
@@ -88,7 +96,8 @@ def test_a_profiler_that_cannot_start_leaves_the_phases_and_the_run(tmp_path, mo
     assert profile.summary()["steps"] == 3 and "operators" not in profile.summary()
 
 
-@pytest.mark.parametrize("name, value", [("steps", 0), ("skip", 0), ("profiled_steps", -1), ("top", 0)])
+@pytest.mark.parametrize("name, value", [("steps", 0), ("skip", 0), ("profiled_steps", -1), ("top", 0),
+                                         ("epoch", -1)])
 def test_bad_settings_name_the_setting(name, value):
     with pytest.raises(ValueError, match=f"StepProfile.{name}: expected an integer >= "):
         StepProfile(**{name: value})
