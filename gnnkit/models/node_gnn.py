@@ -315,9 +315,11 @@ class NodeGNN(nn.Module):
         """One layer on a sampled block: sources ``x``, outputs for its first ``num_dst`` rows (whose
         entries ``row_ptr[: num_dst + 1]`` points at when the edges come sorted by destination)."""
         if self.aggregation == "gnnkit":
-            block = (Adjacency(row_ptr[: num_dst + 1], edge_index[0], num_cols=x.size(0), validate=False,
-                               single_use=True) if row_ptr is not None else
-                     Adjacency.from_edge_index(edge_index, x.size(0), num_dst=num_dst, single_use=True))
+            if row_ptr is None:
+                return layer(x, Adjacency.from_edge_index(edge_index, x.size(0), num_dst=num_dst, single_use=True))
+            block = Adjacency(row_ptr[: num_dst + 1], edge_index[0], num_cols=x.size(0), validate=False,
+                              single_use=True)
+            block.cached("rows", lambda: edge_index[1])  # its entries' rows, in order: the destinations
             return layer(x, block)
         return layer((x, x[:num_dst]), edge_index, size=(x.size(0), num_dst))
 

@@ -93,7 +93,10 @@ class SpMM(torch.autograd.Function):
         adj: Adjacency = ctx.adj
         if ctx.reduce == "mean":
             grad = grad * adj.inv_row_counts().to(grad.dtype)
-        return FORMATS[ctx.bwd](adj.t(), grad.contiguous()), None, None, None, None
+        fmt = FORMATS[ctx.bwd]
+        if fmt.transpose_free and adj.single_use:  # building A^T for one product would cost a sort
+            return fmt.transposed(adj, grad), None, None, None, None
+        return fmt(adj.t(), grad.contiguous()), None, None, None, None
 
 
 def spmm(

@@ -64,6 +64,9 @@ class SpmmFormat(ABC):
     name: str = ""
     #: Works on the CSR arrays as they are (no conversion to pay for a single-use matrix).
     conversion_free: bool = False
+    #: Multiplies by ``A^T`` from ``A``'s own entries (:meth:`multiply_transposed`): a backward pass
+    #: then needs no transpose of ``A`` (for a single-use matrix, a sort per product).
+    transpose_free: bool = False
     #: Device types this format has an implementation on.
     devices: tuple[str, ...] = ("cpu", "cuda")
     #: Device types on which it multiplies float16/bfloat16 values itself; elsewhere such an ``x``
@@ -91,6 +94,10 @@ class SpmmFormat(ABC):
     def multiply(self, state: Any, adj: Adjacency, x: Tensor) -> Tensor:
         """``A @ x`` for ``x [num_cols, F]``, given :meth:`convert`'s result ``state``."""
 
+    def multiply_transposed(self, state: Any, adj: Adjacency, x: Tensor) -> Tensor:
+        """``A^T @ x`` for ``x [num_rows, F]`` from ``A``'s :meth:`convert` result (``transpose_free`` formats)."""
+        raise NotImplementedError(f"SpMM format '{self.name}' multiplies by A^T only through adj.t()")
+
     def prepare(self, adj: Adjacency, dtype: torch.dtype = torch.float32) -> Any:
         """The cached conversion of ``adj`` (built on first use)."""
         def build() -> Any:
@@ -111,20 +118,32 @@ class SpmmFormat(ABC):
 
     def __call__(self, adj: Adjacency, x: Tensor) -> Tensor:
         """``A @ x`` in this format (converting on first use)."""
+        return self._product(adj, x, transpose=False)
+
+    def transposed(self, adj: Adjacency, x: Tensor) -> Tensor:
+        """``A^T @ x`` in this format without building ``A^T`` (``transpose_free`` formats)."""
+        if not self.transpose_free:
+            raise ValueError(f"SpMM format '{self.name}' multiplies by A^T only through adj.t()")
+        return self._product(adj, x, transpose=True)
+
+    def _product(self, adj: Adjacency, x: Tensor, transpose: bool) -> Tensor:
         check_device(self, adj.device)
         if not self.applicable(adj):
             raise ValueError(f"SpMM format '{self.name}' cannot hold {adj}")
-        if x.dim() != 2 or x.size(0) != adj.num_cols:
-            raise ValueError(f"spmm: x must be [{adj.num_cols}, F] for {adj}, got {tuple(x.shape)}")
+        rows, cols = (adj.num_cols, adj.num_rows) if transpose else (adj.num_rows, adj.num_cols)
+        if x.dim() != 2 or x.size(0) != cols:
+            of = f"the transpose of {adj}" if transpose else f"{adj}"
+            raise ValueError(f"spmm: x must be [{cols}, F] for {of}, got {tuple(x.shape)}")
         compute = self.compute_dtype(x.dtype, adj.device)
         state = self.prepare(adj, compute)
         if adj.nnz == 0 or x.size(1) == 0:
-            return x.new_zeros(adj.num_rows, x.size(1))
+            return x.new_zeros(rows, x.size(1))
         # in the dtype chosen here (the input's, or float32 where the format has no 16-bit kernel):
         # autocast would hand torch's sparse products 16-bit inputs again, and a 16-bit input
         # stays 16-bit wherever the format takes it
+        product = self.multiply_transposed if transpose else self.multiply
         with torch.autocast(adj.device.type, enabled=False):
-            return self.multiply(state, adj, x.contiguous().to(compute)).to(x.dtype)
+            return product(state, adj, x.contiguous().to(compute)).to(x.dtype)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

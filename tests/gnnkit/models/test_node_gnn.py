@@ -71,14 +71,14 @@ def test_trimming_per_hop_keeps_the_seed_outputs(model, aggregation):
         torch.testing.assert_close(p.grad, expected, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("model", ["sage", "gin"])
-def test_blocks_sliced_from_one_row_pointer_give_the_checked_blocks_results(model):
+@pytest.mark.parametrize("model,format", [("sage", "auto"), ("gin", "auto"), ("sage", "gather_scatter")])
+def test_blocks_sliced_from_one_row_pointer_give_the_checked_blocks_results(model, format):
     """The sampler's edges come sorted by destination (the batch says so): the gnnkit blocks made
     from one row pointer, without checks, give the logits and gradients of the checked ones."""
     batch = _sampled_batch()
     dst = batch.edge_index[1]
     assert batch.edges_by_destination and bool((dst[1:] >= dst[:-1]).all())
-    gnn = NodeGNN(model, 8, 16, 5, num_layers=3, aggregation="gnnkit").eval()
+    gnn = NodeGNN(model, 8, 16, 5, num_layers=3, aggregation="gnnkit", format=format).eval()
     sizes = {"num_sampled_nodes": batch.num_sampled_nodes, "num_sampled_edges": batch.num_sampled_edges}
     results = []
     for by_destination in (False, True):

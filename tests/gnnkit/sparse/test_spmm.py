@@ -117,13 +117,38 @@ def test_from_edge_index_keeps_each_weight_with_its_edge():
 def test_backward_uses_its_own_format_on_the_cached_transpose():
     adj = MatrixSpec("erdos_renyi", 50, 60, 3, 1).build()
     x = torch.randn(60, 4, requires_grad=True)
-    spmm(adj, x, format="csr", backward_format="gather_scatter").sum().backward()
+    spmm(adj, x, format="csr", backward_format="segment").sum().backward()
     transposed = adj.t()
     assert transposed is adj.t() and transposed.t() is adj
-    assert any(k.startswith("format:gather_scatter") for k in transposed.cached_keys())
-    assert not any(k.startswith("format:gather_scatter") for k in adj.cached_keys())
+    assert any(k.startswith("format:segment") for k in transposed.cached_keys())
+    assert not any(k.startswith("format:segment") for k in adj.cached_keys())
     assert any(k.startswith("format:csr") for k in adj.cached_keys())
     torch.testing.assert_close(x.grad, adj.to_dense().sum(0, keepdim=True).t().expand(60, 4))
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_a_single_use_matrix_with_a_gather_scatter_backward_needs_no_transpose(reduce):
+    """Gather-scatter multiplies by A^T walking A's own entries (PyG's backward): for a single-use
+    matrix no transpose is built, and the gradient is the one through the transpose, to the bit on
+    the CPU."""
+    spec = MatrixSpec("hubs", 70, 50, 4, 3)
+    x = torch.randn(50, 6, dtype=torch.float64)
+    values = torch.rand(spec.build().nnz, dtype=torch.float64)
+    grads = []
+    for backward in ("gather_scatter", "csr"):
+        adj = spec.build()
+        adj = Adjacency(adj.indptr, adj.indices, num_cols=adj.num_cols, values=values, single_use=True)
+        leaf = x.clone().requires_grad_()
+        spmm(adj, leaf, reduce=reduce, format="csr", backward_format=backward).square().sum().backward()
+        assert ("t" in adj.cached_keys()) is (backward == "csr")
+        grads.append(leaf.grad)
+    torch.testing.assert_close(grads[0], grads[1])
+    adj = spec.build()
+    torch.testing.assert_close(FORMATS["gather_scatter"].transposed(adj, torch.eye(70)), adj.to_dense().t())
+    with pytest.raises(ValueError, match="multiplies by A\\^T only through adj.t()"):
+        FORMATS["csr"].transposed(adj, torch.eye(70))
+    with pytest.raises(ValueError, match="x must be \\[70, F\\] for the transpose of"):
+        FORMATS["gather_scatter"].transposed(adj, torch.eye(50))
 
 
 def test_conversions_are_cached_not_redone():
