@@ -88,3 +88,13 @@ def make_ogb_folder(tmp_path: Path) -> Callable[..., Path]:
         return write_ogb_folder(tmp_path / f"ogb-{next(counter)}", binary=binary, **parts)
 
     return make
+
+
+def assert_same_batches(got: list[tuple[Any, ...]], expected: list[tuple[Any, ...]], cuda: bool = False) -> None:
+    """Two runs' batches (tuples of tensors) are equal one by one, and on a GPU where ``cuda``."""
+    import torch
+
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected):
+        for ta, tb in zip(a, b):
+            assert (ta.is_cuda or not cuda) and torch.equal(ta, tb)

@@ -14,6 +14,7 @@ from gnnkit.data.device_sampling import (
     resolve_sampler_device,
     uva_view,
 )
+from tests.conftest import assert_same_batches
 
 CPU, GPU = torch.device("cpu"), torch.device("cuda", 0)  # a device object needs no GPU
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without a GPU")
@@ -117,10 +118,7 @@ def test_the_device_resident_path_samples_what_the_host_path_samples(monkeypatch
     got = _batches(on_device)
     assert on_device._device_graph is not None and on_device._device_graph["x"] is not on_device.graph.x
     assert on_device.train_dataloader().num_workers == 0  # device sampling runs in the training process
-    assert len(got) == len(expected)
-    for a, b in zip(got, expected):
-        for ta, tb in zip(a, b):
-            assert torch.equal(ta, tb)
+    assert_same_batches(got, expected)
 
 
 @pytest.mark.gpu
@@ -165,10 +163,7 @@ def test_sampling_through_unified_addressing_gives_the_device_batches(monkeypatc
     info = pinned.report_info()["sampler"]
     assert info["graph_memory"] == "device+pinned" and info["arrays"]["x"] == "pinned", info
     assert pinned._device_graph["x"].is_cuda and pinned._device_graph["x"].data_ptr() != on_device._device_graph["x"].data_ptr()
-    assert len(got) == len(expected)
-    for a, b in zip(got, expected):
-        for ta, tb in zip(a, b):
-            assert ta.is_cuda and torch.equal(ta, tb)
+    assert_same_batches(got, expected, cuda=True)
 
 
 @pytest.mark.gpu
@@ -195,10 +190,9 @@ def test_the_pytorch_sampler_on_the_gpu_follows_the_cpu_generator(monkeypatch):
         torch.manual_seed(0)
         runs.append(_batches(dm))
     assert dm._samplers["train"]._generator.device.type == "cpu"
+    assert_same_batches(*runs, cuda=True)
     g = dm.graph
-    for a, b in zip(*runs):
-        for ta, tb in zip(a, b):
-            assert ta.is_cuda and torch.equal(ta, tb)
-        n_id, (src, dst) = a[0].cpu(), a[1].cpu()
+    for batch in runs[0]:
+        n_id, (src, dst) = batch[0].cpu(), batch[1].cpu()
         for s, d in zip(n_id[src].tolist(), n_id[dst].tolist()):
             assert s in g.indices[g.indptr[d]:g.indptr[d + 1]].tolist()

@@ -5,6 +5,7 @@ import torch_geometric
 from gnnkit.data.datamodule import GraphDataModule
 from gnnkit.data.prefetch import DevicePrefetcher, cuda_tensors
 from gnnkit.data.sampler import neighbor_loader
+from tests.conftest import assert_same_batches
 
 
 def _loader(shuffle: bool = False):
@@ -95,10 +96,7 @@ def test_prefetched_device_batches_are_those_made_on_demand():
     _, loader, got = _device_batches(prefetch=2)
     _, _, expected = _device_batches(prefetch=0)
     assert isinstance(loader, DevicePrefetcher) and loader.stream is not None
-    assert len(got) == len(expected)
-    for a, b in zip(got, expected):
-        for ta, tb in zip(a, b):
-            assert ta.is_cuda and torch.equal(ta, tb)
+    assert_same_batches(got, expected, cuda=True)
 
 
 @pytest.mark.gpu
