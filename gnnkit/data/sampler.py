@@ -373,7 +373,7 @@ class CSRNeighborSampler(BaseSampler):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_local"] = state["_device_generator"] = None  # never ship the scratch map
+        state["_local"] = state["_device_generator"] = None  # never ship the scratch map or a device generator
         return state
 
     # Sampling #########################################################
