@@ -15,20 +15,22 @@
 # GNNKIT_CALL_S is the call's timeout_s: each step runs under what is left of it (less 15 s), so a
 # step that would overrun is stopped and its log still comes back.
 #
-# Steps (each call begins with setup: on a fresh machine 1-2 min, on a warm one seconds):
+# Steps (each call begins with setup: on a fresh machine about 25 s, on a warm one seconds; the
+# times below marked "H200" were measured there on 2026-11-27, the others are estimates):
 #   setup         wheels, the imports the steps need, the native build; and, in the background, the
-#                 datasets that the call's gpu/e2e steps train on (the products twin takes 1-2 min
-#                 of one core), overlapping the build and the tests
-#   tests         the GPU tier, `pytest -n 8 -m gpu tests`: every test that needs CUDA (issue 16's
+#                 datasets that the call's gpu/e2e steps train on (the arxiv and products twins:
+#                 149 s on the H200 beside the tests), overlapping the build and the tests
+#   tests         the GPU tier, `pytest -n 16 -m gpu tests`: every test that needs CUDA (issue 16's
 #                 acceptance, with the CUDA kernel tests of issue 17); then the native kernels' CPU
-#                 tests on this image's torch (issue 16, item 3). About 2-3 min (an estimate)
+#                 tests on this image's torch (issue 16, item 3). H200: 80 s and 46 s on 16 workers
 #   native        bench/native.py --device cuda -> native_gpu.json (~1-2 min)
 #   label         label the corpus on the GPU (GNNKIT_GPU_CORPUS matrices, default 150; ~2-4 min; resumes)
 #   train         train the CUDA selector on those labels -> selector_model_cuda.json
 #   formats       bench/formats.py --device cuda, held-out matrices -> formats_gpu.json (~1-2 min)
 #   e2e           its end-to-end part, added to formats_gpu.json (~3-5 min)
 #   gpu           issue 16's table, bench/gpu.py -> gpu.json; GNNKIT_GPU_FAMILIES="gcn sage" runs some
-#                 families, and an unfinished gpu.json is resumed (its rows kept)
+#                 families, and an unfinished gpu.json is resumed (its rows kept). H200: gcn and
+#                 three sage rows about 250 s (the CPU-sampling rows take 60 s each), reuse 123 s
 #
 # A plan for one session (15 device-minutes): one issue a session, two calls on one machine. The
 # machine stays warm 30 s after a call, so make the second call at once: it finds the first's
@@ -37,12 +39,16 @@
 # there before the tree's copies). Copy what came back into the tree afterwards (gpu.json,
 # formats_gpu.json and formats_labels_gpu.jsonl into bench/results/, selector_model_cuda.json into
 # gnnkit/sparse/); a cold machine resumes from those copies instead.
-#   issue 16: GNNKIT_GPU_FAMILIES="gcn sage" bash bench/gpu_session.sh setup tests gpu    (~8 min)
-#             GNNKIT_GPU_FAMILIES=reuse bash bench/gpu_session.sh setup gpu              (~4 min)
+#   issue 16: GNNKIT_GPU_FAMILIES="gcn sage" bash bench/gpu_session.sh setup tests gpu    (H200: 7.1 min)
+#             GNNKIT_GPU_FAMILIES=reuse bash bench/gpu_session.sh setup gpu              (H200: 2.1 min)
 #   issue 17: bash bench/gpu_session.sh setup tests native label                         (~8 min)
 #             bash bench/gpu_session.sh setup train formats e2e                           (~5 min)
-# The minutes are estimates from CPU runs, not GPU measurements: GNNKIT_CALL_S keeps a call inside
-# its limit whatever they turn out to be, and an unfinished table or corpus resumes next time.
+# Issue 16's two calls took 457 s and 197 s of device time (start and transfers included) on
+# 2026-11-27, with three sage rows; the sage family now has four (about 35 s more). Issue 17's
+# minutes are estimates from CPU runs: GNNKIT_CALL_S keeps a call inside its limit whatever they
+# turn out to be, and an unfinished table or corpus resumes next time. Run the tier through this
+# script (or with GNNKIT_NATIVE_CACHE=$GNNKIT_HOME/native): without it every test worker builds the
+# native kernels again, and a 95 s tier run did not get past its first test.
 #
 # Results land in $OUT (default ./gpu-out; at most 8 files come back), written as they are made,
 # so a call cut short at its limit still brings back what it finished: the JSON files above,
@@ -151,9 +157,9 @@ setup() {
     step build python3 -c "from gnnkit import native; assert native.get() is not None, native.status(); print(native.kernels())"
 }
 
-tests() {  # the GPU tier (the rest is CI's, on CPU), on 8 pytest workers where pytest-xdist imports
+tests() {  # the GPU tier (the rest is CI's, on CPU), on 16 pytest workers where pytest-xdist imports
     local workers=()
-    python3 -c "import xdist" 2>/dev/null && workers=(-n "${GNNKIT_TEST_WORKERS:-8}")
+    python3 -c "import xdist" 2>/dev/null && workers=(-n "${GNNKIT_TEST_WORKERS:-16}")
     step tests-gpu python3 -m pytest -q -p no:cacheprovider --tb=short --durations=15 "${workers[@]}" -m gpu tests
     step tests-native python3 -m pytest -q -p no:cacheprovider "${workers[@]}" -m "not gpu" tests/gnnkit/native \
         -k "not emulated and not nvcc"  # CI runs the emulator and the nvcc compile checks

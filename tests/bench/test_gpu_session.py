@@ -38,7 +38,7 @@ def test_the_tier_runs_every_gpu_test_and_the_native_checks_on_the_images_torch(
     proc, calls, log = _session(tmp_path, "tests")
     assert proc.returncode == 0, log
     tier = next(c for c in calls if "pytest" in c and "-m gpu tests" in c)
-    assert "-n 8" in tier  # the stand-in imports xdist
+    assert "-n 16" in tier  # the stand-in imports xdist
     assert any("pytest" in c and "-m not gpu tests/gnnkit/native" in c for c in calls)
 
 
