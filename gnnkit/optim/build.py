@@ -69,15 +69,29 @@ def build_scheduler(spec: Any, optimizer: torch.optim.Optimizer, interval: str =
 def module_optimizer(module: torch.nn.Module, groups: list[dict[str, Any]], spec: Any, lr: float,
                      weight_decay: float = 0.0) -> torch.optim.Optimizer:
     """What a gnnkit LightningModule trains with: Adam (``lr``, ``weight_decay`` as the group
-    defaults) over ``groups``, or the optimizer ``spec`` names; an optimizer with a ``bind(module)``
-    method (K-FAC, which hooks the linear layers) is bound to ``module``."""
+    defaults) over ``groups``, fused where :func:`fusable` says so, or the optimizer ``spec`` names;
+    an optimizer with a ``bind(module)`` method (K-FAC, which hooks the linear layers) is bound to
+    ``module``."""
     if spec is None:
-        optimizer: torch.optim.Optimizer = torch.optim.Adam(groups, lr=lr, weight_decay=weight_decay)
+        optimizer: torch.optim.Optimizer = torch.optim.Adam(groups, lr=lr, weight_decay=weight_decay,
+                                                            fused=fusable(module, groups) or None)
     else:
         optimizer = build_optimizer(spec, groups)
     if callable(getattr(optimizer, "bind", None)):
         optimizer.bind(module)
     return optimizer
+
+
+def fusable(module: torch.nn.Module, groups: list[dict[str, Any]]) -> bool:
+    """Whether Adam may take its fused CUDA kernel (one launch for all parameters instead of a few a
+    tensor, <https://pytorch.org/docs/stable/generated/torch.optim.Adam.html>): every parameter a
+    floating CUDA tensor, and a trainer (if any) in 32-bit precision without gradient clipping
+    (Lightning's gradient scaler cannot clip for an optimizer that unscales by itself)."""
+    params = [p for group in groups for p in group["params"]]
+    if not params or not all(p.is_cuda and p.is_floating_point() for p in params):
+        return False
+    trainer = getattr(module, "_trainer", None)
+    return trainer is None or (str(trainer.precision) in ("32-true", "32") and not trainer.gradient_clip_val)
 
 
 def with_scheduler(optimizer: torch.optim.Optimizer, spec: Any) -> torch.optim.Optimizer | dict[str, Any]:

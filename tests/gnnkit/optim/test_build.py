@@ -1,5 +1,7 @@
 """Optimizer and lr scheduler specs, built over NodeClassifier's parameter groups."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -84,3 +86,48 @@ def test_describe_optimizers_counts_state_and_parameter_bytes():
     assert info["weight_bytes"] == info["weight_bytes_fp32"] == 4 * params  # FP32 parameters, stored as such
     assert describe_optimizers([])["optimizer"] == {"class": None, "state_bytes": 0, "param_bytes": 0,
                                                     "weight_bytes": 0, "weight_bytes_fp32": 0}
+
+
+class _Param:
+    """A stand-in for a parameter's device and dtype (a CUDA tensor needs a GPU)."""
+
+    def __init__(self, cuda: bool, floating: bool = True) -> None:
+        self.is_cuda, self._floating = cuda, floating
+
+    def is_floating_point(self) -> bool:
+        return self._floating
+
+
+@pytest.mark.parametrize("params, trainer, expected", [
+    ([_Param(True), _Param(True)], None, True),
+    ([_Param(True), _Param(False)], None, False),  # one parameter on the CPU
+    ([_Param(True, floating=False)], None, False),
+    ([], None, False),
+    ([_Param(True)], SimpleNamespace(precision="32-true", gradient_clip_val=None), True),
+    ([_Param(True)], SimpleNamespace(precision="16-mixed", gradient_clip_val=None), False),  # a gradient scaler
+    ([_Param(True)], SimpleNamespace(precision="32-true", gradient_clip_val=1.0), False),
+])
+def test_adam_is_fused_only_where_every_parameter_and_the_trainer_allow(params, trainer, expected):
+    from gnnkit.optim.build import fusable
+
+    module = SimpleNamespace(_trainer=trainer)
+    assert fusable(module, [{"params": params}]) is expected
+
+
+def test_a_cpu_module_keeps_adams_default_implementation():
+    from gnnkit.optim.build import module_optimizer
+
+    module = torch.nn.Linear(3, 2)
+    optimizer = module_optimizer(module, [{"params": list(module.parameters())}], None, lr=0.1)
+    assert optimizer.defaults["fused"] is None
+
+
+@pytest.mark.gpu
+def test_a_cuda_module_gets_the_fused_adam():
+    from gnnkit.optim.build import module_optimizer
+
+    module = torch.nn.Linear(3, 2).cuda()
+    optimizer = module_optimizer(module, [{"params": list(module.parameters())}], None, lr=0.1)
+    assert optimizer.defaults["fused"] is True
+    module(torch.ones(4, 3, device="cuda")).sum().backward()
+    optimizer.step()
