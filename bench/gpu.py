@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--cpu-workers", type=int, default=8, help="loader processes of the CPU-sampling rows")
     parser.add_argument("--resume", type=Path, help="an unfinished --json result whose rows to keep")
     parser.add_argument("--profile-steps", type=int, default=30,
-                        help="steps of the sage rows' first epoch split into phases (0: no profile)")
+                        help="steps of the profiled rows' epoch split into phases (0: no profile)")
     args = parser.parse_args(argv)
     if args.device == "cuda":
         import torch

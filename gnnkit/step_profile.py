@@ -117,10 +117,13 @@ class StepProfile(pl.Callback):
             self._start_profiler()
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
-        if trainer.current_epoch == self.epoch and self._timing():
-            self._mark()
+        self._mark_within(trainer)
 
     def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._mark_within(trainer)
+
+    def _mark_within(self, trainer: pl.Trainer) -> None:
+        """A cut inside a step (forward | backward | optimizer) of the timed window."""
         if trainer.current_epoch == self.epoch and self._timing():
             self._mark()
 

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -191,8 +192,7 @@ def _sample_raw(indptr: Tensor, indices: Tensor, seeds: Tensor, fanouts: Sequenc
     """:func:`sample_neighbors` on inputs already checked (the graph once, the seeds per batch)."""
     node, row, col, edge, nn, ne = _module().sample_neighbors(indptr, indices, seeds, list(fanouts), bool(replace),
                                                               int(seed) % 2**63, local)
-    sizes = torch.cat([nn, ne]).tolist()  # one read-back (a host sync on a GPU) for both lists
-    return node, row, col, edge, sizes[:nn.numel()], sizes[nn.numel():]
+    return node, row, col, edge, nn.tolist(), ne.tolist()  # host tensors on either device: no sync
 
 
 # -- TT lookup --------------------------------------------------------------------------------------
@@ -225,7 +225,7 @@ def _cuda_tt_fits(cores: Sequence[Tensor]) -> bool:
     atomics sum in varying order; the Python contraction's ``index_add_`` then is deterministic),
     and within the shared memory a block may opt into."""
     return not torch.are_deterministic_algorithms_enabled() and (
-        tt_shared_bytes(cores) <= _shared_memory_limit(cores[0].device))
+        tt_shared_bytes(cores) <= _shared_memory_limit(cores[0].device.index))
 
 
 def tt_shared_bytes(cores: Sequence[Tensor]) -> int:
@@ -234,9 +234,11 @@ def tt_shared_bytes(cores: Sequence[Tensor]) -> int:
     return cores[0].element_size() * q1 * q2 * (r2 + q3)
 
 
-def _shared_memory_limit(device: torch.device) -> int:
-    """The most dynamic shared memory a block may opt into on ``device`` (48 KiB if torch does not say)."""
-    props = torch.cuda.get_device_properties(device)
+@functools.lru_cache(maxsize=None)
+def _shared_memory_limit(index: int | None) -> int:
+    """The most dynamic shared memory a block may opt into on CUDA device ``index`` (the current one
+    for ``None``; 48 KiB if torch does not say), read once per device: lookups ask every step."""
+    props = torch.cuda.get_device_properties(index)
     return int(getattr(props, "shared_memory_per_block_optin", 48 * 1024))
 
 
@@ -261,9 +263,11 @@ def tt_lookup(cores: Sequence[Tensor], rows: Tensor, reuse_prefixes: bool = True
         ``[B, q1 q2 q3]``, differentiable with respect to the cores.
     """
     checks.tt_inputs("tt_lookup", cores, rows)
-    if cores[0].device.type == "cuda" and tt_shared_bytes(cores) > _shared_memory_limit(cores[0].device):
-        raise ValueError(f"tt_lookup: the cores need {tt_shared_bytes(cores)} bytes of shared memory a block "
-                         f"(q1 q2 (r2 + q3) values), above this GPU's {_shared_memory_limit(cores[0].device)}")
+    if cores[0].device.type == "cuda":  # checked here: the kernel's own check cannot raise safely
+        need, limit = tt_shared_bytes(cores), _shared_memory_limit(cores[0].device.index)
+        if need > limit:
+            raise ValueError(f"tt_lookup: the cores need {need} bytes of shared memory a block "
+                             f"(q1 q2 (r2 + q3) values), above this GPU's {limit}")
     return _TTLookup.apply(rows.reshape(-1), *cores, bool(reuse_prefixes))
 
 
