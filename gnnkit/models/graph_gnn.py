@@ -26,7 +26,7 @@ forced format, no native build, a GPU) the messages ``relu(x_j + e_ij)`` are sum
 rows by :func:`gnnkit.sparse.spmm` with the batch CSR's row pointer and one column per edge slot
 (same rows, same per-row counts, so the same matrix statistics as the adjacency); without edge
 features GIN multiplies the adjacency itself. The selector plans once per size class of batch
-matrix (:class:`BatchPlans`), not per batch.
+matrix (:class:`~gnnkit.models.sparse_conv.BatchPlans`), not per batch.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ from torch_geometric.data import Data
 from gnnkit import native
 from gnnkit.models.bond_types import BondTypes, bond_codes
 from gnnkit.models.dropout import dropout
-from gnnkit.models.sparse_conv import SparseAggregation, SparseGINConv
-from gnnkit.sparse import Adjacency, SpmmPlan, plan
+from gnnkit.models.sparse_conv import BatchPlans, SparseAggregation, SparseGINConv
+from gnnkit.sparse import Adjacency, SpmmPlan
 
 MODELS = ("gin", "gcn", "mlp")
 POOLINGS = ("mean", "sum", "attention")
@@ -146,45 +146,6 @@ def gin_mlp(dim: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(dim, 2 * dim), nn.BatchNorm1d(2 * dim), nn.ReLU(), nn.Linear(2 * dim, dim))
 
 
-class BatchPlans:
-    """The selector's SpMM plan per size class of batch matrix, shared by a model's layers.
-
-    Every training step brings a new block-diagonal batch matrix, and asking the selector anew for
-    each (matrix features, tree ensemble, for ``A`` and ``A^T``) costs about as much as one layer's
-    aggregation. Batches of the same dataset and batch size are alike, so the plan the selector
-    makes for the first matrix of a size class (rows, columns and entries, each to a power of two,
-    and the width) serves the next ones. Batch matrices are single-use, so the selector only
-    considers formats that need no conversion and a kept plan never triggers one.
-    """
-
-    def __init__(self) -> None:
-        self._plans: dict[tuple[str | int, ...], SpmmPlan] = {}
-
-    def get(self, adj: Adjacency, width: int, format: str) -> SpmmPlan:
-        """The plan for ``adj`` at ``width``: the selector's, made once per size class (``"auto"``)."""
-        if format != "auto":
-            return plan(adj, width, format)
-        # the device kind too: a model planned on the CPU and moved to a GPU must not reuse CPU formats
-        key = (adj.device.type, adj.num_rows.bit_length(), adj.num_cols.bit_length(), adj.nnz.bit_length(), width)
-        if key not in self._plans:
-            self._plans[key] = plan(adj, width, "auto")
-        return self._plans[key]
-
-
-class PlannedAggregation(SparseAggregation):
-    """:class:`SparseAggregation` whose plans come from a shared :class:`BatchPlans` when one is set."""
-
-    plans: BatchPlans | None = None
-
-    def plan_for(self, adj: Adjacency, width: int) -> SpmmPlan:
-        """The size class's plan (the layer's own without shared plans)."""
-        return super().plan_for(adj, width) if self.plans is None else self.plans.get(adj, width, self.format)
-
-
-class PlannedGINConv(PlannedAggregation, SparseGINConv):
-    """:class:`~gnnkit.models.sparse_conv.SparseGINConv` planned per batch size class."""
-
-
 def edge_slots(adj: Adjacency) -> Adjacency:
     """``adj``'s row-to-edge-slot matrix ``[N, E]`` (entry ``e`` of row ``i`` in column ``e``):
     per-edge messages in CSR order summed into their rows by :func:`~gnnkit.sparse.spmm`. Cached on ``adj``."""
@@ -200,7 +161,7 @@ def fused_gine(x: Tensor, edge_emb: Tensor) -> bool:
             and native.available())
 
 
-class SparseGINEConv(PlannedGINConv):
+class SparseGINEConv(SparseGINConv):
     """GIN with edge features (the operator of PyG's ``GINEConv``, same parameter names):
     ``nn((1 + eps) x_i + sum_j relu(x_j + e_ij))``.
 
@@ -244,7 +205,7 @@ class SparseGINEConv(PlannedGINConv):
         return self.message_and_aggregate(edge_slots(adj), messages)
 
 
-class MolGCNConv(PlannedAggregation):
+class MolGCNConv(SparseAggregation):
     """OGB's GCN with edge features: ``sum_j norm_ij relu(W x_j + e_ij) + relu(W x_i + r) / deg_i``,
     ``norm_ij = 1 / sqrt(deg_i deg_j)`` with ``deg = in-degree + 1`` (Kipf & Welling
     <https://arxiv.org/abs/1609.02907>, OGB's mol example's ``GCNConv``).
@@ -308,7 +269,7 @@ class GraphGNN(nn.Module):
         self.head = nn.Linear(d, out_channels)
         self.plans = BatchPlans()
         for conv in self.convs:
-            if isinstance(conv, PlannedAggregation):
+            if isinstance(conv, SparseAggregation):
                 conv.plans = self.plans
 
     def _conv(self) -> nn.Module:
@@ -320,7 +281,7 @@ class GraphGNN(nn.Module):
         if o.aggregation == "gnnkit":
             if o.uses_edges:
                 return SparseGINEConv(gin_mlp(o.emb_dim), train_eps=True, format=o.format)
-            return PlannedGINConv(gin_mlp(o.emb_dim), train_eps=True, format=o.format)
+            return SparseGINConv(gin_mlp(o.emb_dim), train_eps=True, format=o.format)
         from torch_geometric.nn import GINConv, GINEConv
 
         if o.uses_edges:

@@ -24,11 +24,47 @@ def _check_format(format: str) -> str:
     return "auto" if format == "auto" else resolve_format(format)
 
 
+class BatchPlans:
+    """The selector's SpMM plan per size class of single-use matrix, kept across steps.
+
+    Every training step brings new single-use matrices (a sampled block per layer, a block-diagonal
+    batch of small graphs), and asking the selector anew for each (the matrix features: O(nnz)
+    passes and a dozen read-backs, a host sync each on a GPU; the tree ensemble, for ``A`` and
+    ``A^T``) costs about as much as the aggregation itself. The matrices of one layer come from the
+    same fan-out and batch size and are alike, so the plan the selector makes for the first matrix
+    of a size class (rows, columns and entries, each to a power of two, the width and the device
+    kind) serves the next ones, as cuDNN's autotuner keeps one choice per shape. Single-use
+    matrices only consider formats that need no conversion, so a kept plan never triggers one.
+    Matrices that serve many products (a full graph) keep their own plan, cached on them.
+    """
+
+    def __init__(self) -> None:
+        self._plans: dict[tuple[str | int, ...], SpmmPlan] = {}
+
+    def get(self, adj: Adjacency, width: int, format: str) -> SpmmPlan:
+        """The plan for ``adj`` at ``width``: the selector's, made once per size class (``"auto"`` on
+        a single-use matrix), else :func:`~gnnkit.sparse.plan`'s."""
+        if format != "auto" or not adj.single_use:
+            return plan(adj, width, format)
+        # the device kind too: a model planned on the CPU and moved to a GPU must not reuse CPU formats
+        key = (adj.device.type, adj.num_rows.bit_length(), adj.num_cols.bit_length(), adj.nnz.bit_length(), width)
+        if key not in self._plans:
+            self._plans[key] = plan(adj, width, "auto")
+        return self._plans[key]
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+
 class SparseAggregation(nn.Module):
     """Base of the layers: one ``spmm`` per call, in a fixed format or ``"auto"``.
 
     Args:
         format: ``"auto"`` (the selector decides per width) or a format name.
+
+    Attributes:
+        plans: Where single-use matrices' plans are kept (:class:`BatchPlans`); a model may give its
+            layers one shared instance.
     """
 
     reduce = "sum"
@@ -38,10 +74,11 @@ class SparseAggregation(nn.Module):
         self.format = _check_format(format)
         self.last_plan: SpmmPlan | None = None
         self.plan_counts: Counter[str] = Counter()
+        self.plans = BatchPlans()
 
     def plan_for(self, adj: Adjacency, width: int) -> SpmmPlan:
-        """The formats of ``spmm(adj, x)`` for ``x`` of ``width`` columns."""
-        return plan(adj, width, self.format)
+        """The formats of ``spmm(adj, x)`` for ``x`` of ``width`` columns (see :class:`BatchPlans`)."""
+        return self.plans.get(adj, width, self.format)
 
     def record(self, chosen: SpmmPlan) -> SpmmPlan:
         """Remember ``chosen`` as the latest plan and count it (for :meth:`format_report`)."""

@@ -178,8 +178,9 @@ def usable(fmt: Any, adj: Adjacency) -> bool:
     """Whether the selector may pick ``fmt`` for ``adj``: it holds the matrix, needs no
     conversion if the matrix is single-use, runs on the matrix's device, and is selectable here
     (native formats: only when their kernels are built)."""
-    return (fmt.runs_on(adj.device) and fmt.applicable(adj) and (fmt.conversion_free or not adj.single_use)
-            and fmt.selectable(adj.device))
+    # the cheap checks first: applicability may pass over the entries (BSR counts its blocks)
+    return ((fmt.conversion_free or not adj.single_use) and fmt.runs_on(adj.device) and fmt.selectable(adj.device)
+            and fmt.applicable(adj))
 
 
 def calibrated_path(kind: str = "cpu") -> Path:

@@ -124,3 +124,44 @@ def test_reprs_and_errors():
         NodeGNN("gat", 8, 16, 3, aggregation="gnnkit")
     with pytest.raises(ValueError, match="Could not resolve aggregation 'dgl'"):
         NodeGNN("gcn", 8, 16, 3, aggregation="dgl")
+
+
+def block(seed: int, num_dst: int = 10, num_src: int = 30, nnz: int = 80) -> Adjacency:
+    g = torch.Generator().manual_seed(seed)
+    ei = torch.stack([torch.randint(0, num_src, (nnz,), generator=g), torch.randint(0, num_dst, (nnz,), generator=g)])
+    return Adjacency.from_edge_index(ei, num_src, num_dst=num_dst, single_use=True)
+
+
+def test_single_use_blocks_are_planned_once_per_size_class(monkeypatch):
+    """The selector (matrix features, host read-backs on a GPU) runs for the first block of a size
+    class only; the next blocks take its plan, values stay exact, and another size class or a matrix that serves many products is planned anew."""
+    from gnnkit.sparse import features
+
+    computed = []
+    real = features.matrix_features
+    monkeypatch.setattr(features, "matrix_features", lambda adj: computed.append(adj) or real(adj))
+    monkeypatch.setattr("gnnkit.sparse.selector.matrix_features", features.matrix_features)
+    ref, ours = pair("sage", "auto")
+    blocks = [block(seed) for seed in range(5)]
+    for adj in blocks:
+        x = torch.randn(30, 8)
+        torch.testing.assert_close(ours(x, adj), ref((x, x[:10]), torch.stack([adj.indices, adj.rows()])),
+                                   atol=1e-5, rtol=1e-4)
+    assert {id(a) for a in computed} == {id(blocks[0])} and len(ours.plans) == 1  # for A and A^T
+    assert ours.plan_counts.total() == 5 and ours.last_plan.source == "selector"
+    ours(torch.randn(300, 8), block(9, num_dst=100, num_src=300, nnz=900))  # another size class
+    assert len({id(a) for a in computed}) == 2 and len(ours.plans) == 2
+    full = Adjacency.from_edge_index(graph(), 40)  # serves many products: its own plan, cached on it
+    ours(torch.randn(40, 8), full)
+    assert computed[-1] is full and len(ours.plans) == 2 and any(k.startswith("plan:") for k in full.cached_keys())
+
+
+def test_the_selector_never_passes_over_a_single_use_matrix_for_a_format_it_cannot_use(monkeypatch):
+    """Formats that need a conversion are ruled out for single-use matrices before their
+    applicability check, which for BSR counts the matrix's blocks."""
+    from gnnkit.sparse.formats import bsr
+    from gnnkit.sparse.selector import usable
+
+    monkeypatch.setattr(bsr, "count_blocks", lambda *a: pytest.fail("BSR counted a single-use matrix's blocks"))
+    assert not usable(FORMATS["bsr4"], block(0)) and not usable(FORMATS["bsr16"], block(0))
+    assert usable(FORMATS["csr"], block(0))
