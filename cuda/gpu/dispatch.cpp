@@ -23,6 +23,8 @@
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <limits>
+#include <optional>
 #include <tuple>
 
 #include "kernels.h"
@@ -162,7 +164,9 @@ at::Tensor spmm_sell_cuda(const at::Tensor& chunk_ptr, const at::Tensor& perm, c
 }
 
 // Hops are sampled by the kernel; relabelling (first occurrence order) uses ATen ops like the
-// pure-PyTorch sampler: mark unseen nodes with -2 - (first position) by a max-scatter.
+// pure-PyTorch sampler (gnnkit.data.sampler.relabel): the first occurrence of each unseen node leaves
+// the least mark, position - n - 1, by a min-scatter. Two host read-backs a hop: the number of edges
+// (to size them) and of new nodes (the masked select).
 std::vector<at::Tensor> sample_neighbors_cuda(const at::Tensor& indptr, const at::Tensor& indices,
                                               const at::Tensor& seeds_in, const std::vector<int64_t>& fanouts,
                                               bool replace, int64_t seed, at::Tensor local_in) {
@@ -190,15 +194,14 @@ std::vector<at::Tensor> sample_neighbors_cuda(const at::Tensor& indptr, const at
                     h, edge.data_ptr<int64_t>(), stream());
     check_launch();
     const at::Tensor src = indices.index_select(0, edge);
-    at::Tensor src_local = local.index_select(0, src);
-    const at::Tensor where = (src_local < 0).nonzero().view(-1);
-    const at::Tensor cand = src.index_select(0, where);
-    local.scatter_reduce_(0, cand, -2 - at::arange(cand.numel(), local.options()), "amax", false);
-    const at::Tensor fresh = cand.masked_select(local.index_select(0, cand) == -2 - at::arange(cand.numel(), local.options()));
+    const at::Tensor marks = at::where(local.index_select(0, src) < 0, at::arange(-total - 1, -1, local.options()),
+                                       std::numeric_limits<int64_t>::max());
+    local.scatter_reduce_(0, src, marks, "amin", /*include_self=*/true);
+    const at::Tensor fresh = src.masked_select(local.index_select(0, src) == marks);
     local.index_copy_(0, fresh, at::arange(num_seen, num_seen + fresh.numel(), local.options()));
-    src_local.index_copy_(0, where, local.index_select(0, cand));
-    rows.push_back(src_local);
-    cols.push_back(at::repeat_interleave(count) + frontier_start);
+    rows.push_back(local.index_select(0, src));
+    // sized (the overload of a repeats vector and an output size): no read-back
+    cols.push_back(at::repeat_interleave(count, std::optional<int64_t>(total)) + frontier_start);
     edges.push_back(edge);
     nodes.push_back(fresh);
     num_edges.push_back(total);

@@ -91,21 +91,17 @@ def relabel(src: Tensor, local: Tensor, num_seen: int) -> tuple[Tensor, Tensor]:
         the global ids of the newly seen nodes in order of first
         occurrence, int64 ``[E_new]``.
     """
-    device = src.device
-    src_local = torch.index_select(local, 0, src)
-    where = torch.nonzero(src_local < 0).view(-1)
-    if where.numel() == 0:
-        return src_local.long(), where
-    cand = torch.index_select(src, 0, where)
-    if cand.numel() > torch.iinfo(local.dtype).max - 2:
-        raise RuntimeError(f"too many sampled edges in one hop ({cand.numel()})")
-    # Mark each unseen node with -2 - (position of its first occurrence):
-    neg_pos = -2 - torch.arange(cand.numel(), dtype=local.dtype, device=device)
-    local.scatter_reduce_(0, cand, neg_pos, reduce="amax", include_self=False)
-    new = torch.masked_select(cand, torch.index_select(local, 0, cand) == neg_pos)
-    local.index_copy_(0, new, torch.arange(num_seen, num_seen + new.numel(), dtype=local.dtype, device=device))
-    src_local.index_copy_(0, where, torch.index_select(local, 0, cand))
-    return src_local.long(), new
+    n = src.numel()
+    if n > torch.iinfo(local.dtype).max - 2:
+        raise RuntimeError(f"too many sampled edges in one hop ({n})")
+    # The first occurrence of each unseen node (-1 in ``local``) leaves the least mark there,
+    # position - n - 1 (below -1); seen entries scatter the dtype's maximum, which leaves their id.
+    marks = torch.where(torch.index_select(local, 0, src) < 0,
+                        torch.arange(-n - 1, -1, dtype=local.dtype, device=src.device), torch.iinfo(local.dtype).max)
+    local.scatter_reduce_(0, src, marks, reduce="amin", include_self=True)
+    new = torch.masked_select(src, torch.index_select(local, 0, src) == marks)  # the one read-back: its size
+    local.index_copy_(0, new, torch.arange(num_seen, num_seen + new.numel(), dtype=local.dtype, device=src.device))
+    return torch.index_select(local, 0, src).long(), new
 
 
 def _relabel(src: Tensor, local: Tensor, num_seen: int) -> tuple[Tensor, Tensor]:

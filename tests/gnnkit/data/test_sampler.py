@@ -558,3 +558,25 @@ def test_throughput_on_powerlaw_graph(capsys):
             f"({out.node.numel()} nodes, {out.edge.numel()} edges per batch)"
         )
     assert count > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_relabel_numbers_unseen_nodes_in_order_of_first_occurrence(dtype):
+    """The PyTorch relabelling (one read-back) against a dictionary walk, on random maps and id lists."""
+    from gnnkit.data.sampler import relabel
+
+    g = torch.Generator().manual_seed(0)
+    for _ in range(100):
+        n, e = int(torch.randint(1, 50, (1,), generator=g)), int(torch.randint(0, 80, (1,), generator=g))
+        local = torch.full((n,), -1, dtype=dtype)
+        seen = torch.randperm(n, generator=g)[: int(torch.randint(0, n, (1,), generator=g))]
+        local[seen] = torch.arange(seen.numel(), dtype=dtype)
+        src = torch.randint(0, n, (e,), generator=g)
+        ids, new = {int(s): int(local[s]) for s in seen}, []
+        for s in src.tolist():
+            if s not in ids:
+                ids[s] = seen.numel() + len(new)
+                new.append(s)
+        out, fresh = relabel(src, local, seen.numel())
+        assert out.tolist() == [ids[s] for s in src.tolist()] and fresh.tolist() == new
+        assert local.tolist() == [ids.get(i, -1) for i in range(n)]  # no marks left behind
