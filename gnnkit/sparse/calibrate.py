@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from gnnkit.sparse.corpus import MatrixSpec
-from gnnkit.sparse.features import feature_vector, matrix_features
+from gnnkit.sparse.features import feature_vector, matrix_features, threads_feature
 from gnnkit.sparse.forest import TreeEnsemble
 from gnnkit.sparse.formats import FORMATS
 from gnnkit.sparse.measure import AMORTIZE_STEPS, measure_formats
@@ -69,7 +69,7 @@ def label_matrix(
             timings = measure_formats(matrix, int(width), repeats=repeats)
             records.append({
                 "matrix": spec.name, "spec": spec.as_dict(), "orientation": orientation,
-                "width": int(width), "threads": torch.get_num_threads(), "device": device_kind(adj.device),
+                "width": int(width), "threads": threads_feature(device_kind(adj.device)), "device": device_kind(adj.device),
                 "loadavg": round(os.getloadavg()[0], 2),  # how busy the machine was (noise)
                 "features": matrix_features(matrix),
                 "times": {name: t.as_dict() for name, t in timings.items()},

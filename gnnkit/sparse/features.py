@@ -5,7 +5,7 @@ Networks", LCPC 2021 <https://arxiv.org/abs/2111.00352> (Table 2): sizes, nnz, d
 and per-column entry counts (min, mean, max, std, coefficient of variation, max minus mean),
 number of diagonals and DIA fill, ELL fill, row and column "bounce" (mean absolute change of the
 entry count between neighbouring rows/columns), plus the empty-row/column fractions, a locality
-measure (mean ``|row - col|``), the dense feature width and the thread count.
+measure (mean ``|row - col|``), the dense feature width and the thread count (0 for a GPU product).
 
 Everything is one pass of vectorised bincounts over the entries: O(nnz + rows + cols).
 """
@@ -95,6 +95,15 @@ def transposed_features(feats: dict[str, float]) -> dict[str, float]:
     for k in _SIDE:
         out[f"row_{k}"], out[f"col_{k}"] = feats[f"col_{k}"], feats[f"row_{k}"]
     return _with_fills(out)
+
+
+def threads_feature(device_kind: str, threads: int | None = None) -> int:
+    """The ``threads`` feature of a product on a device kind: the intra-op CPU threads on the CPU
+    (default ``torch.get_num_threads()``), 0 on a GPU, whose products the host's thread count does
+    not drive (so a GPU model labelled on a 16-core machine reads the same value on a 4-core one)."""
+    if device_kind != "cpu":
+        return 0
+    return torch.get_num_threads() if threads is None else int(threads)
 
 
 def feature_vector(feats: dict[str, float], width: int, threads: int | None = None) -> np.ndarray:

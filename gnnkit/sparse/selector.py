@@ -31,7 +31,8 @@ import numpy as np
 import torch
 
 from gnnkit.sparse.adjacency import Adjacency
-from gnnkit.sparse.features import FEATURE_NAMES, feature_vector, matrix_features, transposed_features
+from gnnkit.sparse.features import (FEATURE_NAMES, feature_vector, matrix_features, threads_feature,
+                                    transposed_features)
 from gnnkit.sparse.forest import TreeEnsemble
 from gnnkit.sparse.formats import FORMATS
 
@@ -114,7 +115,7 @@ class Selector:
         feats = matrix_features(adj)
         if transpose:
             feats = transposed_features(feats)
-        return self.predict_costs(feature_vector(feats, width, threads))
+        return self.predict_costs(feature_vector(feats, width, threads_feature(self.device, threads)))
 
     def rank(self, adj: Adjacency, width: int, transpose: bool = False,
              threads: int | None = None) -> list[tuple[str, float]]:

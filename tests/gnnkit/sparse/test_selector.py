@@ -266,3 +266,20 @@ def test_labels_of_one_device_kind_make_one_model(tmp_path):
     pytest.importorskip("sklearn")
     model = fit_selector(gpu * 3, n_trees=2)
     assert model.device == "cuda" and model.meta["device_names"] == ["Some GPU"]
+
+
+def test_a_gpu_model_reads_no_host_thread_count():
+    """``threads`` is the CPU's intra-op thread count for a CPU model and 0 for a GPU one, whose
+    products it does not drive: a model labelled on a 16-core GPU machine reads the same input on
+    a 4-core one. The calibration records write it the same way."""
+    from gnnkit.sparse.features import threads_feature
+
+    formats = ["csr", "segment"]
+    tree = stump(FEATURE_NAMES.index("threads"), 0.5, [0.0, 1.0], [1.0, 0.0])  # csr at 0 threads, segment above
+    adj = MatrixSpec("erdos_renyi", 50, 50, 4, 0).build()
+    gpu = Selector(TreeEnsemble([tree], len(FEATURE_NAMES), 2), formats, device="cuda")
+    cpu = Selector(gpu.ensemble, formats, device="cpu")
+    assert {gpu.select(adj, 16, threads=t) for t in (1, 4, 16)} == {"csr"}
+    assert cpu.select(adj, 16, threads=4) == "segment"
+    assert threads_feature("cuda", 16) == 0 and threads_feature("cpu", 3) == 3
+    assert threads_feature("cpu") == torch.get_num_threads()
