@@ -5,26 +5,21 @@ from __future__ import annotations
 import csv
 import json
 import statistics
-import time
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 
+from gnnkit.device_clock import device_clock
 from gnnkit.optim.state import describe_optimizers
 from pipeline import atomic_write_text, log, peak_rss_mb, save_figure
 
 
 def _clock(module: pl.LightningModule) -> float:
-    """The time once the module's device has run what was queued: on a GPU, kernels only queue
-    work, so an epoch's end (one step for full-batch training) would otherwise pass before its
-    backward has run, and validation would be charged for it."""
-    device = getattr(module, "device", None)
-    if device is not None and device.type == "cuda":
-        import torch
-
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
+    """The time once the module's device has run what was queued: an epoch's end (one step for
+    full-batch training) would otherwise pass before its backward has run on a GPU, and validation
+    would be charged for it."""
+    return device_clock(getattr(module, "device", None))
 
 
 class EpochTimer(pl.Callback):

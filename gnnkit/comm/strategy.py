@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 from typing import Any, Callable, Literal, Optional, Union
 
@@ -27,6 +26,7 @@ from gnnkit.comm.fusion import CommHook, FusionTuner
 from gnnkit.comm.multistream import MultiStreamAllReduce
 from gnnkit.comm.powersgd import PowerSGD
 from gnnkit.comm.registry import MODES, resolve_mode
+from gnnkit.device_clock import device_clock
 from gnnkit.registration import make_strategy
 from gnnkit.comm.signsgd import SignSGD
 from gnnkit.comm.topk_a2a import GATHERS, TopKA2A
@@ -232,7 +232,7 @@ class GnnkitStrategy(DDPStrategy):
                        model: Optional[Union[pl.LightningModule, torch.nn.Module]] = None,
                        **kwargs: Any) -> Any:
         tuning = self.tuner is not None and self.hook is not None and not self.tuner.done
-        start = self._device_clock() if tuning else 0.0
+        start = device_clock(self.root_device) if tuning else 0.0
         if self.comm == "dear" and self.hook is not None:
             self.flush()  # the previous step's update, before this step's forward
             output = closure()
@@ -241,7 +241,7 @@ class GnnkitStrategy(DDPStrategy):
         else:
             output = super().optimizer_step(optimizer, closure, model, **kwargs)
         if tuning:
-            self.tuner.record(self._device_clock() - start)
+            self.tuner.record(device_clock(self.root_device) - start)
             self.hook.fusion_mb = self.tuner.current_mb
             if self.tuner.done:
                 rank_zero_info(f"gnnkit comm: fusion size tuned to {self.tuner.result:g} MiB "
@@ -253,13 +253,6 @@ class GnnkitStrategy(DDPStrategy):
         super().post_backward(closure_loss)
         if isinstance(self.communicator, DeAR) and self.communicator.pending:
             self.communicator.finish_backward()
-
-    def _device_clock(self) -> float:
-        """The time once the device has run what was queued (a CUDA sync: collectives and kernels
-        only queue work, so host time alone would time their launch)."""
-        if self.root_device.type == "cuda":
-            torch.cuda.synchronize(self.root_device)
-        return time.perf_counter()
 
     def flush(self) -> None:
         """Apply a deferred ``dear`` update now (no-op for the other modes).
