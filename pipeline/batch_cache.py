@@ -181,6 +181,11 @@ def encode_shard(records: list[BatchRecord], lossy: dict[str, torch.dtype]) -> l
     return list(_pieces(*_layout(records, lossy)[:2]))
 
 
+def _head_length(preamble: bytes) -> int:
+    """The header length a shard's preamble gives (0 for a short, damaged one)."""
+    return _PREAMBLE.unpack(preamble)[3] if len(preamble) == _PREAMBLE.size else 0
+
+
 def decode_shard(buffer: torch.Tensor, where: str | Path = "shard", head: bytes | None = None) -> list[BatchRecord]:
     """Turn a shard's bytes back into its batches.
 
@@ -443,13 +448,17 @@ class BatchCache:
         except OSError as err:
             raise CorruptShard(self.shard_path(shard), f"unreadable ({err.strerror or err})") from None
 
-    def read_head(self, shard: int) -> bytes:
-        """A shard's preamble and header, read from its file (for bytes already on a GPU)."""
+    def read_head(self, shard: int, data: np.ndarray | None = None) -> bytes:
+        """A shard's preamble and header (for bytes already on a GPU): from ``data``, the file's
+        bytes when read already, else from its file."""
+        limit = self.shards[shard]["bytes"]
+        if data is not None:
+            preamble = data[: _PREAMBLE.size].tobytes()
+            return preamble + data[_PREAMBLE.size: _PREAMBLE.size + min(_head_length(preamble), limit)].tobytes()
         try:
             with open(self.shard_path(shard), "rb") as handle:
                 preamble = handle.read(_PREAMBLE.size)
-                length = _PREAMBLE.unpack(preamble)[3] if len(preamble) == _PREAMBLE.size else 0
-                return preamble + handle.read(min(length, self.shards[shard]["bytes"]))
+                return preamble + handle.read(min(_head_length(preamble), limit))
         except OSError as err:
             raise CorruptShard(self.shard_path(shard), f"unreadable ({err.strerror or err})") from None
 
@@ -459,23 +468,28 @@ class BatchCache:
 
         return torch.from_numpy(self.read_bytes(shard))
 
-    def check(self, shard: int, buffer: torch.Tensor | np.ndarray, crc: bool = True) -> None:
+    def check(self, shard: int, buffer: torch.Tensor | np.ndarray, crc: bool = True) -> np.ndarray | None:
         """Raise :class:`CorruptShard` unless ``buffer`` (a tensor on any device, or a numpy array) has
         the shard's recorded size (and CRC-32). For bytes already on a GPU the CRC is taken of the
-        file they were read from, not of a copy back from the device."""
+        file they were read from, not of a copy back from the device; those file bytes are returned
+        (``None`` when none were read)."""
         info, where = self.shards[shard], self.shard_path(shard)
         size = buffer.size if isinstance(buffer, np.ndarray) else buffer.numel()
         if size != info["bytes"]:
             raise CorruptShard(where, f"expected {info['bytes']} bytes, found {size} (truncated?)")
         if not crc:
-            return
+            return None
+        read = None
         if isinstance(buffer, np.ndarray):
             data = buffer
+        elif buffer.device.type == "cpu":
+            data = buffer.numpy()
         else:
-            data = buffer.numpy() if buffer.device.type == "cpu" else self.read_bytes(shard)
+            data = read = self.read_bytes(shard)
         if zlib.crc32(memoryview(data)) != info["crc32"]:
             raise CorruptShard(where, "CRC-32 mismatch (the file changed after it was written)")
         self.verified.add(shard)
+        return read
 
     def decode(self, shard: int, buffer: torch.Tensor, verify: str = "always") -> list[BatchRecord]:
         """Verify and decode a shard read by any reader; raises :class:`CorruptShard` if damaged.
@@ -486,8 +500,8 @@ class BatchCache:
             verify: ``"always"`` checks the CRC-32 on every read; ``"once"`` only on the first read
                 of each shard through this object (the size and header are checked every time).
         """
-        self.check(shard, buffer, crc=verify == "always" or shard not in self.verified)
-        head = self.read_head(shard) if buffer.device.type != "cpu" else None
+        read = self.check(shard, buffer, crc=verify == "always" or shard not in self.verified)
+        head = self.read_head(shard, read) if buffer.device.type != "cpu" else None  # the file once
         records = decode_shard(buffer, self.shard_path(shard), head)
         if len(records) != self.shards[shard]["batches"]:
             raise CorruptShard(self.shard_path(shard), f"expected {self.shards[shard]['batches']} batches")

@@ -102,10 +102,32 @@ def test_a_shard_decodes_with_its_header_read_from_the_file(tmp_path):
         buffer = cache.read_shard(shard)
         head = cache.read_head(shard)
         assert bytes(buffer[:len(head)].numpy()) == head
+        assert cache.read_head(shard, buffer.numpy()) == head  # from the bytes a CRC check read already
         for a, b in zip(decode_shard(buffer, head=head), decode_shard(buffer)):
             _assert_same(a, b)
     with pytest.raises(CorruptShard, match="gnnkit batch shard"):
         decode_shard(cache.read_shard(0), head=b"not a shard")
+
+
+def test_a_device_buffers_first_check_reads_its_file_once(tmp_path, monkeypatch):
+    """A buffer off the CPU (a meta tensor stands in for the GPU here) is checked against its file's
+    CRC, and the header is taken from those bytes: one read of the file, not two. Once verified, only
+    the header is read."""
+    path = tmp_path / "c"
+    _write(path, 6, shard_mb=0.002)
+    cache = open_batch_cache(path, INPUTS)
+    reads, heads = [], []
+    read_bytes, read_head = cache.read_bytes, cache.read_head
+    monkeypatch.setattr(cache, "read_bytes", lambda shard: reads.append(shard) or read_bytes(shard))
+    monkeypatch.setattr(cache, "read_head", lambda shard, data=None: heads.append(data is not None)
+                        or read_head(shard, data))
+    device_bytes = torch.empty(cache.shards[0]["bytes"], dtype=torch.uint8, device="meta")
+    assert cache.check(0, cache.read_shard(0)) is None and reads == [0]  # host bytes: checked in place
+    assert read_head(0, cache.check(0, device_bytes)) == read_head(0) and reads == [0, 0]
+    cache.verified.clear()  # a run's first replay of the shard
+    for _ in range(2):
+        assert len(cache.decode(0, device_bytes, verify="once")) == cache.shards[0]["batches"]
+    assert reads == [0, 0, 0] and heads == [True, False]
 
 
 def test_failed_writer_leaves_nothing_and_keeps_the_old_cache(tmp_path):
