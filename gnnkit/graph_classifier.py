@@ -101,8 +101,7 @@ class GraphClassifier(TaskModule):
     def _step(self, batch: Data, stage: str) -> Tensor:
         logits = self(batch)
         loss = self.loss(logits, batch.y)
-        self.log(f"{stage}_loss", loss, on_step=False, on_epoch=True, batch_size=int(batch.num_graphs),
-                 prog_bar=stage != "test", sync_dist=True)
+        self.log_loss(stage, loss, int(batch.num_graphs), prog_bar=stage != "test")
         self._outputs[stage].append((batch.y.detach(), logits.detach()))
         return loss
 

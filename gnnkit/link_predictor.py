@@ -173,8 +173,7 @@ class LinkPredictor(RunLengthHooks, TaskModule):
     def training_step(self, batch: Data, batch_idx: int) -> Tensor:
         pos, neg = self(batch)
         loss = link_loss(pos, neg)
-        self.log("train_loss", loss, on_step=False, on_epoch=True, batch_size=pos.shape[0], prog_bar=True,
-                 sync_dist=True)  # the mean over ranks (a no-op on one)
+        self.log_loss("train", loss, pos.shape[0])
         return loss
 
     def _eval_step(self, batch: Data, stage: str) -> None:
@@ -185,7 +184,7 @@ class LinkPredictor(RunLengthHooks, TaskModule):
         per_pos.append(int(batch.neg_per_pos))
         if pos.numel() and neg.numel():
             loss = link_loss(pos, neg)
-            self.log(f"{stage}_loss", loss, on_step=False, on_epoch=True, batch_size=pos.shape[0], sync_dist=True)
+            self.log_loss(stage, loss, pos.shape[0], prog_bar=False)
 
     def validation_step(self, batch: Data, batch_idx: int) -> None:
         self._eval_step(batch, "val")

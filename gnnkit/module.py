@@ -317,8 +317,7 @@ class NodeClassifier(RunLengthHooks, TaskModule):
         # A padding batch (a rank keeping step with the others in sampled partition-parallel runs)
         # weighs nothing: in the loss, the logged mean and the metric.
         padding = bool(getattr(batch, "padding", False))
-        self.log(f"{stage}_loss", loss, on_step=False, on_epoch=True, batch_size=0 if padding else y.shape[0],
-                 prog_bar=stage != "test", sync_dist=True)  # the mean over ranks (a no-op on one)
+        self.log_loss(stage, loss, 0 if padding else y.shape[0], prog_bar=stage != "test")
         kept = slice(0, 0) if padding else slice(None)
         self._outputs[stage].append((y[kept].detach(), logits[kept].detach()))
         if stage == "train" and self.hparams.get("pseudo_label_gamma") is not None:

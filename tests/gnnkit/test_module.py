@@ -121,14 +121,16 @@ def test_a_padding_batch_weighs_nothing(monkeypatch):
 
     model = NodeClassifier(in_channels=4, out_channels=3, hidden_channels=8, num_layers=2, dropout=0.0)
     logged = []
-    monkeypatch.setattr(model, "log", lambda name, value, **kw: logged.append((name, kw["batch_size"])))
+    monkeypatch.setattr(model, "log", lambda name, value, **kw: logged.append((name, float(value), kw["batch_size"])))
     edge_index = torch.tensor([[1, 0], [0, 1]])
     batch = Data(x=torch.randn(2, 4), y=torch.tensor([0, 2]), edge_index=edge_index, batch_size=2,
                  num_sampled_nodes=[2], num_sampled_edges=[2], loss_scale=0.7)
-    assert model.training_step(batch, 0) > 0 and logged[-1] == ("train_loss", 2)
+    first = float(model.training_step(batch, 0))
     batch.padding, batch.loss_scale = True, 0.0
-    assert model.training_step(batch, 1) == 0 and logged[-1] == ("train_loss", 0)
+    assert first > 0 and model.training_step(batch, 1) == 0 and logged == []  # the loss is logged at the epoch's end
     assert [y.numel() for y, _ in model._outputs["train"]] == [2, 0]
+    model._log_epoch_loss("train")
+    assert logged == [("train_loss", pytest.approx(first / 0.7), 2)]  # the unscaled loss of the real batch alone
 
 
 def test_input_aggregation_refuses_a_learnable_embedding():
