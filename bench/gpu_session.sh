@@ -40,13 +40,17 @@
 # formats_gpu.json and formats_labels_gpu.jsonl into bench/results/, selector_model_cuda.json into
 # gnnkit/sparse/); a cold machine resumes from those copies instead.
 #   issue 16: GNNKIT_GPU_FAMILIES="gcn sage" bash bench/gpu_session.sh setup tests gpu    (H200: 7.1 min)
-#             GNNKIT_GPU_FAMILIES=reuse bash bench/gpu_session.sh setup gpu              (H200: 2.1 min)
+#             bash bench/gpu_session.sh setup gpu  (all families: the first call's rows are kept and
+#                                                   only the missing ones run; H200: 2.1 min for reuse)
 #   issue 17: bash bench/gpu_session.sh setup tests native label                         (~8 min)
 #             bash bench/gpu_session.sh setup train formats e2e                           (~5 min)
 # Issue 16's two calls took 457 s and 197 s of device time (start and transfers included) on
 # 2026-11-27, with three sage rows; the sage family now has four (about 35 s more). Issue 17's
 # minutes are estimates from CPU runs: GNNKIT_CALL_S keeps a call inside its limit whatever they
-# turn out to be, and an unfinished table or corpus resumes next time. Run the tier through this
+# turn out to be, and an unfinished table or corpus resumes next time. Set GNNKIT_CALL_S (and the
+# call's timeout_s) from device status's budget_left_s less the start (about 30 s on a warm machine,
+# 90 s on a cold one): a call the device tool kills at its own limit loses the step under way, where
+# the script's deadline stops it and keeps its log. Run the tier through this
 # script (or with GNNKIT_NATIVE_CACHE=$GNNKIT_HOME/native): without it every test worker builds the
 # native kernels again, and a 95 s tier run did not get past its first test.
 #
@@ -54,12 +58,15 @@
 # so a call cut short at its limit still brings back what it finished: the JSON files above,
 # session.log with every step's outcome, logs.tgz with each finished step's whole log and the PNG
 # plots, and step.log, the log of a step that was cut short.
-# A step that fails is logged and the next still runs; the exit status counts the failures.
+# A step that fails is logged and the next still runs (but a failed install, import or native build
+# skips the benchmarks, whose numbers would be the pure-PyTorch fallback's); the exit status counts
+# the failures.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
 LOGS=/tmp/gnnkit-gpu-logs
 export GNNKIT_HOME=${GNNKIT_HOME:-$PWD/.gpu-home} PYTHONUNBUFFERED=1
+export OUTDATED_IGNORE=1  # ogb's version check (a thread asking PyPI): there is no network there
 export GNNKIT_NATIVE_CACHE=${GNNKIT_NATIVE_CACHE:-$GNNKIT_HOME/native}  # the tests' own homes load setup's build
 export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 KEPT=$GNNKIT_HOME/results  # this machine's results, for the next call on it
@@ -68,6 +75,7 @@ CORPUS=${GNNKIT_GPU_CORPUS:-150}  # matrices labelled on the GPU for the CUDA se
 deadline=$((SECONDS + ${GNNKIT_CALL_S:-580} - 15))
 mkdir -p "$OUT" "$LOGS" "$KEPT"
 failed=0
+broken=""  # the setup step that failed, if one did: the benchmarks are then skipped
 
 seed() {  # seed FILE...: bring an earlier call's result to $OUT: this machine's, else the tree's copy
     for file in "$@"; do
@@ -111,7 +119,19 @@ step() {  # step NAME COMMAND...: run, time and log one step (live in $OUT/step.
         return
     fi
     timeout -k 10 "$left" "$@" >"$live" 2>&1
-    record "$name" "$live" $? "$start"
+    local status=$?
+    record "$name" "$live" "$status" "$start"
+    return "$status"
+}
+
+bench() {  # bench NAME COMMAND...: a benchmark step, skipped when the setup failed
+    if [ -n "$broken" ]; then
+        echo "== $1: SKIPPED (setup step '$broken' failed: the numbers would not be gnnkit's)" \
+            | tee -a "$OUT/session.log"
+        failed=$((failed + 1))
+        return
+    fi
+    step "$@"
 }
 
 prep_pid=""
@@ -119,7 +139,9 @@ prep_start() {  # DATASET...: preprocess into the cache in the background (the r
     [ $# -gt 0 ] || return 0
     echo "== prep (background): $*" | tee -a "$OUT/session.log"
     prep_begun=$SECONDS
-    (for dataset in "$@"; do python3 -m gnnkit.cli preprocess "$dataset" || exit; done) >"$LOGS/prep.log" 2>&1 &
+    (for dataset in "$@"; do  # within the call's limit too: a step waiting for it must not outlive it
+        timeout -k 5 $((deadline - SECONDS)) python3 -m gnnkit.cli preprocess "$dataset" || exit
+    done) >"$LOGS/prep.log" 2>&1 &
     prep_pid=$!
 }
 
@@ -148,13 +170,15 @@ datasets_for() {  # STEP...: the datasets those steps train on
 setup() {
     if [ -d .whl ]; then
         step install python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-            --target /tmp/site .whl/*.whl
+            --target /tmp/site .whl/*.whl || broken=install
     fi
     # shellcheck disable=SC2046  # one dataset a word
     [ -n "$prep_pid" ] || prep_start $(datasets_for "${steps[@]}")
     step doctor python3 -m gnnkit.cli doctor
-    step imports python3 -c "import ogb, jsonargparse, pymetis, pandas, sklearn, pyarrow, matplotlib; print('imports ok')"
-    step build python3 -c "from gnnkit import native; assert native.get() is not None, native.status(); print(native.kernels())"
+    step imports python3 -c "import ogb, jsonargparse, pymetis, pandas, sklearn, pyarrow, matplotlib; print('ok')" \
+        || broken=${broken:-imports}
+    step build python3 -c "from gnnkit import native; assert native.get(), native.status(); print(native.kernels())" \
+        || broken=${broken:-build}
 }
 
 tests() {  # the GPU tier (the rest is CI's, on CPU), on 16 pytest workers where pytest-xdist imports
@@ -166,15 +190,15 @@ tests() {  # the GPU tier (the rest is CI's, on CPU), on 16 pytest workers where
 }
 
 native() {
-    step bench-native python3 bench/native.py --device cuda --json "$OUT/native_gpu.json" --png "$LOGS/native_gpu.png"
+    bench bench-native python3 bench/native.py --device cuda --json "$OUT/native_gpu.json" --png "$LOGS/native_gpu.png"
 }
 
 label() {  # issue 17: the CUDA selector's corpus
-    step label-gpu python3 bench/formats_corpus.py label --device cuda --count "$CORPUS" --labels "$LABELS"
+    bench label-gpu python3 bench/formats_corpus.py label --device cuda --count "$CORPUS" --labels "$LABELS"
 }
 
 train() {  # its model
-    step train-gpu python3 bench/formats_corpus.py train --device cuda --labels "$LABELS" \
+    bench train-gpu python3 bench/formats_corpus.py train --device cuda --labels "$LABELS" \
         --out "$OUT/selector_model_cuda.json"
 }
 
@@ -186,9 +210,10 @@ use_selector() {  # the CUDA model trained on this machine, if any (else the shi
     [ -f "$model" ] && selector=(env GNNKIT_SELECTOR_CUDA="$model")
 }
 
-formats() {  # the held-out comparison
+formats() {  # the held-out comparison (not beside the background preprocessing: it times the GPU)
     use_selector
-    step bench-formats "${selector[@]}" python3 bench/formats.py --device cuda --no-e2e \
+    prep_wait
+    bench bench-formats "${selector[@]}" python3 bench/formats.py --device cuda --no-e2e \
         --json "$OUT/formats_gpu.json" --png "$LOGS/formats_gpu.png"
 }
 
@@ -196,7 +221,7 @@ e2e() {  # its end-to-end part, added to the matrix part of this or an earlier c
     use_selector
     seed bench/results/formats_gpu.json
     prep_wait
-    step bench-formats-e2e "${selector[@]}" python3 bench/formats.py --device cuda --e2e-only --trials 2 \
+    bench bench-formats-e2e "${selector[@]}" python3 bench/formats.py --device cuda --e2e-only --trials 2 \
         --json "$OUT/formats_gpu.json"
 }
 
@@ -206,10 +231,12 @@ gpu() {  # issue 16's table: every recipe family, gnnkit (GPU sampling) vs CPU s
     if python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["complete"])' "$OUT/gpu.json" \
         2>/dev/null; then
         resume=(--resume "$OUT/gpu.json")  # an earlier call's unfinished table: its rows are kept
+    else
+        rm -f "$OUT/gpu.json"  # a finished one: this call makes a new table, and only that comes back
     fi
     prep_wait
     # shellcheck disable=SC2086  # the families are words
-    step bench-gpu python3 bench/gpu.py --json "$OUT/gpu.json" --png "$LOGS/gpu.png" --workdir /tmp/gpubench \
+    bench bench-gpu python3 bench/gpu.py --json "$OUT/gpu.json" --png "$LOGS/gpu.png" --workdir /tmp/gpubench \
         --families ${GNNKIT_GPU_FAMILIES:-sage gcn reuse} "${resume[@]}"
 }
 

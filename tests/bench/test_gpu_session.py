@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,12 +18,17 @@ pytestmark = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("ti
                                 reason="needs bash and coreutils' timeout")
 
 
-def _session(tmp_path: Path, *steps: str, **env: str) -> tuple[subprocess.CompletedProcess, list[str], str]:
-    """Run the script with ``python3`` recording its arguments; (process, the recorded command lines, session.log)."""
+def _session(tmp_path: Path, *steps: str, fail: str = "",
+             **env: str) -> tuple[subprocess.CompletedProcess, list[str], str]:
+    """Run the script with ``python3`` recording its arguments (and failing for command lines that
+    contain ``fail``; the script's own JSON checks run in this Python); (process, the recorded
+    command lines, session.log)."""
     stub = tmp_path / "bin"
     stub.mkdir()
     calls = tmp_path / "calls.txt"
-    (stub / "python3").write_text(f'#!/usr/bin/env bash\necho "$*" >> {calls}\n')
+    failing = f'case "$*" in *"{fail}"*) exit 1 ;; esac\n' if fail else ""
+    (stub / "python3").write_text(f'#!/usr/bin/env bash\ncase "$*" in *json.load*) exec {sys.executable} "$@" ;; esac\n'
+                                  f'echo "$*" >> {calls}\n{failing}')
     (stub / "python3").chmod(0o755)
     out = tmp_path / "out"
     environ = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "OUT": str(out),
@@ -77,3 +83,22 @@ def test_a_step_past_the_calls_limit_is_skipped_and_counted(tmp_path):
 def test_an_unknown_step_is_refused_before_anything_runs(tmp_path):
     proc, calls, _ = _session(tmp_path, "setup", "bogus")
     assert proc.returncode == 2 and "unknown step 'bogus'" in proc.stdout and calls == []
+
+
+def test_a_failed_setup_skips_the_benchmarks_but_not_the_tier(tmp_path):
+    """Without the native build (or the carried wheels) gnnkit falls back to pure PyTorch: the tier
+    still runs and shows why, the benchmarks do not publish the fallback's numbers."""
+    proc, calls, log = _session(tmp_path, "setup", "tests", "native", "gpu", fail="native.get()")
+    assert proc.returncode == 3, log  # build, bench-native and bench-gpu
+    assert "== bench-native: SKIPPED (setup step 'build' failed" in log and "== bench-gpu: SKIPPED" in log
+    assert any("-m gpu tests" in c for c in calls) and not [c for c in calls if c.startswith("bench/")]
+
+
+def test_a_finished_table_from_the_tree_is_not_sent_back_as_this_calls(tmp_path):
+    kept = tmp_path / "home" / "results"
+    kept.mkdir(parents=True)
+    (kept / "gpu.json").write_text('{"complete": true, "rows": ["an earlier session\'s"]}')
+    proc, calls, log = _session(tmp_path, "gpu", GNNKIT_GPU_FAMILIES="reuse")
+    assert proc.returncode == 0, log
+    bench = next(c for c in calls if c.startswith("bench/gpu.py"))
+    assert "--resume" not in bench and not (tmp_path / "out" / "gpu.json").exists()  # the stand-in wrote none
