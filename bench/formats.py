@@ -475,6 +475,8 @@ def main(argv: list[str] | None = None) -> int:
             e2e = epoch_times(args.dataset, args.steps, args.batches, args.hidden, args.trials, args.epochs,
                               args.device)
         except Exception as err:
+            if args.e2e_only:  # the part asked for failed: say so in the exit status
+                raise SystemExit(f"end-to-end epoch times failed: {type(err).__name__}: {err}") from err
             print(f"(skipping end-to-end epoch times: {err})")
         if e2e:
             summary["epoch_auto_vs_best_fixed"] = {f"{r['model']} {r['mode']}": round(r["auto_vs_best_fixed"], 3)

@@ -222,7 +222,7 @@ e2e() {  # its end-to-end part, added to the matrix part of this or an earlier c
     seed bench/results/formats_gpu.json
     prep_wait
     bench bench-formats-e2e "${selector[@]}" python3 bench/formats.py --device cuda --e2e-only --trials 2 \
-        --json "$OUT/formats_gpu.json"
+        --json "$OUT/formats_gpu.json" --png "$LOGS/formats_gpu_e2e.png"
 }
 
 gpu() {  # issue 16's table: every recipe family, gnnkit (GPU sampling) vs CPU sampling vs PyG

@@ -102,6 +102,8 @@ def label_corpus(
         All records in ``path``.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_file():
+        _drop_torn_line(path)  # else the next record would be appended to it, and both lost
     earlier = read_records(path) if path.is_file() else []
     if earlier:
         records_device(earlier, expected=device_kind(device), source=path)
@@ -113,8 +115,8 @@ def label_corpus(
             if spec.name in done:
                 continue
             start = time.perf_counter()
-            for record in label_matrix(spec, widths, repeats, device):
-                out.write(json.dumps(record) + "\n")
+            records = label_matrix(spec, widths, repeats, device)
+            out.write("".join(json.dumps(record) + "\n" for record in records))  # a matrix's widths together
             out.flush()
             if progress is not None:
                 progress(i + 1, len(specs), spec, time.perf_counter() - start)
@@ -160,6 +162,15 @@ def relabel_formats(
             progress(i + 1, len(groups), name, time.perf_counter() - start)
     atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in records))
     return records
+
+
+def _drop_torn_line(path: Path) -> None:
+    """Cut a label file back to its last whole line (a run killed while writing leaves part of one)."""
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1
+    if end != len(data):
+        with open(path, "r+b") as handle:
+            handle.truncate(end)
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

@@ -162,6 +162,13 @@ def test_label_fit_and_evaluate_a_tiny_corpus(tmp_path):
     assert all("csr" in r["times"] and r["times"]["csr"]["spmm_s"] > 0 for r in records)
     again = label_corpus(specs, path, widths_per_matrix=1, repeats=1)  # resumes: nothing re-measured
     assert len(again) == len(records)
+    # a run killed while writing the last matrix leaves part of a line: the next drops it, labels the matrix again
+    lines = path.read_text().splitlines(keepends=True)
+    last = [i for i, line in enumerate(lines) if json.loads(line)["matrix"] == specs[-1].name]
+    path.write_text("".join(lines[: last[0]]) + lines[last[0]][:40])
+    resumed = label_corpus(specs, path, widths_per_matrix=1, repeats=1)
+    assert sorted(r["matrix"] for r in resumed) == sorted(r["matrix"] for r in records)
+    assert path.read_text().endswith("\n") and len(path.read_text().splitlines()) == len(records)
     selector = fit_selector(records, n_trees=3, max_depth=3)
     quality = selection_quality(selector, records)
     assert quality["selected_over_oracle"] >= 1.0 and 0.0 <= quality["accuracy"] <= 1.0
