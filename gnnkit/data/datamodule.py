@@ -287,6 +287,12 @@ class GraphDataModule(pl.LightningDataModule):
             log.info("partition %d of %d, after %s: %s", self._partition.part, self._partition.parts,
                      getattr(stage, "value", stage), describe_fetches(self._remote.stats))
 
+    def on_exception(self, exception: BaseException) -> None:
+        """A failed or interrupted fit (Lightning calls this, not :meth:`teardown`): end the threads
+        making batches ahead, which would otherwise hold their batches and the loaders."""
+        for prefetcher in self._prefetchers.values():
+            prefetcher.stop()
+
     def _training_device(self) -> torch.device:
         """The device the model trains on (the strategy's root device; the CPU without a trainer)."""
         return self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")

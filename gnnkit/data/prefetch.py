@@ -21,11 +21,15 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
 from torch import Tensor
+from torch_geometric.data.data import BaseData
+
+from gnnkit.sparse import Adjacency
+from pipeline import log
 
 #: Batches made ahead by default (``data.prefetch``).
 DEFAULT_DEPTH = 2
@@ -39,17 +43,34 @@ class _Failure:
         self.error = error
 
 
-def cuda_tensors(batch: Any) -> Iterator[Tensor]:
-    """The CUDA tensors a batch holds: a tensor, or those of a PyG ``Data``, a mapping or a sequence."""
+def tensors(batch: Any, seen: set[int] | None = None) -> Iterator[Tensor]:
+    """The tensors a batch holds: a tensor, or those of a PyG ``Data``/``HeteroData`` (every store), a
+    gnnkit :class:`~gnnkit.sparse.Adjacency` (its arrays and cached conversions), a mapping or a
+    sequence, each object once."""
+    seen = set() if seen is None else seen
+    if id(batch) in seen:
+        return
+    seen.add(id(batch))
     if isinstance(batch, Tensor):
-        if batch.is_cuda:
-            yield batch
-    elif hasattr(batch, "items") and callable(batch.items):
-        for _, value in batch.items():
-            yield from cuda_tensors(value)
+        yield batch
+        return
+    if isinstance(batch, Adjacency):
+        parts: Iterable[Any] = [batch.indptr, batch.indices, batch.values, *batch._cache.values()]
+    elif isinstance(batch, BaseData):
+        parts = [value for store in batch.stores for value in store.values()]
+    elif isinstance(batch, Mapping):
+        parts = batch.values()
     elif isinstance(batch, (list, tuple)):
-        for value in batch:
-            yield from cuda_tensors(value)
+        parts = batch
+    else:
+        return
+    for value in parts:
+        yield from tensors(value, seen)
+
+
+def cuda_tensors(batch: Any) -> Iterator[Tensor]:
+    """The CUDA tensors among a batch's :func:`tensors`."""
+    return (t for t in tensors(batch) if t.is_cuda)
 
 
 class _Producer:
@@ -84,8 +105,8 @@ class _Producer:
                     if owner.stream is not None:
                         event = torch.cuda.Event()
                         event.record(owner.stream)
-                    if not self._put((batch, event, owner.snapshot())):
-                        return
+                    if not self._put((batch, event, owner.snapshot())) or self.stopping.is_set():
+                        return  # asked to stop: make no further batch
         except BaseException as error:  # handed to the consumer, which raises it
             self._put(_Failure(error))
             return
@@ -95,7 +116,7 @@ class _Producer:
         return self
 
     def __next__(self) -> Any:
-        if self.done:
+        if self.done or self.stopping.is_set():  # finished, or a pass given up (its batches undrawn)
             raise StopIteration
         if self.thread is None:
             self.thread = threading.Thread(target=self._run, name="gnnkit-prefetch", daemon=True)
@@ -120,9 +141,11 @@ class _Producer:
         self.stopping.set()
         while self.thread is not None and self.thread.is_alive():
             try:
-                self.items.get(timeout=0.05)
+                item = self.items.get(timeout=0.05)
             except queue.Empty:
-                pass
+                continue
+            if isinstance(item, _Failure):  # a batch made ahead failed: not raised (nobody asked for it), but said
+                log.warning("prefetch: a batch made ahead and dropped failed: %r", item.error)
 
 
 class DevicePrefetcher:
@@ -133,7 +156,8 @@ class DevicePrefetcher:
             attributes (``node_sampler``, ...) are reached through this object.
         device: The device the batches are made on and trained on (a second stream on a GPU; the
             CPU gets the thread alone).
-        depth: How many batches may wait, made, for the training loop.
+        depth: How many batches may wait, made, for the training loop (the thread makes the next
+            meanwhile, up to the point of queueing it).
         state_source: The sampler whose random state the batches advance (``state_dict`` and
             ``load_state_dict``), so a checkpoint takes the state of the batches handed out rather
             than of those made, and a pass given up puts the state back there.

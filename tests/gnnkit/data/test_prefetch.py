@@ -1,10 +1,13 @@
+import time
+
 import pytest
 import torch
 import torch_geometric
 
 from gnnkit.data.datamodule import GraphDataModule
-from gnnkit.data.prefetch import DevicePrefetcher, cuda_tensors
+from gnnkit.data.prefetch import DevicePrefetcher, cuda_tensors, tensors
 from gnnkit.data.sampler import neighbor_loader
+from gnnkit.sparse import Adjacency
 from tests.conftest import assert_same_batches
 
 
@@ -77,9 +80,62 @@ def test_sampling_on_the_cpu_is_not_wrapped():
     assert dm.report_info()["sampler"]["prefetch"] == 0
 
 
-def test_cuda_tensors_walks_batches():
-    data = torch_geometric.data.Data(x=torch.ones(2), meta=[torch.zeros(1)])
-    assert list(cuda_tensors(data)) == [] and list(cuda_tensors((torch.ones(1), {"a": 1}))) == []
+def test_every_tensor_of_a_batch_is_found_for_the_training_streams_mark():
+    """A tensor the walk missed would be handed back to the thread's stream while training still
+    reads it: every store of Data and HeteroData, an Adjacency's arrays and conversions (whose
+    cache refers back to it), mappings and sequences; each tensor once."""
+    adj = Adjacency.from_edge_index(torch.tensor([[0, 1, 1], [1, 0, 1]]), 2)
+    transposed, rows, counts = adj.t(), adj.rows(), adj.row_counts()
+    nested = [torch.zeros(1), {"k": torch.ones(1), "n": 3}]
+    data = torch_geometric.data.Data(x=torch.ones(3), adj=adj, meta=nested, size=3)
+    expected = [data.x, adj.indptr, adj.indices, transposed.indptr, transposed.indices, rows, counts, *nested[:1],
+                nested[1]["k"]]
+    assert {id(t) for t in tensors(data)} == {id(t) for t in expected}
+    assert len(list(tensors(data))) == len({id(t) for t in tensors(data)})  # each once
+    hetero = torch_geometric.data.HeteroData()
+    hetero["paper"].x = torch.ones(2, 3)
+    hetero["paper", "cites", "paper"].edge_index = torch.zeros(2, 1, dtype=torch.long)
+    assert {id(t) for t in tensors(hetero)} == {id(hetero["paper"].x), id(hetero["paper", "cites", "paper"].edge_index)}
+    assert list(cuda_tensors(data)) == []  # none of them is on a GPU
+
+
+class _Counting:
+    """A loader of ``n`` integers that counts the batches it has made."""
+
+    def __init__(self, n: int = 50) -> None:
+        self.n, self.made = n, 0
+
+    def __iter__(self):
+        for i in range(self.n):
+            self.made += 1
+            yield i
+
+
+def test_a_stopped_pass_makes_no_further_batch_and_asks_for_none():
+    """The thread stops once its pending batch is queued (it does not make one more), and the given-up
+    pass's iterator ends instead of waiting for a batch that will never come."""
+    loader = _Counting()
+    wrapped = DevicePrefetcher(loader, "cpu", depth=2)
+    it = iter(wrapped)
+    assert [next(it), next(it)] == [0, 1]
+    deadline = time.monotonic() + 10
+    while loader.made < 5 and time.monotonic() < deadline:  # 2 handed out, 2 queued, 1 waiting to be
+        time.sleep(0.01)
+    wrapped.stop()
+    assert loader.made == 5
+    with pytest.raises(StopIteration):
+        next(it)
+
+
+def test_a_failed_fit_ends_the_threads(monkeypatch):
+    """Lightning calls the datamodule's on_exception, not teardown, when a fit fails or is interrupted."""
+    dm = GraphDataModule("synthetic-tiny", batch_size=64, num_neighbors=[5, 3])
+    wrapped = DevicePrefetcher(_Counting(), "cpu", depth=2)
+    it = iter(wrapped)
+    next(it)
+    dm._prefetchers["train"] = wrapped
+    dm.on_exception(RuntimeError("a step failed"))
+    assert wrapped._active is None and not it.thread.is_alive()
 
 
 def _device_batches(prefetch: int, steps: int | None = None):
@@ -105,3 +161,39 @@ def test_a_checkpoint_takes_the_sampler_state_of_the_batches_handed_out():
     plain, _, _ = _device_batches(prefetch=0, steps=2)
     assert dm.report_info()["sampler"]["prefetch"] == 3
     assert torch.equal(dm._sampler_state("train")["generator"], plain._sampler_state("train")["generator"])
+
+
+@pytest.mark.gpu
+def test_the_training_stream_waits_for_a_batch_made_on_the_side_stream():
+    """A batch's kernels queue on the thread's stream: the training stream must wait for its event,
+    or it reads the tensor before the (slow) kernels that fill it have run."""
+    class Slow:
+        def __iter__(self):
+            for _ in range(3):
+                t = torch.zeros(1 << 20, device="cuda")
+                torch.cuda._sleep(50_000_000)  # tens of milliseconds of GPU time on the thread's stream
+                yield t.fill_(1.0)
+
+    for batch in DevicePrefetcher(Slow(), "cuda", depth=2):
+        assert bool((batch.clone() == 1).all())  # the clone runs on the training stream
+
+
+@pytest.mark.gpu
+def test_a_batchs_memory_is_not_reused_by_the_thread_while_the_training_stream_reads_it():
+    """Batches are allocated on the thread's stream: without record_stream a batch freed while the
+    training stream still has a read of it queued goes back to the thread at once, and its next
+    batch (same size) overwrites it before the read has run."""
+    class Loader:
+        def __iter__(self):
+            yield torch.ones(1 << 20, device="cuda")
+            for _ in range(3):
+                yield torch.full((1 << 20,), 2.0, device="cuda")
+
+    it = iter(DevicePrefetcher(Loader(), "cuda", depth=1))
+    first = next(it)
+    torch.cuda._sleep(100_000_000)  # the training stream is busy...
+    out = first * 1  # ...so this read of the first batch waits behind it
+    del first
+    rest = [next(it) for _ in range(3)]  # the thread makes (allocates) its next batches meanwhile
+    torch.cuda.synchronize()
+    assert bool((out == 1).all()) and all(bool((b == 2).all()) for b in rest)
