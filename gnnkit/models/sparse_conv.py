@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from gnnkit.sparse import Adjacency, SpmmPlan, plan, resolve_format, spmm
+from gnnkit.sparse import Adjacency, SpmmPlan, plan, resolve_format, spmm_planned
 from gnnkit.sparse.normalize import gcn_normalized
 
 
@@ -42,14 +42,15 @@ class BatchPlans:
         self._plans: dict[tuple[str | int, ...], SpmmPlan] = {}
 
     def get(self, adj: Adjacency, width: int, format: str) -> SpmmPlan:
-        """The plan for ``adj`` at ``width``: the selector's, made once per size class (``"auto"`` on
-        a single-use matrix), else :func:`~gnnkit.sparse.plan`'s."""
-        if format != "auto" or not adj.single_use:
+        """The plan for ``adj`` at ``width``: made once per size class for a single-use matrix (the
+        selector's for ``"auto"``, the checked named format otherwise), else :func:`~gnnkit.sparse.plan`'s."""
+        if not adj.single_use:
             return plan(adj, width, format)
         # the device kind too: a model planned on the CPU and moved to a GPU must not reuse CPU formats
-        key = (adj.device.type, adj.num_rows.bit_length(), adj.num_cols.bit_length(), adj.nnz.bit_length(), width)
+        key = (adj.device.type, adj.num_rows.bit_length(), adj.num_cols.bit_length(), adj.nnz.bit_length(), width,
+               format)
         if key not in self._plans:
-            self._plans[key] = plan(adj, width, "auto")
+            self._plans[key] = plan(adj, width, format)
         return self._plans[key]
 
     def __len__(self) -> int:
@@ -89,7 +90,7 @@ class SparseAggregation(nn.Module):
     def message_and_aggregate(self, adj: Adjacency, x: Tensor) -> Tensor:
         """``reduce`` over each row's neighbours of ``x``: ``spmm(adj, x)`` in the planned formats."""
         chosen = self.record(self.plan_for(adj, x.size(1)))
-        return spmm(adj, x, reduce=self.reduce, format=chosen.forward, backward_format=chosen.backward)
+        return spmm_planned(adj, x, chosen, self.reduce)
 
     def format_report(self) -> dict[str, Any] | None:
         """The latest plan plus how often each ``forward/backward`` pair ran (``None`` before any call)."""

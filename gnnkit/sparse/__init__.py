@@ -13,6 +13,7 @@ Example:
 
 from gnnkit.sparse.adjacency import Adjacency
 from gnnkit.sparse.formats import FORMATS, SpmmFormat, register, resolve_format
-from gnnkit.sparse.spmm import SpmmPlan, plan, spmm
+from gnnkit.sparse.spmm import SpmmPlan, plan, spmm, spmm_planned
 
-__all__ = ["Adjacency", "FORMATS", "SpmmFormat", "SpmmPlan", "plan", "register", "resolve_format", "spmm"]
+__all__ = ["Adjacency", "FORMATS", "SpmmFormat", "SpmmPlan", "plan", "register", "resolve_format", "spmm",
+           "spmm_planned"]

@@ -175,7 +175,7 @@ class Adjacency:
     def inv_row_counts(self) -> Tensor:
         """``1 / max(row count, 1)`` as float32 ``[num_rows, 1]``, the scale of ``reduce="mean"``."""
         return self.cached("inv_row_counts",
-                           lambda: (1.0 / self.row_counts().clamp(min=1).to(torch.float32)).unsqueeze(1))
+                           lambda: self.row_counts().clamp(min=1).to(torch.float32).reciprocal_().unsqueeze(1))
 
     def t(self) -> Adjacency:
         """The transpose ``A^T`` (rows = sources) as its own CSR :class:`Adjacency`, cached.

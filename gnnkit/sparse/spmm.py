@@ -74,6 +74,12 @@ def plan(adj: Adjacency, width: int, format: str = "auto", backward_format: str 
     return adj.cached(f"plan:{width}:{format}:{backward_format}", build)
 
 
+def _scale(adj: Adjacency, dtype: torch.dtype) -> Tensor:
+    """``reduce="mean"``'s row scale in ``dtype``."""
+    scale = adj.inv_row_counts()
+    return scale if scale.dtype == dtype else scale.to(dtype)
+
+
 class SpMM(torch.autograd.Function):
     """``A @ X`` (optionally row-mean scaled) whose backward multiplies by the cached ``A^T``."""
 
@@ -81,7 +87,7 @@ class SpMM(torch.autograd.Function):
     def forward(ctx: Any, x: Tensor, adj: Adjacency, reduce: str, fwd: str, bwd: str) -> Tensor:
         out = FORMATS[fwd](adj, x)
         if reduce == "mean":
-            out = out * adj.inv_row_counts().to(out.dtype)
+            out = out * _scale(adj, out.dtype)
         ctx.adj, ctx.reduce, ctx.bwd = adj, reduce, bwd
         return out
 
@@ -92,7 +98,7 @@ class SpMM(torch.autograd.Function):
             return None, None, None, None, None
         adj: Adjacency = ctx.adj
         if ctx.reduce == "mean":
-            grad = grad * adj.inv_row_counts().to(grad.dtype)
+            grad = grad * _scale(adj, grad.dtype)
         fmt = FORMATS[ctx.bwd]
         if fmt.transpose_free and adj.single_use:  # building A^T for one product would cost a sort
             return fmt.transposed(adj, grad), None, None, None, None
@@ -124,6 +130,21 @@ def spmm(
     Returns:
         ``[N_dst, F]`` tensor, differentiable with respect to ``x``.
     """
+    _check(adj, x, reduce)
+    p = plan(adj, x.size(1), format, backward_format)
+    return SpMM.apply(x, adj, reduce, p.forward, p.backward)
+
+
+def spmm_planned(adj: Adjacency, x: Tensor, chosen: SpmmPlan, reduce: str = "sum") -> Tensor:
+    """:func:`spmm` in the formats of ``chosen``, a :func:`plan` made already (perhaps for another
+    matrix of the same size class, see :class:`~gnnkit.models.sparse_conv.BatchPlans`): no planning
+    per call. Each product still checks that its format holds ``adj`` on its device."""
+    _check(adj, x, reduce)
+    return SpMM.apply(x, adj, reduce, chosen.forward, chosen.backward)
+
+
+def _check(adj: Adjacency, x: Tensor, reduce: str) -> None:
+    """Refuse a bad reduction, matrix, shape or device mix with one line."""
     if reduce not in REDUCTIONS:
         raise ValueError(f"spmm: reduce must be one of {list(REDUCTIONS)}, got '{reduce}'")
     if not isinstance(adj, Adjacency):
@@ -132,5 +153,3 @@ def spmm(
         raise ValueError(f"spmm: x must be [{adj.num_cols}, F] for {adj}, got {tuple(x.shape)}")
     if x.device != adj.indptr.device:
         raise ValueError(f"spmm: x is on {x.device} but the adjacency on {adj.indptr.device}")
-    p = plan(adj, x.size(1), format, backward_format)
-    return SpMM.apply(x, adj, reduce, p.forward, p.backward)

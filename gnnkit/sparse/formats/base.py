@@ -51,6 +51,20 @@ def resolve_format(name: str) -> str:
 
 # torch announces its beta sparse layouts once per process; gnnkit uses them deliberately.
 _BETA = "Sparse (CSR|CSC|BSR|BSC) tensor support is in beta"
+_announced: set[str] = set()  # the kinds of conversion whose notice has come (and been ignored)
+
+
+def without_beta_notice(kind: str, build: Callable[[], Any]) -> Any:
+    """``build()`` with torch's one-off notice of its beta sparse layouts ignored. The notice comes
+    once a process, so only a kind's first build pays for the warning filter (a per-product cost
+    for the single-use blocks of sampled training)."""
+    if kind in _announced:
+        return build()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_BETA)
+        result = build()
+    _announced.add(kind)
+    return result
 
 
 class SpmmFormat(ABC):
@@ -100,11 +114,8 @@ class SpmmFormat(ABC):
 
     def prepare(self, adj: Adjacency, dtype: torch.dtype = torch.float32) -> Any:
         """The cached conversion of ``adj`` (built on first use)."""
-        def build() -> Any:
-            with warnings.catch_warnings():  # torch's one-off "beta" notice for CSR/CSC/BSR
-                warnings.filterwarnings("ignore", message=_BETA)
-                return self.convert(adj, dtype)
-        return adj.cached(f"format:{self.name}:{dtype}", build)
+        return adj.cached(f"format:{self.name}:{dtype}",
+                          lambda: without_beta_notice(self.name, lambda: self.convert(adj, dtype)))
 
     def compute_dtype(self, dtype: torch.dtype, device: torch.device) -> torch.dtype:
         """The dtype a product with ``dtype`` values runs in on ``device``: ``dtype`` itself, or
@@ -142,8 +153,13 @@ class SpmmFormat(ABC):
         # autocast would hand torch's sparse products 16-bit inputs again, and a 16-bit input
         # stays 16-bit wherever the format takes it
         product = self.multiply_transposed if transpose else self.multiply
-        with torch.autocast(adj.device.type, enabled=False):
-            return product(state, adj, x.contiguous().to(compute)).to(x.dtype)
+        inputs = x.contiguous() if x.dtype == compute else x.contiguous().to(compute)
+        if torch.is_autocast_enabled(adj.device.type):
+            with torch.autocast(adj.device.type, enabled=False):
+                out = product(state, adj, inputs)
+        else:  # entering the context costs host time on every product of a sampled step
+            out = product(state, adj, inputs)
+        return out if out.dtype == x.dtype else out.to(x.dtype)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

@@ -8,7 +8,6 @@ forced format keeps working; the selector considers them only when the build is 
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import torch
@@ -16,16 +15,19 @@ from torch import Tensor
 
 from gnnkit import native
 from gnnkit.sparse.adjacency import Adjacency
-from gnnkit.sparse.formats.base import _BETA, SpmmFormat, register, weights_as
+from gnnkit.sparse.formats.base import (
+    SpmmFormat,
+    register,
+    weights_as,
+    without_beta_notice,
+)
 from gnnkit.sparse.formats.csr import csr_tensor
 
 
 def _fallback(adj: Adjacency, x: Tensor) -> Tensor:
     """Pure-PyTorch ``A @ x`` (torch CSR) when the native kernels are unavailable."""
     def build() -> Tensor:
-        with warnings.catch_warnings():  # torch's one-off "beta" notice for CSR
-            warnings.filterwarnings("ignore", message=_BETA)
-            return csr_tensor(adj, x.dtype)
+        return without_beta_notice("csr", lambda: csr_tensor(adj, x.dtype))
     return torch.sparse.mm(adj.cached(f"native_fallback:{x.dtype}", build), x)
 
 
