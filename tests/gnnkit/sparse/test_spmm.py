@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from gnnkit.sparse import FORMATS, Adjacency, plan, resolve_format, spmm
+from gnnkit.sparse import FORMATS, Adjacency, plan, resolve_format, spmm, spmm_planned
 from gnnkit.sparse.corpus import MatrixSpec
 from gnnkit.sparse.formats.bsr import csr_to_bsr
 
@@ -287,3 +287,41 @@ def test_native_formats_are_candidates_only_where_their_kernels_are_built(monkey
         assert FORMATS[name].selectable(torch.device("cpu"))
         assert FORMATS[name].selectable(torch.device("cuda")) is cuda_kernels
     assert not FORMATS["native_csr"].selectable(torch.device("meta"))  # no kernels anywhere else
+
+
+def test_a_plan_made_for_one_matrix_serves_another_of_its_size_class():
+    """spmm_planned skips planning (a sampled layer plans once per size class) and gives spmm's values
+    and gradients; its inputs are checked as spmm's are, and a format that cannot hold the matrix
+    still refuses at the product."""
+    g = torch.Generator().manual_seed(4)
+    first, second = (Adjacency.from_edge_index(torch.randint(0, 30, (2, 90), generator=g), 30, single_use=True)
+                     for _ in range(2))
+    chosen = plan(first, 8, "gather_scatter")
+    x = torch.randn(30, 8, requires_grad=True)
+    ours = spmm_planned(second, x, chosen, reduce="mean")
+    (g_ours,) = torch.autograd.grad(ours.sum(), x)
+    theirs = spmm(second, x, reduce="mean", format="csr")
+    (g_theirs,) = torch.autograd.grad(theirs.sum(), x)
+    torch.testing.assert_close(ours, theirs)
+    torch.testing.assert_close(g_ours, g_theirs)
+    with pytest.raises(ValueError, match=r"spmm: x must be \[30, F\]"):
+        spmm_planned(second, torch.randn(29, 8), chosen)
+    with pytest.raises(ValueError, match="spmm: reduce must be one of"):
+        spmm_planned(second, x, chosen, reduce="max")
+
+
+def test_torchs_beta_layout_notice_never_reaches_the_user():
+    """torch announces its beta sparse layouts once a process: the first conversion of a kind hides
+    it, later ones need no filter (a fresh process, where the notice has not come yet)."""
+    import subprocess
+    import sys
+
+    code = ("import warnings, torch\n"
+            "from gnnkit.sparse import Adjacency, spmm\n"
+            "warnings.simplefilter('error')\n"
+            "for seed in range(3):\n"
+            "    ei = torch.randint(0, 20, (2, 60), generator=torch.Generator().manual_seed(seed))\n"
+            "    for fmt in ('csr', 'csc', 'bsr4'):\n"
+            "        spmm(Adjacency.from_edge_index(ei, 20, single_use=True), torch.randn(20, 4), format=fmt)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
