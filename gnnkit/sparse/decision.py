@@ -16,7 +16,9 @@ itself (as cuDNN's benchmark mode times its candidate algorithms):
 The model is the one of the matrix's device kind (:func:`~gnnkit.sparse.selector.current_selector`).
 A device kind without one (no GPU model shipped or calibrated yet) gets the same check widened to
 every usable format, when the matrix serves many products and the check is on; otherwise
-:data:`~gnnkit.sparse.selector.NO_MODEL_DEFAULT` (torch's CSR: cuSPARSE on CUDA).
+:data:`~gnnkit.sparse.selector.NO_MODEL_DEFAULT` (torch's CSR: cuSPARSE on CUDA), except for the
+backward product of a single-use matrix (a sampled block), which takes a format that multiplies by
+``A^T`` from ``A``'s entries (PyG's backward), since building ``A^T`` for one product costs a sort.
 
 A timed runner-up replaces the pick only when faster by more than :data:`CHECK_NOISE` (the
 conversion amortised over the run's products); within noise the model's pick stays, and equal
@@ -32,6 +34,8 @@ import math
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
+
+import torch
 
 from gnnkit.sparse.adjacency import Adjacency
 from gnnkit.sparse.formats import FORMATS
@@ -270,6 +274,14 @@ def _time_formats(adj: Adjacency, width: int, transpose: bool, names: list[str],
     return {n: t.cost(run.products) for n, t in timings.items()}
 
 
+def _transpose_free(adj: Adjacency, usable_formats: list[str]) -> str | None:
+    """The first usable format that multiplies by ``A^T`` from ``A``'s own entries, unless deterministic
+    algorithms are asked for on a GPU (its scatter-add sums in varying order there); else None."""
+    if adj.device.type == "cuda" and torch.are_deterministic_algorithms_enabled():
+        return None
+    return next((n for n in usable_formats if FORMATS[n].transpose_free), None)
+
+
 def _without_model(adj: Adjacency, width: int, transpose: bool, verify: bool | None, run: RunLength, kind: str,
                    usable_formats: list[str], timer: Timer | None) -> Decision:
     """``auto`` on a device kind with no model: time every usable format on a matrix that serves
@@ -282,6 +294,10 @@ def _without_model(adj: Adjacency, width: int, transpose: bool, verify: bool | N
             "device": kind, "model": None}
     if len(usable_formats) < 2:
         return Decision(choice=default, reason=f"only usable format; {missing}", **base)
+    free = _transpose_free(adj, usable_formats) if transpose and adj.single_use else None
+    if free is not None:
+        return Decision(choice=free, reason=f"{missing}; single-use matrix: {free} multiplies by A^T from A's "
+                                            f"entries (A^T would be sorted for one product)", **base)
     # the check takes a conversion and 1 + VERIFY_ROUNDS products of every format: a run that makes
     # fewer products than that in all cannot repay it
     too_short = run.products < len(usable_formats) * (1 + VERIFY_ROUNDS)

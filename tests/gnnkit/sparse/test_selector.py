@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from gnnkit.sparse import FORMATS, Adjacency, plan
+from gnnkit.sparse import FORMATS, Adjacency, plan, spmm
 from gnnkit.sparse import decision
 from gnnkit.sparse import selector as selector_module
 from gnnkit.sparse.calibrate import (fit_selector, label_corpus, read_records, records_device, relabel_formats,
@@ -251,6 +251,29 @@ def test_without_a_model_auto_times_every_usable_format_where_it_can_pay(monkeyp
 
     monkeypatch.setattr(decision, "_timer", lambda a, w, names, r: {n: FormatTiming(0.0, 1.0, r) for n in names})
     assert decision.decide(adj, 32).choice == "csr"  # a tie keeps the default
+
+
+def test_without_a_model_a_single_use_matrixs_backward_needs_no_transpose(monkeypatch):
+    """Building A^T of a sampled block costs a sort for one product: without a model, its backward
+    takes a format that multiplies by A^T from A's entries (gather-scatter, PyG's backward), whose
+    values and gradients are the default's; its forward keeps the default. Not on a GPU in
+    deterministic mode, where that scatter-add would refuse to run."""
+    monkeypatch.setitem(selector_module.SHIPPED_MODELS, "cpu", selector_module.SHIPPED_MODEL.with_name("absent.json"))
+    block = MatrixSpec("rmat", 300, 300, 6, 0).build()
+    block.single_use = True
+    backward = decision.decide(block, 32, transpose=True)
+    assert backward.choice == "gather_scatter" and FORMATS["gather_scatter"].transpose_free
+    assert "single-use matrix" in backward.reason and not backward.checked
+    assert decision.decide(block, 32).choice == selector_module.NO_MODEL_DEFAULT
+    planned = plan(block, 32)
+    assert (planned.forward, planned.backward) == ("csr", "gather_scatter")
+    x = torch.randn(300, 32, requires_grad=True)
+    ours, = torch.autograd.grad(spmm(block, x, reduce="mean").square().sum(), x)
+    ref, = torch.autograd.grad(spmm(block, x, reduce="mean", format="csr").square().sum(), x)
+    torch.testing.assert_close(ours, ref)
+    monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
+    monkeypatch.setattr(type(block), "device", property(lambda self: torch.device("cuda", 0)))
+    assert decision._transpose_free(block, ["csr", "gather_scatter"]) is None
 
 
 def test_decision_names_the_model_that_spoke():
