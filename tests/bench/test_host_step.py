@@ -1,0 +1,21 @@
+"""bench/host_step.py: the batch is gnnkit's sampler's layout, every row steps, and the no-model row
+really runs without a model (as CUDA does: cuSPARSE forward, a transpose-free backward)."""
+
+from gnnkit.sparse.selector import current_selector
+
+
+def test_the_batch_every_row_and_the_model_free_row(bench):
+    host_step = bench("host_step")
+    batch = host_step.sampled_batch()
+    edge_index, nodes = batch["edge_index"], batch["num_sampled_nodes"]
+    assert nodes == [8, 24, 72, 216] and edge_index.size(1) == sum(batch["num_sampled_edges"]) == 312
+    assert bool((edge_index[1].diff() >= 0).all())  # sorted by destination, as the sampler emits
+    rows = host_step.measure(rounds=1, steps=2)
+    assert [r["row"] for r in rows] == list(host_step.ROWS) and all(r["us_per_step"] > 0 for r in rows)
+    assert rows[0]["vs_pyg"] == 1.0
+    with host_step.without_model(True):
+        assert current_selector("cpu") is None
+        step, model = host_step.step_fn("gnnkit", "auto", batch)
+        step()
+    assert current_selector("cpu") is not None  # put back
+    assert {(layer.last_plan.forward, layer.last_plan.backward) for layer in model.layers} == {("csr", "gather_scatter")}
