@@ -59,15 +59,21 @@ def test_the_benchmarks_datasets_are_preprocessed_in_the_background_before_they_
     assert (tmp_path / "home" / "results").is_dir()  # where the next call on this machine finds the results
 
 
-def test_a_second_call_on_the_same_machine_goes_on_from_the_first_calls_results(tmp_path):
+@pytest.mark.parametrize("complete", [False, True])
+def test_a_second_call_on_the_same_machine_goes_on_from_the_first_calls_results(tmp_path, complete):
+    """An unfinished table of an earlier call is resumed; a finished one (an earlier session's, from the
+    tree) is not, and is not sent back as this call's."""
     kept = tmp_path / "home" / "results"
     kept.mkdir(parents=True)
-    (kept / "gpu.json").write_text('{"complete": false, "rows": ["from the first call"]}')
+    (kept / "gpu.json").write_text(f'{{"complete": {str(complete).lower()}, "rows": ["from an earlier call"]}}')
     proc, calls, log = _session(tmp_path, "gpu", GNNKIT_GPU_FAMILIES="reuse")
     assert proc.returncode == 0, log
-    assert (tmp_path / "out" / "gpu.json").read_text() == (kept / "gpu.json").read_text()
     bench = next(c for c in calls if c.startswith("bench/gpu.py"))
-    assert f"--resume {tmp_path / 'out' / 'gpu.json'}" in bench
+    out = tmp_path / "out" / "gpu.json"
+    if complete:
+        assert "--resume" not in bench and not out.exists()  # the stand-in wrote none
+    else:
+        assert out.read_text() == (kept / "gpu.json").read_text() and f"--resume {out}" in bench
 
 
 def test_steps_without_training_preprocess_nothing(tmp_path):
@@ -92,13 +98,3 @@ def test_a_failed_setup_skips_the_benchmarks_but_not_the_tier(tmp_path):
     assert proc.returncode == 3, log  # build, bench-native and bench-gpu
     assert "== bench-native: SKIPPED (setup step 'build' failed" in log and "== bench-gpu: SKIPPED" in log
     assert any("-m gpu tests" in c for c in calls) and not [c for c in calls if c.startswith("bench/")]
-
-
-def test_a_finished_table_from_the_tree_is_not_sent_back_as_this_calls(tmp_path):
-    kept = tmp_path / "home" / "results"
-    kept.mkdir(parents=True)
-    (kept / "gpu.json").write_text('{"complete": true, "rows": ["an earlier session\'s"]}')
-    proc, calls, log = _session(tmp_path, "gpu", GNNKIT_GPU_FAMILIES="reuse")
-    assert proc.returncode == 0, log
-    bench = next(c for c in calls if c.startswith("bench/gpu.py"))
-    assert "--resume" not in bench and not (tmp_path / "out" / "gpu.json").exists()  # the stand-in wrote none
