@@ -91,8 +91,17 @@ def step_fn(aggregation: str, format: str, batch: dict[str, object]) -> tuple[Ca
 
 
 def measure(rounds: int, steps: int) -> list[dict[str, object]]:
-    """Microseconds a step per row: the fastest round, rows interleaved round by round."""
+    """Microseconds a step per row: the fastest round, rows interleaved round by round, on one thread
+    (the caller's thread count is put back)."""
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    try:
+        return _measure(rounds, steps)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _measure(rounds: int, steps: int) -> list[dict[str, object]]:
     batch = sampled_batch()
     fns = {}
     for label, (aggregation, format, no_model) in ROWS.items():

@@ -1,6 +1,8 @@
 """bench/host_step.py: the batch is gnnkit's sampler's layout, every row steps, and the no-model row
 really runs without a model (as CUDA does: cuSPARSE forward, a transpose-free backward)."""
 
+import torch
+
 from gnnkit.sparse.selector import current_selector
 
 
@@ -10,7 +12,9 @@ def test_the_batch_every_row_and_the_model_free_row(bench):
     edge_index, nodes = batch["edge_index"], batch["num_sampled_nodes"]
     assert nodes == [8, 24, 72, 216] and edge_index.size(1) == sum(batch["num_sampled_edges"]) == 312
     assert bool((edge_index[1].diff() >= 0).all())  # sorted by destination, as the sampler emits
+    threads = torch.get_num_threads()
     rows = host_step.measure(rounds=1, steps=2)
+    assert torch.get_num_threads() == threads  # one thread while it measures, the caller's again after
     assert [r["row"] for r in rows] == list(host_step.ROWS) and all(r["us_per_step"] > 0 for r in rows)
     assert rows[0]["vs_pyg"] == 1.0
     with host_step.without_model(True):
