@@ -156,6 +156,15 @@ def test_prefetched_device_batches_are_those_made_on_demand():
 
 
 @pytest.mark.gpu
+def test_every_cuda_tensor_of_a_device_batch_gets_the_training_streams_mark():
+    dm = GraphDataModule("synthetic-tiny", batch_size=64, num_neighbors=[5, 3], seed=3, sampler_device="cuda",
+                         prefetch=0)
+    batch = next(iter(dm.train_dataloader()))
+    on_gpu = {id(v) for _, v in batch.items() if torch.is_tensor(v) and v.is_cuda}
+    assert on_gpu and on_gpu <= {id(t) for t in cuda_tensors(batch)}
+
+
+@pytest.mark.gpu
 def test_a_checkpoint_takes_the_sampler_state_of_the_batches_handed_out():
     dm, _, _ = _device_batches(prefetch=3, steps=2)
     plain, _, _ = _device_batches(prefetch=0, steps=2)
