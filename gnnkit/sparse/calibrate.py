@@ -69,7 +69,8 @@ def label_matrix(
             timings = measure_formats(matrix, int(width), repeats=repeats)
             records.append({
                 "matrix": spec.name, "spec": spec.as_dict(), "orientation": orientation,
-                "width": int(width), "threads": threads_feature(device_kind(adj.device)), "device": device_kind(adj.device),
+                "width": int(width), "threads": threads_feature(device_kind(adj.device)),
+                "device": device_kind(adj.device),
                 "loadavg": round(os.getloadavg()[0], 2),  # how busy the machine was (noise)
                 "features": matrix_features(matrix),
                 "times": {name: t.as_dict() for name, t in timings.items()},

@@ -134,7 +134,8 @@ def block(seed: int, num_dst: int = 10, num_src: int = 30, nnz: int = 80) -> Adj
 
 def test_single_use_blocks_are_planned_once_per_size_class(monkeypatch):
     """The selector (matrix features, host read-backs on a GPU) runs for the first block of a size
-    class only; the next blocks take its plan, values stay exact, and another size class or a matrix that serves many products is planned anew."""
+    class only; the next blocks take its plan, values stay exact, and another size class or a matrix
+    that serves many products is planned anew."""
     from gnnkit.sparse import features
 
     computed = []
