@@ -11,11 +11,11 @@ from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
 
 from gnnkit.models.dropout import dropout
 from gnnkit.models.inrank import InRankOptions, describe_low_rank, inrank_layers, replace_linears
+from gnnkit.models.sampled_blocks import SampledBlocks
 from gnnkit.partitioned.halo import HaloPlan, with_halo
 from gnnkit.partitioned.local_graph import gcn_local_normalized, weighted_halo
 from gnnkit.partitioned.stale_halo import StaleHalo
 from gnnkit.sparse import Adjacency
-from gnnkit.sparse.adjacency import indptr_of
 
 #: Where message-passing layers aggregate: PyG's own layers, or gnnkit.sparse.spmm per layer.
 AGGREGATIONS = ("pyg", "gnnkit")
@@ -253,8 +253,8 @@ class NodeGNN(nn.Module):
                 and len(num_sampled_edges) == len(self.layers) and adj is None)
         graph: Tensor | Adjacency | None = None  # what the layers aggregate over, made once
         num_dst = x.size(0)
-        row_ptr = (indptr_of(edge_index[1], num_dst) if trim and edges_by_destination and self.aggregation == "gnnkit"
-                   else None)  # the blocks' rows, all layers' (each a prefix of the batch's nodes)
+        blocks = (SampledBlocks(edge_index, num_dst) if trim and edges_by_destination and self.aggregation == "gnnkit"
+                  else None)  # every layer's block is a prefix of the batch's rows and entries
         if input_aggregated:
             self.input_aggregation()  # a model whose first layer cannot start from it fails here
         for i, layer in enumerate(self.layers):
@@ -264,7 +264,7 @@ class NodeGNN(nn.Module):
                 if i > 0:  # this hop's edges fed the previous layer only
                     edge_index = edge_index[:, : edge_index.size(1) - num_sampled_edges[-i]]
                 num_dst -= num_sampled_nodes[-(i + 1)]
-                x = self._block(layer, x, edge_index, num_dst, row_ptr)
+                x = self._block(layer, x, edge_index, num_dst, blocks)
             elif halo is not None and self.model != "mlp":
                 x = self._partition_layer(i, layer, x, adj, halo)
             else:
@@ -311,16 +311,13 @@ class NodeGNN(nn.Module):
         return layer(inputs, graph, normalized=True) if self.model == "gcn" else layer(inputs, graph)
 
     def _block(self, layer: nn.Module, x: Tensor, edge_index: Tensor, num_dst: int,
-               row_ptr: Tensor | None = None) -> Tensor:
-        """One layer on a sampled block: sources ``x``, outputs for its first ``num_dst`` rows (whose
-        entries ``row_ptr[: num_dst + 1]`` points at when the edges come sorted by destination)."""
+               blocks: SampledBlocks | None = None) -> Tensor:
+        """One layer on a sampled block: sources ``x``, outputs for its first ``num_dst`` rows (cut
+        from the batch's ``blocks`` when the edges come sorted by destination)."""
         if self.aggregation == "gnnkit":
-            if row_ptr is None:
+            if blocks is None:
                 return layer(x, Adjacency.from_edge_index(edge_index, x.size(0), num_dst=num_dst, single_use=True))
-            block = Adjacency(row_ptr[: num_dst + 1], edge_index[0], num_cols=x.size(0), validate=False,
-                              single_use=True)
-            block.cached("rows", lambda: edge_index[1])  # its entries' rows, in order: the destinations
-            return layer(x, block)
+            return layer(x, blocks.block(num_dst, edge_index.size(1), x.size(0)))
         return layer((x, x[:num_dst]), edge_index, size=(x.size(0), num_dst))
 
     def _graph(self, x: Tensor, edge_index: Tensor, adj: Adjacency | None) -> Tensor | Adjacency:
