@@ -140,7 +140,8 @@ prep_start() {  # DATASET...: preprocess into the cache in the background (the r
     echo "== prep (background): $*" | tee -a "$OUT/session.log"
     prep_begun=$SECONDS
     (for dataset in "$@"; do  # within the call's limit too: a step waiting for it must not outlive it
-        timeout -k 5 $((deadline - SECONDS)) python3 -m gnnkit.cli preprocess "$dataset" || exit
+        left=$((deadline - SECONDS)); [ "$left" -ge 1 ] || exit 124
+        timeout -k 5 "$left" python3 -m gnnkit.cli preprocess "$dataset" || exit
     done) >"$LOGS/prep.log" 2>&1 &
     prep_pid=$!
 }

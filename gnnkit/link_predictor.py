@@ -192,6 +192,10 @@ class LinkPredictor(RunLengthHooks, TaskModule):
     def test_step(self, batch: Data, batch_idx: int) -> None:
         self._eval_step(batch, "test")
 
+    def _epoch_start(self, stage: str) -> None:
+        super()._epoch_start(stage)
+        self._scores.pop(stage, None)
+
     def _epoch_metric(self, stage: str) -> None:
         if stage not in self._scores:
             return

@@ -85,10 +85,11 @@ class TaskModule(pl.LightningModule):
 
         Two tensor operations a step and no host sync, where Lightning's ``log`` walks its result
         collection on every call (about half a millisecond of host time a step on a CPU core, time
-        a GPU step spends waiting for its next kernel).
+        a GPU step spends waiting for its next kernel). Unlike a per-step ``log``, callbacks' own
+        end-of-epoch hooks, which Lightning runs before the module's, see the previous epoch's value.
         """
         losses: dict[str, tuple[Tensor, int, bool]] = self.__dict__.setdefault("_epoch_losses", {})
-        weighted = loss.detach() * count
+        weighted = loss.detach().float() * count  # float32, as Lightning keeps it: a 16-bit sum overflows
         if stage in losses:
             total, seen, _ = losses[stage]
             weighted, count = total + weighted, seen + count
@@ -102,6 +103,14 @@ class TaskModule(pl.LightningModule):
             self.log(f"{stage}_loss", total / max(count, 1), on_step=False, on_epoch=True, batch_size=count,
                      prog_bar=prog_bar, sync_dist=True)  # the mean over ranks (a no-op on one)
 
+    def _epoch_start(self, stage: str) -> None:
+        """Forget what a stage's steps kept in an epoch that did not finish (a fit that failed
+        mid-epoch, then another fit of the same module)."""
+        self.__dict__.get("_epoch_losses", {}).pop(stage, None)
+        outputs = getattr(self, "_outputs", None)
+        if outputs is not None and stage in outputs:
+            outputs[stage].clear()
+
     def _epoch_end(self, stage: str) -> None:
         self._log_epoch_loss(stage)
         self._epoch_metric(stage)
@@ -114,6 +123,15 @@ class TaskModule(pl.LightningModule):
         logits = gather_rows(torch.cat([o[1] for o in outputs]))
         outputs.clear()
         self.log_metric(stage, self.epoch_metric(y, logits))
+
+    def on_train_epoch_start(self) -> None:
+        self._epoch_start("train")
+
+    def on_validation_epoch_start(self) -> None:
+        self._epoch_start("val")
+
+    def on_test_epoch_start(self) -> None:
+        self._epoch_start("test")
 
     def on_train_epoch_end(self) -> None:
         self._epoch_end("train")

@@ -69,8 +69,9 @@ def tensors(batch: Any, seen: set[int] | None = None) -> Iterator[Tensor]:
 
 
 def cuda_tensors(batch: Any) -> Iterator[Tensor]:
-    """The CUDA tensors among a batch's :func:`tensors`."""
-    return (t for t in tensors(batch) if t.is_cuda)
+    """The dense CUDA tensors among a batch's :func:`tensors` (a sparse tensor's arrays are walked
+    through the Adjacency that holds them; ``record_stream`` takes dense tensors only)."""
+    return (t for t in tensors(batch) if t.is_cuda and t.layout == torch.strided)
 
 
 class _Producer:

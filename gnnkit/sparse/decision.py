@@ -18,7 +18,8 @@ A device kind without one (no GPU model shipped or calibrated yet) gets the same
 every usable format, when the matrix serves many products and the check is on; otherwise
 :data:`~gnnkit.sparse.selector.NO_MODEL_DEFAULT` (torch's CSR: cuSPARSE on CUDA), except for the
 backward product of a single-use matrix (a sampled block), which takes a format that multiplies by
-``A^T`` from ``A``'s entries (PyG's backward), since building ``A^T`` for one product costs a sort.
+``A^T`` from ``A``'s entries (PyG's backward), since building ``A^T`` for one product costs a sort
+(not in deterministic mode on a GPU, where that scatter-add sorts instead).
 
 A timed runner-up replaces the pick only when faster by more than :data:`CHECK_NOISE` (the
 conversion amortised over the run's products); within noise the model's pick stays, and equal
@@ -276,7 +277,8 @@ def _time_formats(adj: Adjacency, width: int, transpose: bool, names: list[str],
 
 def _transpose_free(adj: Adjacency, usable_formats: list[str]) -> str | None:
     """The first usable format that multiplies by ``A^T`` from ``A``'s own entries, unless deterministic
-    algorithms are asked for on a GPU (its scatter-add sums in varying order there); else None."""
+    algorithms are asked for on a GPU (torch's scatter-add then sorts its indices, the very cost it
+    would avoid, while cuSPARSE's CSR product is deterministic as it is); else None."""
     if adj.device.type == "cuda" and torch.are_deterministic_algorithms_enabled():
         return None
     return next((n for n in usable_formats if FORMATS[n].transpose_free), None)

@@ -133,6 +133,24 @@ def test_a_padding_batch_weighs_nothing(monkeypatch):
     assert logged == [("train_loss", pytest.approx(first / 0.7), 2)]  # the unscaled loss of the real batch alone
 
 
+def test_an_epoch_that_did_not_finish_leaves_nothing_to_the_next(monkeypatch):
+    """A fit that fails mid-epoch leaves its partial loss sum and predictions on the module; the next
+    epoch (another fit of the same module) starts from nothing. The sum is float32 whatever the
+    loss's dtype (a float16 sum overflows past 65504)."""
+    from torch_geometric.data import Data
+
+    model = NodeClassifier(in_channels=4, out_channels=3, hidden_channels=8, num_layers=2, dropout=0.0)
+    logged = []
+    monkeypatch.setattr(model, "log", lambda name, value, **kw: logged.append((name, float(value), kw["batch_size"])))
+    batch = Data(x=torch.randn(2, 4), y=torch.tensor([0, 2]), edge_index=torch.tensor([[1, 0], [0, 1]]),
+                 batch_size=2, num_sampled_nodes=[2], num_sampled_edges=[2])
+    model.training_step(batch, 0)  # ...and the fit fails here
+    model.on_train_epoch_start()  # the next fit's first epoch
+    model.log_loss("train", torch.tensor(60000.0, dtype=torch.float16), 4)
+    model._log_epoch_loss("train")
+    assert logged == [("train_loss", 60000.0, 4)] and model._outputs["train"] == []
+
+
 def test_input_aggregation_refuses_a_learnable_embedding():
     model = NodeClassifier(in_channels=4, out_channels=3, num_nodes=10, embedding_dim=8, model="gcn",
                            aggregation="gnnkit")

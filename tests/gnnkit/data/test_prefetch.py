@@ -97,6 +97,8 @@ def test_every_tensor_of_a_batch_is_found_for_the_training_streams_mark():
     hetero["paper", "cites", "paper"].edge_index = torch.zeros(2, 1, dtype=torch.long)
     assert {id(t) for t in tensors(hetero)} == {id(hetero["paper"].x), id(hetero["paper", "cites", "paper"].edge_index)}
     assert list(cuda_tensors(data)) == []  # none of them is on a GPU
+    csr = torch.sparse_csr_tensor(adj.indptr, adj.indices, torch.ones(3), (2, 2))
+    assert {id(t) for t in tensors([csr])} == {id(csr)}  # a sparse tensor is one item (cuda_tensors keeps dense ones)
 
 
 class _Counting:

@@ -257,7 +257,7 @@ def test_without_a_model_a_single_use_matrixs_backward_needs_no_transpose(monkey
     """Building A^T of a sampled block costs a sort for one product: without a model, its backward
     takes a format that multiplies by A^T from A's entries (gather-scatter, PyG's backward), whose
     values and gradients are the default's; its forward keeps the default. Not on a GPU in
-    deterministic mode, where that scatter-add would refuse to run."""
+    deterministic mode, where that scatter-add sorts its indices instead."""
     monkeypatch.setitem(selector_module.SHIPPED_MODELS, "cpu", selector_module.SHIPPED_MODEL.with_name("absent.json"))
     block = MatrixSpec("rmat", 300, 300, 6, 0).build()
     block.single_use = True
