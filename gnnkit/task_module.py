@@ -88,16 +88,21 @@ class TaskModule(pl.LightningModule):
         a GPU step spends waiting for its next kernel). Unlike a per-step ``log``, callbacks' own
         end-of-epoch hooks, which Lightning runs before the module's, see the previous epoch's value.
         """
-        losses: dict[str, tuple[Tensor, int, bool]] = self.__dict__.setdefault("_epoch_losses", {})
+        losses = self._epoch_losses()
         weighted = loss.detach().float() * count  # float32, as Lightning keeps it: a 16-bit sum overflows
         if stage in losses:
             total, seen, _ = losses[stage]
             weighted, count = total + weighted, seen + count
         losses[stage] = (weighted, count, prog_bar)
 
+    def _epoch_losses(self) -> dict[str, tuple[Tensor, int, bool]]:
+        """Per stage, the epoch's ``(sum of loss x count, count, prog_bar)`` so far (made on first use:
+        the subclasses' constructors do not call one here)."""
+        return self.__dict__.setdefault("_loss_sums", {})
+
     def _log_epoch_loss(self, stage: str) -> None:
         """Log the epoch's ``<stage>_loss`` added up by :meth:`log_loss` (nothing if no step added to it)."""
-        entry = self.__dict__.get("_epoch_losses", {}).pop(stage, None)
+        entry = self._epoch_losses().pop(stage, None)
         if entry is not None:
             total, count, prog_bar = entry
             self.log(f"{stage}_loss", total / max(count, 1), on_step=False, on_epoch=True, batch_size=count,
@@ -106,7 +111,7 @@ class TaskModule(pl.LightningModule):
     def _epoch_start(self, stage: str) -> None:
         """Forget what a stage's steps kept in an epoch that did not finish (a fit that failed
         mid-epoch, then another fit of the same module)."""
-        self.__dict__.get("_epoch_losses", {}).pop(stage, None)
+        self._epoch_losses().pop(stage, None)
         outputs = getattr(self, "_outputs", None)
         if outputs is not None and stage in outputs:
             outputs[stage].clear()

@@ -281,15 +281,17 @@ class GraphDataModule(pl.LightningDataModule):
         remote feature fetches did (sampled partition-parallel runs)."""
         if self._stale is not None:
             self._stale.drain()
-        for prefetcher in self._prefetchers.values():
-            prefetcher.stop()
+        self._stop_prefetching()
         if self._remote is not None:
             log.info("partition %d of %d, after %s: %s", self._partition.part, self._partition.parts,
                      getattr(stage, "value", stage), describe_fetches(self._remote.stats))
 
     def on_exception(self, exception: BaseException) -> None:
-        """A failed or interrupted fit (Lightning calls this, not :meth:`teardown`): end the threads
-        making batches ahead, which would otherwise hold their batches and the loaders."""
+        """A failed or interrupted fit (Lightning calls this, not :meth:`teardown`): stop prefetching."""
+        self._stop_prefetching()
+
+    def _stop_prefetching(self) -> None:
+        """End the threads making batches ahead, which would otherwise hold their batches and the loaders."""
         for prefetcher in self._prefetchers.values():
             prefetcher.stop()
 

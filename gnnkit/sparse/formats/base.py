@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from abc import ABC, abstractmethod
 from typing import Any, Callable, TypeVar
@@ -154,10 +155,9 @@ class SpmmFormat(ABC):
         # stays 16-bit wherever the format takes it
         product = self.multiply_transposed if transpose else self.multiply
         inputs = x.contiguous() if x.dtype == compute else x.contiguous().to(compute)
-        if torch.is_autocast_enabled(adj.device.type):
-            with torch.autocast(adj.device.type, enabled=False):
-                out = product(state, adj, inputs)
-        else:  # entering the context costs host time on every product of a sampled step
+        # autocast's own context only where it is on: entering it costs host time on every product
+        off = torch.autocast(adj.device.type, enabled=False) if torch.is_autocast_enabled(adj.device.type) else None
+        with off or contextlib.nullcontext():
             out = product(state, adj, inputs)
         return out if out.dtype == x.dtype else out.to(x.dtype)
 

@@ -15,12 +15,7 @@ from torch import Tensor
 
 from gnnkit import native
 from gnnkit.sparse.adjacency import Adjacency
-from gnnkit.sparse.formats.base import (
-    SpmmFormat,
-    register,
-    weights_as,
-    without_beta_notice,
-)
+from gnnkit.sparse.formats.base import SpmmFormat, register, weights_as, without_beta_notice
 from gnnkit.sparse.formats.csr import csr_tensor
 
 
