@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -520,8 +521,16 @@ class GraphDataModule(pl.LightningDataModule):
                 or torch.device(placement.device).type != "cuda"):
             return loader
         self._prefetchers[stage] = DevicePrefetcher(loader, torch.device(placement.device), self.hparams.prefetch,
-                                                    state_source=self._samplers.get(stage))
+                                                    state_source=self._samplers.get(stage), limit=self._limit(stage))
         return self._prefetchers[stage]
+
+    def _limit(self, stage: str) -> Callable[[], float] | None:
+        """How many training batches the trainer asks for in an epoch (``limit_train_batches``), read
+        when a pass starts; other stages' given-up passes put their sampler back instead."""
+        trainer = self.trainer
+        if stage != "train" or trainer is None:
+            return None
+        return lambda: trainer.num_training_batches
 
     def train_dataloader(self) -> Any:
         return self._loader("train")

@@ -19,9 +19,10 @@ one would.
 from __future__ import annotations
 
 import contextlib
+import math
 import queue
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -100,14 +101,23 @@ class _Producer:
         try:
             if owner.stream is not None:
                 torch.cuda.set_device(owner.device)
+            limit = owner.limit() if owner.limit is not None else math.inf  # read once the trainer has set it
             with torch.cuda.stream(owner.stream) if owner.stream is not None else contextlib.nullcontext():
-                for batch in owner.loader:
-                    event = None
-                    if owner.stream is not None:
-                        event = torch.cuda.Event()
-                        event.record(owner.stream)
-                    if not self._put((batch, event, owner.snapshot())) or self.stopping.is_set():
-                        return  # asked to stop: make no further batch
+                batches = iter(owner.loader)
+                try:
+                    for made, batch in enumerate(batches, 1):
+                        event = None
+                        if owner.stream is not None:
+                            event = torch.cuda.Event()
+                            event.record(owner.stream)
+                        if not self._put((batch, event, owner.snapshot())) or self.stopping.is_set():
+                            return  # asked to stop: make no further batch
+                        if made >= limit:
+                            break  # the trainer asks for no more this pass
+                finally:
+                    close = getattr(batches, "close", None)
+                    if close is not None:  # a pass cut short ends here (a recording publishes what it holds)
+                        close()
         except BaseException as error:  # handed to the consumer, which raises it
             self._put(_Failure(error))
             return
@@ -162,10 +172,14 @@ class DevicePrefetcher:
         state_source: The sampler whose random state the batches advance (``state_dict`` and
             ``load_state_dict``), so a checkpoint takes the state of the batches handed out rather
             than of those made, and a pass given up puts the state back there.
+        limit: Returns how many batches a pass hands out at most (Lightning's
+            ``num_training_batches`` under ``limit_train_batches``; called when a pass starts making
+            batches): the thread makes no batch beyond it, so a reuse recording holds just the
+            batches trained on. ``None``: the whole loader.
     """
 
     def __init__(self, loader: Iterable[Any], device: torch.device | str, depth: int = DEFAULT_DEPTH,
-                 state_source: Any = None) -> None:
+                 state_source: Any = None, limit: Callable[[], float] | None = None) -> None:
         if depth < 1:
             raise ValueError(f"data.prefetch: expected batches made ahead >= 1 (0 turns it off), got {depth}")
         device = torch.device(device)
@@ -175,6 +189,7 @@ class DevicePrefetcher:
         self.device = device
         self.depth = depth
         self.state_source = state_source
+        self.limit = limit
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.handed_state: dict[str, Any] | None = None
         self._active: _Producer | None = None

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Generator, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -172,7 +172,7 @@ def resample(loader: Any, seeds: Tensor) -> Data:
 class _Timed:
     """Wraps an epoch's batches, adding the time spent waiting for each to the loader's phase."""
 
-    def __init__(self, items: Iterator[Data], loader: ReuseLoader) -> None:
+    def __init__(self, items: Generator[Data, None, None], loader: ReuseLoader) -> None:
         self.items, self.loader = items, loader
 
     def __iter__(self) -> _Timed:
@@ -184,6 +184,10 @@ class _Timed:
             return next(self.items)
         finally:
             self.loader.stats.load_time_s[self.loader.phase] += time.perf_counter() - start
+
+    def close(self) -> None:
+        """End the epoch here (a pass cut short): a recording in progress publishes what it holds."""
+        self.items.close()
 
 
 class ReuseLoader:
@@ -279,7 +283,7 @@ class ReuseLoader:
     def __iter__(self) -> Iterator[Data]:
         return _Timed(self._epoch(), self)
 
-    def _epoch(self) -> Iterator[Data]:
+    def _epoch(self) -> Generator[Data, None, None]:
         """One epoch's batches; what it does is decided when the first batch is asked for (Lightning
         also calls ``iter`` once just to check the loader)."""
         self._finish_recording()  # an epoch the trainer stopped early keeps what it recorded

@@ -39,7 +39,9 @@ RUNS = {
     "sampled_pyg": ("sage_synthetic_products.yaml", (*TINY, *SAMPLED, "--data.num_workers", "0")),
     "sampled_cpu_sampler": ("sage_synthetic_products.yaml", (*TINY, *SAMPLED, "--data.sampler_device", "cpu")),
     "tt": ("tt_synthetic_arxiv.yaml", TINY),
-    "reuse": ("sage_reuse_synthetic_arxiv.yaml", (*TINY, *SAMPLED, "--trainer.max_epochs", "3")),
+    # epochs cut short while batches are made ahead: the recording holds the batches trained on
+    "reuse": ("sage_reuse_synthetic_arxiv.yaml", (*TINY, *SAMPLED, "--trainer.max_epochs", "3",
+                                                  "--trainer.limit_train_batches", "3")),
     "link": ("sage_synthetic_collab.yaml", ("--data.dataset", "synthetic-collab-tiny")),
     "graph": ("gin_synthetic_molhiv.yaml", ("--data.dataset", "synthetic-molhiv-small", "--trainer.max_epochs", "1",
                                             "--model.aggregation", "gnnkit")),
@@ -70,6 +72,7 @@ def test_recipe_family_trains_on_the_gpu(name, tmp_path):
         assert report["sampler"]["device"] == "cpu"
     if name == "reuse":  # sampled on the GPU: the structure is recorded, x and y gathered again at replay
         assert report["reuse"]["stored"] == "structure" and report["reuse"]["batches"]["replayed"] > 0, report["reuse"]
+        assert report["reuse"]["batches"]["recorded"] == 3, report["reuse"]
 
 
 def _graph(n: int = 300, e: int = 3000, f: int = 16, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -6,8 +6,10 @@ import torch_geometric
 
 from gnnkit.data.datamodule import GraphDataModule
 from gnnkit.data.prefetch import DevicePrefetcher, cuda_tensors, tensors
+from gnnkit.data.reuse import ReuseConfig
 from gnnkit.data.sampler import neighbor_loader
 from gnnkit.sparse import Adjacency
+from pipeline.batch_cache import read_manifest
 from tests.conftest import assert_same_batches
 
 
@@ -127,6 +129,37 @@ def test_a_stopped_pass_makes_no_further_batch_and_asks_for_none():
     assert loader.made == 5
     with pytest.raises(StopIteration):
         next(it)
+
+
+def test_a_pass_makes_no_batch_beyond_the_trainers_limit_and_ends_the_loaders_pass():
+    """Under limit_train_batches the thread stops at the limit (read when the pass starts) instead of
+    making batches nobody trains on, and closes the loader's pass so it finishes what it began."""
+    closed = []
+
+    class Loader(_Counting):
+        def __iter__(self):
+            try:
+                yield from super().__iter__()
+            finally:
+                closed.append(self.made)
+
+    limit = [3]
+    loader = Loader()
+    wrapped = DevicePrefetcher(loader, "cpu", depth=4, limit=lambda: limit[0])
+    limit[0] = 2  # the trainer sets its count after building the loader
+    assert list(wrapped) == [0, 1] and loader.made == 2 and closed == [2]
+    limit[0] = float("inf")
+    assert len(list(wrapped)) == 50
+
+
+def test_a_reuse_recording_under_prefetch_holds_the_batches_handed_out(tmp_path):
+    """With batches made ahead, an epoch cut short by the trainer records just the batches it trained on."""
+    config = ReuseConfig(epochs=3, feature_dtype="float32", loader="torch", workers=0, cache_dir=str(tmp_path / "c"))
+    dm = GraphDataModule("synthetic-tiny", batch_size=64, num_neighbors=[5, 5], reuse=config)
+    recording = dm.train_dataloader()
+    handed = list(DevicePrefetcher(recording, "cpu", depth=3, limit=lambda: 4))
+    assert len(handed) == 4 and dm.reuse_stats.batches["recorded"] == 4
+    assert read_manifest(recording.folder)["num_batches"] == 4  # published when the thread ended the pass
 
 
 def test_a_failed_fit_ends_the_threads(monkeypatch):
