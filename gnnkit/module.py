@@ -335,6 +335,7 @@ class NodeClassifier(RunLengthHooks, TaskModule):
         """Let InRank layers count the optimizer step and grow their rank when due."""
         if self.hparams.get("low_rank"):
             self.gnn.update_ranks()
+        super().on_train_batch_end(outputs, batch, batch_idx)
 
     def validation_step(self, batch: Data, batch_idx: int) -> None:
         self._step(batch, "val")

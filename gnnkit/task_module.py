@@ -75,8 +75,9 @@ class TaskModule(pl.LightningModule):
     def log_metric(self, stage: str, value: float) -> None:
         """Log ``<stage>_metric`` and ``<stage>_<OGB metric name>``. Every rank computed the same
         value from gathered rows; ``sync_dist`` says so to Lightning."""
-        self.log(f"{stage}_metric", value, prog_bar=True, sync_dist=True)
-        self.log(f"{stage}_{self.evaluator.eval_metric.replace('@', '_')}", value, sync_dist=True)
+        once = {"on_step": False, "on_epoch": True, "batch_size": 1, "sync_dist": True}  # also from a batch hook
+        self.log(f"{stage}_metric", value, prog_bar=True, **once)
+        self.log(f"{stage}_{self.evaluator.eval_metric.replace('@', '_')}", value, **once)
 
     def log_loss(self, stage: str, loss: Tensor, count: int, prog_bar: bool = True) -> None:
         """Add a step's mean ``loss`` over ``count`` examples to ``<stage>_loss``, logged at the
@@ -85,8 +86,9 @@ class TaskModule(pl.LightningModule):
 
         Two tensor operations a step and no host sync, where Lightning's ``log`` walks its result
         collection on every call (about half a millisecond of host time a step on a CPU core, time
-        a GPU step spends waiting for its next kernel). Unlike a per-step ``log``, callbacks' own
-        end-of-epoch hooks, which Lightning runs before the module's, see the previous epoch's value.
+        a GPU step spends waiting for its next kernel). The training epoch's value is logged when
+        its last batch ends (:meth:`on_train_batch_end`), so callbacks' end-of-epoch hooks, which
+        Lightning runs before the module's (the progress bar's), see it as they would a per-step one.
         """
         losses = self._epoch_losses()
         weighted = loss.detach().float() * count  # float32, as Lightning keeps it: a 16-bit sum overflows
@@ -138,8 +140,14 @@ class TaskModule(pl.LightningModule):
     def on_test_epoch_start(self) -> None:
         self._epoch_start("test")
 
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """After the epoch's last batch, log its training loss and metric (what Lightning's own
+        epoch-end hooks of callbacks show, the progress bar's, is then this epoch's)."""
+        if self.trainer.is_last_batch:
+            self._epoch_end("train")
+
     def on_train_epoch_end(self) -> None:
-        self._epoch_end("train")
+        self._epoch_end("train")  # an epoch cut short by max_steps (after its last batch: nothing left)
 
     def on_validation_epoch_end(self) -> None:
         self._epoch_end("val")

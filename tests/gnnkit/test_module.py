@@ -157,3 +157,43 @@ def test_input_aggregation_refuses_a_learnable_embedding():
     with pytest.raises(ValueError, match="data.aggregate_input: the input holds a learnable embedding"):
         model._input_aggregation()
     assert NodeClassifier(in_channels=4, out_channels=3, model="sage", aggregation="gnnkit")._input_aggregation() == "mean"
+
+
+class _SeenAtEpochEnd(pl.Callback):
+    """What a callback's end-of-epoch hook sees (the progress bar's runs before the module's) and
+    what the epoch logged in the end (read when the next epoch starts, or training ends)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[float, float]] = []
+        self.logged: list[tuple[float, float]] = []
+
+    @staticmethod
+    def _pair(metrics) -> tuple[float, float]:
+        return float(metrics["train_loss"]), float(metrics["train_metric"])
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self.seen.append(self._pair(trainer.progress_bar_metrics))
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        if trainer.current_epoch > 0:
+            self.logged.append(self._pair(trainer.callback_metrics))
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.logged.append(self._pair(trainer.callback_metrics))
+
+
+@pytest.mark.parametrize("max_steps", [-1, 4])
+def test_callbacks_end_of_epoch_hooks_see_this_epochs_training_loss_and_metric(max_steps):
+    """The training loss and metric are logged when the epoch's last batch ends, before Lightning runs
+    the callbacks' epoch-end hooks; an epoch cut short by max_steps logs them at its end instead."""
+    dm = GraphDataModule("synthetic-tiny", batch_size=64, num_neighbors=[3, 3])
+    seen = _SeenAtEpochEnd()
+    trainer = pl.Trainer(max_epochs=2, max_steps=max_steps, limit_train_batches=3, limit_val_batches=1,
+                         accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, num_sanity_val_steps=0, callbacks=[seen])
+    trainer.fit(_module(dm, model="sage", hidden_channels=8, num_layers=2), datamodule=dm)
+    assert len(seen.logged) == 2 and len({loss for loss, _ in seen.logged}) == 2
+    if max_steps == -1:
+        assert seen.seen == seen.logged
+    else:  # the second epoch stopped after its first batch: its figures are logged at its end
+        assert seen.seen[0] == seen.logged[0] and len(seen.seen) == 2
