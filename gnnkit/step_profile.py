@@ -5,7 +5,7 @@ fetching the batch, which for sampled training is sampling and gathering, and mo
 device), ``forward`` (the training step, up to ``on_before_backward``), ``backward`` and
 ``optimizer`` (the update and the hooks that end the step). For each phase it records the host's
 wall time and, on a GPU, the time between CUDA events recorded at the same cut points (the GPU's
-own timeline, idle gaps included) and the number of host synchronisations, counted with
+own timeline, idle gaps included) and the training thread's host synchronisations, counted with
 ``torch.cuda.set_sync_debug_mode("warn")``. A step whose host time far exceeds its GPU time is
 held by the host (launches, syncs, Python); a GPU that is busy all step is the bottleneck.
 
@@ -24,6 +24,7 @@ folder ``step_profile.txt`` (the profiler's table).
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -66,7 +67,7 @@ class StepProfile(pl.Callback):
         self._cuda: torch.device | None = None
         self._seen = 0  # training steps begun
         self._marks: list[tuple[float, Any, int]] = []  # (host clock, CUDA event, syncs so far) at each cut
-        self._warned: list[warnings.WarningMessage] | None = None
+        self._syncs = 0  # the training thread's host syncs counted so far
         self._catcher: warnings.catch_warnings | None = None
         self._profiler: torch.profiler.profile | None = None
 
@@ -84,21 +85,30 @@ class StepProfile(pl.Callback):
         if self._cuda is not None:
             event = torch.cuda.Event(enable_timing=True)
             event.record()
-        syncs = sum(_SYNC_WARNING in str(w.message) for w in self._warned) if self._warned is not None else 0
-        self._marks.append((time.perf_counter(), event, syncs))
+        self._marks.append((time.perf_counter(), event, self._syncs))
 
     def _count_syncs(self, on: bool) -> None:
+        """Count the training thread's host syncs from here (``on``) or stop. torch's sync debug mode
+        and Python's warnings are the process's: a prefetching thread's syncs (sampling the next
+        batches meanwhile, :mod:`gnnkit.data.prefetch`) are left out, as they do not hold the step."""
         if self._cuda is None:
             return
         if on and self._catcher is None:
-            self._catcher = warnings.catch_warnings(record=True)
-            self._warned = self._catcher.__enter__()
+            self._catcher = warnings.catch_warnings()
+            self._catcher.__enter__()  # restores the filters and showwarning on exit
             warnings.simplefilter("always")
+            training = threading.current_thread()
+
+            def count(message: Any, *args: Any, **kwargs: Any) -> None:
+                if threading.current_thread() is training and _SYNC_WARNING in str(message):
+                    self._syncs += 1
+
+            warnings.showwarning = count
             torch.cuda.set_sync_debug_mode("warn")
         elif not on and self._catcher is not None:
             torch.cuda.set_sync_debug_mode("default")
             self._catcher.__exit__(None, None, None)
-            self._catcher, self._warned = None, None
+            self._catcher = None
 
     # -- Lightning hooks --------------------------------------------------------------------------
 

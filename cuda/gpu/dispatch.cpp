@@ -262,8 +262,8 @@ std::vector<at::Tensor> tt_backward_cuda(const at::Tensor& grad_in, const at::Te
   const c10::cuda::CUDAGuard guard(c0_in.device());
   const at::Tensor c0 = c0_in.contiguous(), c1 = c1_in.contiguous(), c2 = c2_in.contiguous();
   const gpu::TTShape s{c0.size(0), c1.size(0), c2.size(0), c0.size(2), c1.size(2), c2.size(2), c0.size(3), c1.size(3)};
-  // core gradients are summed with atomics (gnnkit's Python TT contraction is the deterministic path)
-  at::globalContext().alertNotDeterministic("gnnkit tt_lookup backward on CUDA");
+  // core gradients are summed with atomics (gnnkit's Python TT contraction is the deterministic path):
+  // the caller alerts in deterministic mode (gnnkit.native.ops.alert_not_deterministic), in Python
   const at::Tensor grad = grad_in.to(c0.scalar_type()).contiguous();
   check_tt_shared(s, c0.element_size(), true);
   at::Tensor d0 = at::zeros_like(c0), d1 = at::zeros_like(c1), d2 = at::zeros_like(c2);

@@ -112,6 +112,11 @@ def _relabel(src: Tensor, local: Tensor, num_seen: int) -> tuple[Tensor, Tensor]
     return relabel(src, local, num_seen) if out is None else out
 
 
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """Whether ``a`` and ``b`` are one device (an index left out means the current one of its type)."""
+    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
+
+
 @dataclass
 class SampledHops:
     """A multi-hop sample in PyG's layout (see :class:`CSRNeighborSampler`): per hop, the nodes it
@@ -321,10 +326,10 @@ class CSRNeighborSampler(BaseSampler):
         """A generator that draws on ``device`` for the pure-PyTorch hop: ``generator`` itself on its
         own device, else this sampler's generator for ``device`` re-seeded from a draw of ``generator``
         (host-side, no sync), so the samples still follow ``generator`` alone."""
-        if generator is None or generator.device.type == device.type:
+        if generator is None or _same_device(generator.device, device):
             return generator
-        if self._device_generator is None or self._device_generator.device.type != device.type:
-            self._device_generator = torch.Generator(device=device)
+        if self._device_generator is None or not _same_device(self._device_generator.device, device):
+            self._device_generator = torch.Generator(device=device)  # also another GPU's: each has its own
         return self._device_generator.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
 
     def _process_state(self) -> tuple[torch.Generator | None, Tensor]:

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -196,6 +197,24 @@ def _sample_raw(indptr: Tensor, indices: Tensor, seeds: Tensor, fanouts: Sequenc
 
 
 # -- TT lookup --------------------------------------------------------------------------------------
+def alert_not_deterministic(caller: str) -> None:
+    """What torch does for one of its operations without a deterministic implementation under
+    ``torch.use_deterministic_algorithms(True)``: raise (warn with ``warn_only=True``). Raised here
+    in Python, before a native kernel would: a C++ exception took the process down on one torch build.
+
+    Raises:
+        RuntimeError: Deterministic algorithms are on (without ``warn_only``).
+    """
+    if not torch.are_deterministic_algorithms_enabled():
+        return
+    message = (f"{caller} does not have a deterministic implementation, but you set "
+               "'torch.use_deterministic_algorithms(True)'")
+    if torch.is_deterministic_algorithms_warn_only_enabled():
+        warnings.warn(message, UserWarning, stacklevel=2)
+        return
+    raise RuntimeError(message)
+
+
 class _TTLookup(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, rows: Tensor, c0: Tensor, c1: Tensor, c2: Tensor, reuse_prefixes: bool) -> Tensor:
@@ -207,6 +226,8 @@ class _TTLookup(torch.autograd.Function):
     @once_differentiable
     def backward(ctx: Any, grad: Tensor) -> tuple[None, Tensor, Tensor, Tensor, None]:
         c0, c1, c2, *plan = ctx.saved_tensors
+        if c0.is_cuda:  # core gradients summed with atomics (the Python contraction is the deterministic path)
+            alert_not_deterministic("gnnkit tt_lookup backward on CUDA")
         g0, g1, g2 = _module().tt_backward(grad.contiguous(), c0, c1, c2, *plan)
         return None, g0, g1, g2, None
 

@@ -126,3 +126,24 @@ def test_on_a_gpu_each_phase_has_its_device_time_and_host_syncs(tmp_path):
     assert set(summary["gpu_ms"]) == set(summary["syncs"]) == {*PHASES, "step"} and summary["gpu_ms"]["step"] > 0
     assert summary["syncs"]["forward"] >= 1  # the float(loss) of every training step
     assert torch.cuda.get_sync_debug_mode() == 0  # switched back after the window
+
+
+def test_syncs_are_the_training_threads(monkeypatch):
+    """torch's sync warnings from another thread (a prefetching sampler's, overlapping the step) are
+    not counted; warning filters and the display are the caller's again once counting stops."""
+    import threading
+    import warnings
+
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda mode: None)
+    profile = StepProfile()
+    profile._cuda = torch.device("cuda", 0)  # only read as "on a GPU" by the counting
+    shown = warnings.showwarning
+    profile._count_syncs(True)
+    warnings.warn("called a synchronizing CUDA operation")
+    warnings.warn("called a synchronizing CUDA operation")
+    warnings.warn("something else")
+    other = threading.Thread(target=warnings.warn, args=("called a synchronizing CUDA operation",))
+    other.start()
+    other.join()
+    profile._count_syncs(False)
+    assert profile._syncs == 2 and warnings.showwarning is shown

@@ -580,3 +580,14 @@ def test_relabel_numbers_unseen_nodes_in_order_of_first_occurrence(dtype):
         out, fresh = relabel(src, local, seen.numel())
         assert out.tolist() == [ids[s] for s in src.tolist()] and fresh.tolist() == new
         assert local.tolist() == [ids.get(i, -1) for i in range(n)]  # no marks left behind
+
+
+def test_a_device_generator_is_kept_per_gpu_not_per_device_type():
+    """A sampler moved from one GPU to another needs a generator of the new one (torch refuses a
+    generator of cuda:0 for cuda:1); an index left out is the current device."""
+    from gnnkit.data.sampler import _same_device
+
+    cuda = torch.device
+    assert _same_device(cuda("cuda", 0), cuda("cuda", 0)) and _same_device(cuda("cuda"), cuda("cuda", 1))
+    assert not _same_device(cuda("cuda", 0), cuda("cuda", 1)) and not _same_device(cuda("cpu"), cuda("cuda", 0))
+    assert _same_device(cuda("cpu"), cuda("cpu"))

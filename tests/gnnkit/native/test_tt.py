@@ -91,6 +91,18 @@ def test_deterministic_mode_keeps_the_cpu_kernel_and_sends_gpu_cores_to_python(d
     assert not ops._cuda_tt_fits(cores)
 
 
+def test_the_cuda_backwards_alert_is_torchs_raised_in_python(deterministic):
+    """In Python, before the native kernel: an error (a warning with warn_only), as torch's own
+    operations without a deterministic implementation do."""
+    with pytest.raises(RuntimeError, match="^gnnkit tt_lookup backward on CUDA does not have a deterministic"):
+        ops.alert_not_deterministic("gnnkit tt_lookup backward on CUDA")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    with pytest.warns(UserWarning, match="does not have a deterministic implementation"):
+        ops.alert_not_deterministic("x")
+    torch.use_deterministic_algorithms(False)
+    ops.alert_not_deterministic("x")  # nothing
+
+
 @pytest.mark.parametrize("forced_off", [False, True])
 def test_tt_embedding_uses_either_path_with_equal_results(ext, forced_off, monkeypatch):
     config = TTConfig(num_embeddings=1000, p_shapes=(10, 10, 10), q_shapes=(2, 3, 4), ranks=(4, 4))
