@@ -26,6 +26,7 @@ cache; a killed writer leaves only a ``.tmp-*`` folder that is never opened.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -168,6 +169,15 @@ def _pieces(head: bytes, arrays: list[tuple[torch.Tensor, torch.dtype]]) -> Iter
         yield bytes(_align(data.nbytes) - data.nbytes)
 
 
+def _made(arrays: list[tuple[torch.Tensor, torch.dtype]]) -> tuple[torch.device, Any] | None:
+    """The GPU the arrays sit on and an event after the work that made them (recorded on the
+    caller's current stream, where they were made or waited for), or None when they are on the CPU."""
+    import torch
+
+    device = next((t.device for t, _ in arrays if t.is_cuda), None)
+    return None if device is None else (device, torch.cuda.current_stream(device).record_event())
+
+
 def encode_shard(records: list[BatchRecord], lossy: dict[str, torch.dtype]) -> list[memoryview | bytes]:
     """Lay out ``records`` as one shard.
 
@@ -240,7 +250,8 @@ class BatchCacheWriter:
     the temporary folder.
 
     Shards are encoded, checksummed, written and fsynced by one background thread while training
-    goes on (the work releases the GIL); at most ``MAX_QUEUED`` shards wait for it, and an error
+    goes on (the work releases the GIL; batches on a GPU are copied to the host on that thread's own
+    CUDA stream, off the training loop's); at most ``MAX_QUEUED`` shards wait for it, and an error
     there is raised by the next :meth:`add` or by :meth:`close`.
 
     Args:
@@ -281,6 +292,7 @@ class BatchCacheWriter:
         self._start = time.perf_counter()
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="batch-cache")
         self._jobs: list[Future[None]] = []
+        self._streams: dict[torch.device, Any] = {}  # per GPU, the stream the thread copies on
 
     @staticmethod
     def record_bytes(record: BatchRecord, lossy: dict[str, torch.dtype]) -> int:
@@ -320,12 +332,13 @@ class BatchCacheWriter:
         shard = {"file": f"shard-{len(self.shards):05d}.bin", "bytes": size, "crc32": 0, "batches": len(self.pending)}
         self.shards.append(shard)
         self.written += size
-        self._jobs.append(self._io.submit(self._write, shard, head, arrays))
+        self._jobs.append(self._io.submit(self._write, shard, head, arrays, _made(arrays)))
         self.pending, self.pending_bytes = [], 0
 
-    def _write(self, shard: dict[str, Any], head: bytes, arrays: list[tuple[torch.Tensor, torch.dtype]]) -> None:
+    def _write(self, shard: dict[str, Any], head: bytes, arrays: list[tuple[torch.Tensor, torch.dtype]],
+               made: tuple[torch.device, Any] | None) -> None:
         crc, nbytes = 0, 0
-        with open(self.tmp / shard["file"], "wb") as handle:
+        with open(self.tmp / shard["file"], "wb") as handle, self._copy_stream(made):
             for piece in _pieces(head, arrays):
                 handle.write(piece)
                 crc = zlib.crc32(piece, crc)
@@ -334,6 +347,22 @@ class BatchCacheWriter:
             os.fsync(handle.fileno())
         assert nbytes == shard["bytes"], f"{shard['file']}: wrote {nbytes} bytes, laid out {shard['bytes']}"
         shard["crc32"] = crc
+
+    def _copy_stream(self, made: tuple[torch.device, Any] | None) -> contextlib.AbstractContextManager[Any]:
+        """Where the writer's thread copies a shard's GPU arrays to the host: a CUDA stream of its own,
+        after the work that made them (``made``: their device and an event after it). A thread's
+        current stream is otherwise the device's default one, on which the training loop runs: the
+        copies would queue between its kernels and stall it. Nothing for arrays on the CPU."""
+        if made is None:
+            return contextlib.nullcontext()
+        import torch
+
+        device, event = made
+        if device not in self._streams:
+            self._streams[device] = torch.cuda.Stream(device)
+        stream = self._streams[device]
+        stream.wait_event(event)
+        return torch.cuda.stream(stream)
 
     def _wait(self, keep: int = 0) -> None:
         """Wait until at most ``keep`` shards are still being written; re-raise a failed write."""

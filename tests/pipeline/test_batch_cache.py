@@ -191,3 +191,21 @@ def test_manifest_records_the_inputs(tmp_path):
     _write(tmp_path / "c", 1)
     manifest = json.loads((tmp_path / "c" / "manifest.json").read_text())
     assert manifest["inputs"] == INPUTS and manifest["num_batches"] == 1
+
+
+@pytest.mark.gpu
+def test_gpu_arrays_are_copied_after_the_work_that_made_them_off_the_default_stream(tmp_path):
+    """The writer's thread copies a shard's GPU arrays on a stream of its own (the default stream is
+    the training loop's), after the work that made them on the stream that called ``add``: here a
+    float array (no int32 check, which would wait for the GPU) filled behind tens of milliseconds of
+    GPU time on a side stream."""
+    side = torch.cuda.Stream()
+    with BatchCacheWriter(tmp_path / "c", INPUTS, shard_mb=0.001) as writer, torch.cuda.stream(side):
+        for i in range(3):
+            x = torch.zeros(1 << 18, device="cuda")
+            torch.cuda._sleep(50_000_000)
+            writer.add(BatchRecord({"x": x.fill_(float(i + 1))}, {}), seeds=torch.arange(1))
+    cache = open_batch_cache(tmp_path / "c", INPUTS)
+    got = [r.arrays["x"] for s in range(len(cache.shards)) for r in cache.decode(s, cache.read_shard(s))]
+    assert [float(x.min()) for x in got] == [1.0, 2.0, 3.0] and [float(x.max()) for x in got] == [1.0, 2.0, 3.0]
+    assert set(writer._streams) == {torch.device("cuda", torch.cuda.current_device())}
