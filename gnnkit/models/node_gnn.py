@@ -269,7 +269,7 @@ class NodeGNN(nn.Module):
                 x = self._partition_layer(i, layer, x, adj, halo)
             else:
                 if self.model != "mlp" and graph is None:
-                    graph = self._graph(x, edge_index, adj)
+                    graph = self._graph(x, edge_index, adj, edges_by_destination)
                 x = layer(x) if self.model == "mlp" else layer(x, graph)
             if i < len(self.layers) - 1:
                 x = self.activation(self.norms[i](x))
@@ -320,13 +320,18 @@ class NodeGNN(nn.Module):
             return layer(x, blocks.block(num_dst, edge_index.size(1), x.size(0)))
         return layer((x, x[:num_dst]), edge_index, size=(x.size(0), num_dst))
 
-    def _graph(self, x: Tensor, edge_index: Tensor, adj: Adjacency | None) -> Tensor | Adjacency:
-        """What the layers aggregate over: the edge list (PyG) or an Adjacency (gnnkit)."""
+    def _graph(self, x: Tensor, edge_index: Tensor, adj: Adjacency | None,
+               edges_by_destination: bool = False) -> Tensor | Adjacency:
+        """What the layers aggregate over: the edge list (PyG) or an Adjacency (gnnkit; from edges in
+        the sampler's order, one row pointer with no checks, each a host sync on a GPU)."""
         if self.aggregation != "gnnkit":
             return edge_index
         if adj is not None:
             return adj.to(x.device)  # no-op when the batch transfer moved it; else one cached copy
-        return Adjacency.from_edge_index(edge_index, x.size(0), single_use=True)
+        n = x.size(0)
+        if edges_by_destination:
+            return SampledBlocks(edge_index, n).block(n, edge_index.size(1), n)
+        return Adjacency.from_edge_index(edge_index, n, single_use=True)
 
     def format_report(self) -> dict[str, dict[str, object]]:
         """SpMM formats of each ``"gnnkit"`` layer: ``{"layer0": {"forward", "backward", "width",

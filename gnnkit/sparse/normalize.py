@@ -29,14 +29,16 @@ def gcn_normalized(adj: Adjacency, add_self_loops: bool = True) -> Adjacency:
         n = adj.num_rows
         rows, cols, weights = adj.rows(), adj.indices, adj.weights()
         if add_self_loops:
-            keep = rows != cols
-            loop_weight = torch.ones(n, dtype=weights.dtype, device=adj.device)
-            if adj.values is not None:
-                loop_weight[rows[~keep]] = weights[~keep]
+            loops = rows == cols
+            loop_weight = torch.ones(n + 1, dtype=weights.dtype, device=adj.device)  # [n]: a slot for the rest
+            if adj.values is not None:  # an existing loop keeps its weight (no count of them read back)
+                loop_weight.scatter_(0, torch.where(loops, rows, n), weights)
+            loop_weight = loop_weight[:n]
+            kept = (~loops).nonzero().squeeze(1)  # the one host sync on a GPU (how many entries stay)
             nodes = torch.arange(n, dtype=torch.int64, device=adj.device)
-            rows = torch.cat([rows[keep], nodes])
-            cols = torch.cat([cols[keep], nodes])
-            weights = torch.cat([weights[keep], loop_weight])
+            rows = torch.cat([rows.index_select(0, kept), nodes])
+            cols = torch.cat([cols.index_select(0, kept), nodes])
+            weights = torch.cat([weights.index_select(0, kept), loop_weight])
             order = torch.argsort(rows, stable=True)  # each row: its other entries, then its loop
             rows, cols, weights = rows[order], cols[order], weights[order]
         degree = torch.zeros(n, dtype=weights.dtype, device=adj.device).index_add_(0, rows, weights)

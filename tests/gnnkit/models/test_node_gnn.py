@@ -71,10 +71,12 @@ def test_trimming_per_hop_keeps_the_seed_outputs(model, aggregation):
         torch.testing.assert_close(p.grad, expected, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("model,format", [("sage", "auto"), ("gin", "auto"), ("sage", "gather_scatter")])
+@pytest.mark.parametrize("model,format", [("sage", "auto"), ("gin", "auto"), ("sage", "gather_scatter"),
+                                          ("gcn", "auto")])
 def test_blocks_sliced_from_one_row_pointer_give_the_checked_blocks_results(model, format):
     """The sampler's edges come sorted by destination (the batch says so): the gnnkit blocks made
-    from one row pointer, without checks, give the logits and gradients of the checked ones."""
+    from one row pointer, without checks, give the logits and gradients of the checked ones (GCN,
+    untrimmed: the whole batch's matrix)."""
     batch = _sampled_batch()
     dst = batch.edge_index[1]
     assert batch.edges_by_destination and bool((dst[1:] >= dst[:-1]).all())
@@ -173,3 +175,32 @@ def test_input_aggregation_is_refused_where_the_first_layer_cannot_start_from_it
         NodeGNN("gcn", 8, 16, 3).input_aggregation()  # PyG's layers
     with pytest.raises(ValueError, match=r"must not be dropped out \(model.input_dropout 0.2\)"):
         NodeGNN("gcn", 8, 16, 3, aggregation="gnnkit", input_dropout=0.2).input_aggregation()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model", ["sage", "gin", "gcn"])
+def test_a_sampled_step_on_the_gpu_waits_for_it_at_most_once(model):
+    """Once a batch's size class is planned, a sampled training step of gnnkit's layers (forward and
+    backward, format auto) reads nothing back from the GPU; GCN, whose whole-batch normalisation
+    drops existing self-loops, reads back how many entries stay (torch's sync debug mode counts)."""
+    import warnings
+
+    batch = _sampled_batch().to("cuda")
+    gnn = NodeGNN(model, 8, 16, 5, num_layers=3, aggregation="gnnkit", format="auto", dropout=0.0).cuda()
+    sizes = {"num_sampled_nodes": batch.num_sampled_nodes, "num_sampled_edges": batch.num_sampled_edges,
+             "edges_by_destination": True}
+
+    def step() -> None:
+        gnn(batch.x, batch.edge_index, **sizes)[: batch.batch_size].square().sum().backward()
+
+    step()  # plans the size class
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            step()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    syncs = [str(w.message) for w in seen if "synchroniz" in str(w.message)]
+    assert len(syncs) <= (1 if model == "gcn" else 0), syncs

@@ -56,14 +56,18 @@ def test_sage_on_a_rectangular_sampled_block_matches_pyg():
     torch.testing.assert_close(ours(x, adj), ref((x, x[:10]), ei), atol=1e-5, rtol=1e-4)
 
 
-def test_gcn_normalisation_matches_pyg_and_is_cached():
+@pytest.mark.parametrize("weighted", [False, True])
+def test_gcn_normalisation_matches_pyg_and_is_cached(weighted):
+    """Existing self-loops give way to one loop a node, keeping an existing loop's weight (the last
+    of repeated ones, as PyG's ``add_remaining_self_loops``)."""
     from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
     ei = graph()
-    adj = Adjacency.from_edge_index(ei, 40)
+    weights = torch.rand(ei.size(1), generator=torch.Generator().manual_seed(1)) + 0.5 if weighted else None
+    adj = Adjacency.from_edge_index(ei, 40, values=weights)
     norm = gcn_normalized(adj)
     assert gcn_normalized(adj) is norm
-    index, weight = gcn_norm(ei, None, 40)
+    index, weight = gcn_norm(ei, weights, 40)
     expected = torch.zeros(40, 40).index_put_((index[1], index[0]), weight, accumulate=True)
     torch.testing.assert_close(norm.to_dense(), expected)
 
