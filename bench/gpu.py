@@ -38,8 +38,8 @@ Per run: the training epoch without validation (median, ``train_epoch_time_s``; 
 the end of its kernels), training batches per second, the whole training time (``train_time_s``),
 peak GPU memory while training (``peak_gpu_mb``; peak RSS on the CPU) and the test metric. The
 sampled families test on ``--test-batches`` batches of the test split (the default is a tenth of
-ogbn-products' 2.2M test nodes at batch 1024: testing all of it with CPU sampling takes minutes a
-row; a smaller split is tested whole), and the CPU-sampling rows sample with ``--cpu-workers``
+ogbn-products' 2.2M test nodes at the recipes' evaluation batch of 4096: testing all of it with CPU
+sampling takes minutes a row; a smaller split is tested whole), and the CPU-sampling rows sample with ``--cpu-workers``
 loader processes. A row that fails is recorded with its error and the others still run.
 ``summary``: ``sage_products_epoch_s`` (gnnkit row), ``gpu_sampling_speedup`` (gnnkit with CPU sampling over gnnkit, epoch time),
 ``prefetch_speedup`` (gnnkit without prefetching over gnnkit, epoch time),
@@ -49,7 +49,7 @@ loader processes. A row that fails is recorded with its error and the others sti
 
     python bench/gpu.py --json bench/results/gpu.json --png bench/results/gpu.png [--families sage gcn reuse] [--epochs 4]
                         [--reuse-epochs 20] [--device cuda|cpu] [--dataset-sampled NAME]
-                        [--dataset-full NAME] [--test-batches 216] [--cpu-workers 8] [--resume PARTIAL.json]
+                        [--dataset-full NAME] [--test-batches 54] [--cpu-workers 8] [--resume PARTIAL.json]
 
 ``--device cpu`` runs the same rows on the CPU (the GPU rows then sample on the CPU too): a check of
 the benchmark itself, not a GPU figure. The runs' folders and logs go under ``--workdir``.
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--dataset-full", help="dataset of the gcn rows (default: the recipe's)")
     parser.add_argument("--workdir", type=Path, help="run folders and logs (default: a temporary folder)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds one run may take")
-    parser.add_argument("--test-batches", type=int, default=216,
+    parser.add_argument("--test-batches", type=int, default=54,
                         help="test batches of the sampled families (a count, not Lightning's fraction, which "
                              "fails on a split of under 1/fraction batches; a smaller split is tested whole)")
     parser.add_argument("--cpu-workers", type=int, default=8, help="loader processes of the CPU-sampling rows")

@@ -39,21 +39,27 @@ class EpochTimer(pl.Callback):
         self._validating_since: float | None = None
         self._validation = 0.0
         self._batches = 0
+        self._trained: tuple[float, float] | None = None  # (seconds, of them validating) at the last batch
         self.peak_train_gpu_mb: float | None = None
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.times.append(_clock(pl_module) - self._start)
-        self.train_times.append(self.times[-1] - self._validation)
+        trained, validation = self._trained or (self.times[-1], self._validation)  # an epoch cut short: now
+        self.train_times.append(trained - validation)
         self.train_batches.append(self._batches)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._start = _clock(pl_module)
-        self._validation, self._batches = 0.0, 0
+        self._validation, self._batches, self._trained = 0.0, 0, None
         if trainer.current_epoch > 0:
             self._log_epoch(trainer, trainer.current_epoch)
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        """Count the batch; after the epoch's last, stop the training clock (callbacks' hooks run
+        before the module's, which then scores the epoch's training predictions)."""
         self._batches += 1
+        if trainer.is_last_batch:
+            self._trained = (_clock(pl_module) - self._start, self._validation)
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._validating_since = _clock(pl_module)

@@ -86,9 +86,10 @@ class TaskModule(pl.LightningModule):
 
         Two tensor operations a step and no host sync, where Lightning's ``log`` walks its result
         collection on every call (about half a millisecond of host time a step on a CPU core, time
-        a GPU step spends waiting for its next kernel). The training epoch's value is logged when
-        its last batch ends (:meth:`on_train_batch_end`), so callbacks' end-of-epoch hooks, which
-        Lightning runs before the module's (the progress bar's), see it as they would a per-step one.
+        a GPU step spends waiting for its next kernel). In one process the training epoch's value is
+        logged when its last batch ends (:meth:`on_train_batch_end`), so callbacks' end-of-epoch
+        hooks, which Lightning runs before the module's (the progress bar's), see it as they would a
+        per-step one; with several ranks those hooks see the previous epoch's.
         """
         losses = self._epoch_losses()
         weighted = loss.detach().float() * count  # float32, as Lightning keeps it: a 16-bit sum overflows
@@ -141,9 +142,12 @@ class TaskModule(pl.LightningModule):
         self._epoch_start("test")
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        """After the epoch's last batch, log its training loss and metric (what Lightning's own
-        epoch-end hooks of callbacks show, the progress bar's, is then this epoch's)."""
-        if self.trainer.is_last_batch:
+        """After the epoch's last batch, log its training loss and metric, so what callbacks' epoch-end
+        hooks show (the progress bar's) is this epoch's. In one process only: with several, a
+        callback reading the metrics on rank 0 alone (the progress bar) would run Lightning's
+        cross-rank reduction of them there alone, and the ranks would wait in different collectives
+        (Lightning issue #21264); they are logged at the epoch's end instead, reduced on every rank."""
+        if self.trainer.is_last_batch and self.trainer.world_size == 1:
             self._epoch_end("train")
 
     def on_train_epoch_end(self) -> None:

@@ -113,7 +113,7 @@ def _relabel(src: Tensor, local: Tensor, num_seen: int) -> tuple[Tensor, Tensor]
 
 
 def _same_device(a: torch.device, b: torch.device) -> bool:
-    """Whether ``a`` and ``b`` are one device (an index left out means the current one of its type)."""
+    """Whether ``a`` and ``b`` may be one device: the same type and index (an index left out matches any)."""
     return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
 
 

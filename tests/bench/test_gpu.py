@@ -32,14 +32,14 @@ def test_summary_keys_of_the_issue(bench):
 def test_rows_differ_only_in_their_path(bench):
     gpu = bench("gpu")
     args = gpu.argparse.Namespace(epochs=3, reuse_epochs=20, device="cuda", dataset_sampled=None, dataset_full="x",
-                                  test_batches=216, cpu_workers=8, profile_steps=30)
+                                  test_batches=54, cpu_workers=8, profile_steps=30)
     sage = [gpu.command(c, args, Path("r")) for c in gpu.configs(["sage"])]
     assert all(c[c.index("--trainer.callbacks.init_args.steps") + 1] == "30" for c in sage)  # sampled rows profile
     assert all("--trainer.accelerator" in c and c[c.index("--trainer.max_epochs") + 1] == "3" for c in sage)
     assert [c[c.index("--data.sampler_device") + 1] for c in sage] == ["auto", "auto", "cpu", "cpu"]
     assert [c[c.index("--data.prefetch") + 1] if "--data.prefetch" in c else None for c in sage] == [
         None, "0", None, None]  # the recipe's default, and the row without it
-    assert all(c[c.index("--trainer.limit_test_batches") + 1] == "216" for c in sage)
+    assert all(c[c.index("--trainer.limit_test_batches") + 1] == "54" for c in sage)
     workers = [c[c.index("--data.num_workers") + 1] if "--data.num_workers" in c else None for c in sage]
     assert workers == [None, None, "8", "8"]
     assert [c[c.index("--model.aggregation") + 1] for c in sage] == ["gnnkit", "gnnkit", "gnnkit", "pyg"]

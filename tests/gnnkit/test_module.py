@@ -197,3 +197,27 @@ def test_callbacks_end_of_epoch_hooks_see_this_epochs_training_loss_and_metric(m
         assert seen.seen == seen.logged
     else:  # the second epoch stopped after its first batch: its figures are logged at its end
         assert seen.seen[0] == seen.logged[0] and len(seen.seen) == 2
+
+
+def test_with_several_ranks_the_epoch_is_logged_at_its_end_only(monkeypatch):
+    """With several ranks the epoch's figures wait for the module's epoch-end hook, where Lightning
+    reduces them on every rank: read at the last batch by a rank-0-only callback (the progress bar),
+    the reduction would run on rank 0 alone and the ranks would wait in different collectives."""
+    from types import SimpleNamespace
+
+    from torch_geometric.data import Data
+
+    model = NodeClassifier(in_channels=4, out_channels=3, hidden_channels=8, num_layers=2, dropout=0.0)
+    logged = []
+    monkeypatch.setattr(model, "log", lambda name, value, **kw: logged.append(name))
+    monkeypatch.setattr(model, "_epoch_metric", lambda stage: None)
+    batch = Data(x=torch.randn(2, 4), y=torch.tensor([0, 2]), edge_index=torch.tensor([[1, 0], [0, 1]]),
+                 batch_size=2, num_sampled_nodes=[2], num_sampled_edges=[2])
+    for world_size, expected in ((2, []), (1, ["train_loss"])):
+        model.trainer = SimpleNamespace(is_last_batch=True, world_size=world_size)
+        logged.clear()
+        model.training_step(batch, 0)
+        model.on_train_batch_end(None, batch, 0)
+        assert logged == expected
+        model.on_train_epoch_end()
+        assert logged == ["train_loss"]  # logged once, where the epoch ends

@@ -33,22 +33,32 @@ def test_only_rank_zero_writes(tmp_path, rank_zero):
     assert (tmp_path / "curves.png").exists() == rank_zero
 
 
-def test_epoch_timer_takes_validation_out_of_the_training_time(monkeypatch):
-    clock = iter([0.0, 1.0, 3.0, 4.0, 10.0, 15.0])  # epoch 0 starts, validation 1-3, ends 4; epoch 1 10-15
+def test_epoch_timer_times_training_to_the_last_batch_without_validation(monkeypatch):
+    """Training time runs from the epoch's start to its last batch's end, less validation before it
+    (the module then scores the epoch's training predictions, and validation follows); an epoch cut
+    short (no last batch) trains until its end, less validation."""
+    # epoch 0: starts 0, validates 1-3 mid-epoch, last batch ends 3.5, validates 3.6-3.8, ends 4;
+    # epoch 1: 10-15, cut short
+    clock = iter([0.0, 1.0, 3.0, 3.5, 3.6, 3.8, 4.0, 10.0, 15.0])
     monkeypatch.setattr("gnnkit.device_clock.time.perf_counter", lambda: next(clock))
-    timer, trainer = EpochTimer(), SimpleNamespace(current_epoch=0)
+    timer, trainer = EpochTimer(), SimpleNamespace(current_epoch=0, is_last_batch=False)
     timer.on_train_epoch_start(trainer, None)
-    for _ in range(4):
+    for _ in range(3):
         timer.on_train_batch_end(trainer, None)
     timer.on_validation_start(trainer, None)
     timer.on_validation_end(trainer, None)
+    trainer.is_last_batch = True
+    timer.on_train_batch_end(trainer, None)
+    timer.on_validation_start(trainer, None)
+    timer.on_validation_end(trainer, None)
     timer.on_train_epoch_end(trainer, None)
+    trainer.is_last_batch = False
     timer.on_train_epoch_start(trainer, None)
     timer.on_train_batch_end(trainer, None)
     timer.on_train_epoch_end(trainer, None)
-    assert timer.times == [4.0, 5.0] and timer.train_times == [2.0, 5.0] and timer.train_batches == [4, 1]
-    assert timer.summary() == {"epoch_time_s": 4.5, "train_epoch_time_s": 3.5, "train_time_s": 7.0,
-                               "train_batches_per_s": 0.714}
+    assert timer.times == [4.0, 5.0] and timer.train_times == [1.5, 5.0] and timer.train_batches == [4, 1]
+    assert timer.summary() == {"epoch_time_s": 4.5, "train_epoch_time_s": 3.25, "train_time_s": 6.5,
+                               "train_batches_per_s": 0.769}
 
 
 def test_epoch_timer_waits_for_the_gpu_at_each_boundary(monkeypatch):

@@ -73,10 +73,12 @@ def test_trimming_per_hop_keeps_the_seed_outputs(model, aggregation):
 
 @pytest.mark.parametrize("model,format", [("sage", "auto"), ("gin", "auto"), ("sage", "gather_scatter"),
                                           ("gcn", "auto")])
-def test_blocks_sliced_from_one_row_pointer_give_the_checked_blocks_results(model, format):
+def test_blocks_sliced_from_one_row_pointer_give_the_checked_blocks_results(model, format, monkeypatch):
     """The sampler's edges come sorted by destination (the batch says so): the gnnkit blocks made
-    from one row pointer, without checks, give the logits and gradients of the checked ones (GCN,
-    untrimmed: the whole batch's matrix)."""
+    from one row pointer, without checks (no checked construction is asked for), give the logits and
+    gradients of the checked ones (GCN, untrimmed: the whole batch's matrix)."""
+    from gnnkit.sparse import Adjacency
+
     batch = _sampled_batch()
     dst = batch.edge_index[1]
     assert batch.edges_by_destination and bool((dst[1:] >= dst[:-1]).all())
@@ -84,6 +86,9 @@ def test_blocks_sliced_from_one_row_pointer_give_the_checked_blocks_results(mode
     sizes = {"num_sampled_nodes": batch.num_sampled_nodes, "num_sampled_edges": batch.num_sampled_edges}
     results = []
     for by_destination in (False, True):
+        if by_destination:
+            monkeypatch.setattr(Adjacency, "from_edge_index", classmethod(
+                lambda cls, *a, **k: pytest.fail("a checked block was built from sorted edges")))
         gnn.zero_grad()
         out = gnn(batch.x, batch.edge_index, edges_by_destination=by_destination, **sizes)
         out.square().sum().backward()
