@@ -23,8 +23,9 @@ def _clock(module: pl.LightningModule) -> float:
 
 
 class EpochTimer(pl.Callback):
-    """Records the wall time of every training epoch (on a GPU, up to the end of its kernels); logs
-    a line per epoch when asked.
+    """Records the wall time of every training epoch (on a GPU, up to the end of its kernels) and of
+    its training alone (its start to its last batch's end, less validation); logs a line per epoch
+    when asked.
 
     Args:
         log_lines: Log one summary line per epoch (for non-interactive runs without a bar).
@@ -71,7 +72,7 @@ class EpochTimer(pl.Callback):
 
     def summary(self) -> dict[str, float | None]:
         """``epoch_time_s`` (median epoch, its validation included), ``train_epoch_time_s`` (median
-        epoch without validation), ``train_time_s`` (all epochs without validation) and
+        epoch's training: to its last batch, without validation), ``train_time_s`` (all epochs' training) and
         ``train_batches_per_s`` (the median epoch's batches over its median time)."""
         if not self.times:
             return {"epoch_time_s": None, "train_epoch_time_s": None, "train_time_s": None,
