@@ -40,13 +40,13 @@ class EpochTimer(pl.Callback):
         self._validating_since: float | None = None
         self._validation = 0.0
         self._batches = 0
-        self._trained: tuple[float, float] | None = None  # (seconds, of them validating) at the last batch
+        self._trained: float | None = None  # the epoch's training seconds, once its last batch has ended
         self.peak_train_gpu_mb: float | None = None
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.times.append(_clock(pl_module) - self._start)
-        trained, validation = self._trained or (self.times[-1], self._validation)  # an epoch cut short: now
-        self.train_times.append(trained - validation)
+        cut_short = self._trained is None  # no last batch: trained until now
+        self.train_times.append(self.times[-1] - self._validation if cut_short else self._trained)
         self.train_batches.append(self._batches)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -60,7 +60,7 @@ class EpochTimer(pl.Callback):
         before the module's, which then scores the epoch's training predictions)."""
         self._batches += 1
         if trainer.is_last_batch:
-            self._trained = (_clock(pl_module) - self._start, self._validation)
+            self._trained = _clock(pl_module) - self._start - self._validation
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._validating_since = _clock(pl_module)

@@ -151,7 +151,7 @@ class TaskModule(pl.LightningModule):
             self._epoch_end("train")
 
     def on_train_epoch_end(self) -> None:
-        self._epoch_end("train")  # an epoch cut short by max_steps (after its last batch: nothing left)
+        self._epoch_end("train")  # several ranks, or an epoch cut short by max_steps (else: nothing left)
 
     def on_validation_epoch_end(self) -> None:
         self._epoch_end("val")

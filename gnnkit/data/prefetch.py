@@ -105,15 +105,8 @@ class _Producer:
             with torch.cuda.stream(owner.stream) if owner.stream is not None else contextlib.nullcontext():
                 batches = iter(owner.loader)
                 try:
-                    for made, batch in enumerate(batches, 1):
-                        event = None
-                        if owner.stream is not None:
-                            event = torch.cuda.Event()
-                            event.record(owner.stream)
-                        if not self._put((batch, event, owner.snapshot())) or self.stopping.is_set():
-                            return  # asked to stop: make no further batch
-                        if made >= limit:
-                            break  # the trainer asks for no more this pass
+                    if not self._make(batches, limit):
+                        return  # asked to stop: make no further batch
                 finally:
                     close = getattr(batches, "close", None)
                     if close is not None:  # a pass cut short ends here (a recording publishes what it holds)
@@ -122,6 +115,21 @@ class _Producer:
             self._put(_Failure(error))
             return
         self._put(_END)
+
+    def _make(self, batches: Iterator[Any], limit: float) -> bool:
+        """Queue ``batches`` (each with an event on the thread's stream) up to ``limit`` of them, the
+        trainer's count for the pass; ``False`` when asked to stop meanwhile."""
+        owner = self.owner
+        for made, batch in enumerate(batches, 1):
+            event = None
+            if owner.stream is not None:
+                event = torch.cuda.Event()
+                event.record(owner.stream)
+            if not self._put((batch, event, owner.snapshot())) or self.stopping.is_set():
+                return False
+            if made >= limit:
+                break
+        return True
 
     def __iter__(self) -> _Producer:
         return self
