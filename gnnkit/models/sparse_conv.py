@@ -34,8 +34,10 @@ class BatchPlans:
     same fan-out and batch size and are alike, so the plan the selector makes for the first matrix
     of a size class (rows, columns and entries, each to a power of two, the width and the device
     kind) serves the next ones, as cuDNN's autotuner keeps one choice per shape. Single-use
-    matrices only consider formats that need no conversion, so a kept plan never triggers one.
-    Matrices that serve many products (a full graph) keep their own plan, cached on them.
+    matrices only consider formats that need no conversion, so a kept plan never triggers one. On
+    a device kind without a selector model (CUDA until one is calibrated), ``"auto"`` times those
+    formats on the first matrix of a size class, once, since its plan serves the class
+    (:func:`gnnkit.sparse.decision.decide` with ``shared``). Matrices that serve many products (a full graph) keep their own plan, cached on them.
     """
 
     def __init__(self) -> None:
@@ -50,7 +52,7 @@ class BatchPlans:
         key = (adj.device.type, adj.num_rows.bit_length(), adj.num_cols.bit_length(), adj.nnz.bit_length(), width,
                format)
         if key not in self._plans:
-            self._plans[key] = plan(adj, width, format)
+            self._plans[key] = plan(adj, width, format, shared=True)
         return self._plans[key]
 
     def __len__(self) -> int:

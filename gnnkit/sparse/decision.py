@@ -19,7 +19,12 @@ every usable format, when the matrix serves many products and the check is on; o
 :data:`~gnnkit.sparse.selector.NO_MODEL_DEFAULT` (torch's CSR: cuSPARSE on CUDA), except for the
 backward product of a single-use matrix (a sampled block), which takes a format that multiplies by
 ``A^T`` from ``A``'s entries (PyG's backward), since building ``A^T`` for one product costs a sort
-(not in deterministic mode on a GPU, where that scatter-add sorts instead).
+(not in deterministic mode on a GPU, where that scatter-add sorts instead). A single-use matrix
+serves many products too when its choice is ``shared``: kept for every matrix of its size class
+(:class:`~gnnkit.models.sparse_conv.BatchPlans`, the blocks of one layer step after step), the
+timing of every usable format on the first one is paid once per size class, as cuDNN's benchmark
+mode times once per shape; the timed product is a synced wall time, host work included (which
+bounds a sampled step on a GPU). With a model the single-use rule stands (no check).
 
 A timed runner-up replaces the pick only when faster by more than :data:`CHECK_NOISE` (the
 conversion amortised over the run's products); within noise the model's pick stays, and equal
@@ -207,7 +212,8 @@ def _saving_and_cost(adj: Adjacency, width: int, costs: dict[str, float], pick: 
 
 
 def decide(adj: Adjacency, width: int, transpose: bool = False, verify: bool | None = None,
-           run: RunLength | None = None, selector: Any = None, timer: Timer | None = None) -> Decision:
+           run: RunLength | None = None, selector: Any = None, timer: Timer | None = None,
+           shared: bool = False) -> Decision:
     """The format ``auto`` uses for ``adj @ X`` (or ``adj^T @ X``), with the reasons.
 
     Args:
@@ -219,6 +225,8 @@ def decide(adj: Adjacency, width: int, transpose: bool = False, verify: bool | N
         selector: The model (default: :func:`~gnnkit.sparse.selector.current_selector` of the
             matrix's device kind).
         timer: Times formats on the matrix (default: :func:`~gnnkit.sparse.measure.measure_formats`).
+        shared: The decision serves every single-use matrix of ``adj``'s size class, not ``adj``
+            alone: without a model, the usable formats are then timed on it (see the module's notes).
 
     Returns:
         The :class:`Decision`; its ``choice`` is what ``auto`` uses.
@@ -230,7 +238,7 @@ def decide(adj: Adjacency, width: int, transpose: bool = False, verify: bool | N
     run = run or current_run_length()
     usable_formats = [n for n in FORMATS if usable(FORMATS[n], adj)]  # each format's check once
     if selector is None:
-        return _without_model(adj, width, transpose, verify, run, kind, usable_formats, timer)
+        return _without_model(adj, width, transpose, verify, run, kind, usable_formats, timer, shared)
     costs = selector.costs(adj, width, transpose)
     pick = selector.pick(costs, lambda name: name in usable_formats)
     ranked = sorted((n for n in costs if n in usable_formats), key=lambda n: (costs[n], _order(n)))
@@ -285,9 +293,10 @@ def _transpose_free(adj: Adjacency, usable_formats: list[str]) -> str | None:
 
 
 def _without_model(adj: Adjacency, width: int, transpose: bool, verify: bool | None, run: RunLength, kind: str,
-                   usable_formats: list[str], timer: Timer | None) -> Decision:
+                   usable_formats: list[str], timer: Timer | None, shared: bool = False) -> Decision:
     """``auto`` on a device kind with no model: time every usable format on a matrix that serves
-    many products (as cuDNN's benchmark mode does), else keep the default format."""
+    many products, itself or as the first of a ``shared`` size class (as cuDNN's benchmark mode
+    does), else keep the default format."""
     from gnnkit.sparse.selector import NO_MODEL_DEFAULT
 
     default = NO_MODEL_DEFAULT if NO_MODEL_DEFAULT in usable_formats else usable_formats[0]
@@ -301,12 +310,15 @@ def _without_model(adj: Adjacency, width: int, transpose: bool, verify: bool | N
         return Decision(choice=free, reason=f"{missing}; single-use matrix: {free} multiplies by A^T from A's "
                                             f"entries (A^T would be sorted for one product)", **base)
     # the check takes a conversion and 1 + VERIFY_ROUNDS products of every format: a run that makes
-    # fewer products than that in all cannot repay it
-    too_short = run.products < len(usable_formats) * (1 + VERIFY_ROUNDS)
+    # fewer products than that in all cannot repay it (a shared choice is exempt: it serves the
+    # matrices of its size class step after step, which the run's length per matrix does not count)
+    too_short = not shared and run.products < len(usable_formats) * (1 + VERIFY_ROUNDS)
     check_on = verify_enabled(verify)
-    if not check_on or adj.single_use or adj.nnz == 0 or too_short:
+    one_product = adj.single_use and not shared
+    if not check_on or one_product or adj.nnz == 0 or too_short:
         why = ("on-matrix check turned off" if not check_on else
-               f"a run of {run.products} products" if too_short else "single-use matrix")
+               f"a run of {run.products} products" if too_short else
+               "single-use matrix" if one_product else "no entries")
         return Decision(choice=default, reason=f"{missing}; {why}: default {default}", **base)
     measured = _time_formats(adj, width, transpose, usable_formats, run, timer)
     base.update(checked=True, timings_s=measured)

@@ -74,8 +74,8 @@ def measure_formats(
     fastest time is ``slow_factor`` times the best are dropped (their time stands), which keeps
     labelling fast without changing the winner; a format that lost one round to the scheduler
     (threads parked behind another process) is thus timed again before it can be dropped. The
-    transpose and the COO row array are built beforehand, since every training run needs them
-    anyway; conversions are freed at the end.
+    transpose (except of a single-use matrix) and the COO row array are built beforehand, since
+    every training run needs them anyway; conversions are freed at the end.
 
     Args:
         adj: The matrix.
@@ -96,7 +96,8 @@ def measure_formats(
     gen = torch.Generator(device=adj.device).manual_seed(seed)  # drawn where it is used: no host copy
     x = torch.randn(adj.num_cols, width, generator=gen, device=adj.device)
     adj.rows()
-    adj.t()
+    if not adj.single_use:  # a single-use matrix's backward takes no transpose where it can help it
+        adj.t()
     convert: dict[str, float] = {}
     fastest: dict[str, float] = {}
     counts: dict[str, int] = {}

@@ -250,7 +250,8 @@ def current_selector(kind: str = "cpu") -> Selector | None:
     return selector
 
 
-def choose_format(adj: Adjacency, width: int, transpose: bool = False, verify: bool | None = None) -> str:
+def choose_format(adj: Adjacency, width: int, transpose: bool = False, verify: bool | None = None,
+                  shared: bool = False) -> str:
     """The format ``auto`` uses for ``adj @ X`` (or ``adj^T @ X``) with ``X`` of width ``width``.
 
     The model's pick, timed against the runner-up on the matrix only where the model's margin is
@@ -264,7 +265,9 @@ def choose_format(adj: Adjacency, width: int, transpose: bool = False, verify: b
         transpose: Choose for ``adj^T`` (the backward pass).
         verify: Allow the on-matrix check (default: on unless ``$GNNKIT_SPMM_VERIFY`` is ``0``; off
             gives the model's pick alone, the same on every run).
+        shared: The choice serves every single-use matrix of ``adj``'s size class
+            (:class:`~gnnkit.models.sparse_conv.BatchPlans`), not ``adj`` alone.
     """
     from gnnkit.sparse.decision import decide
 
-    return decide(adj, width, transpose=transpose, verify=verify).choice
+    return decide(adj, width, transpose=transpose, verify=verify, shared=shared).choice

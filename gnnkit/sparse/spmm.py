@@ -44,7 +44,8 @@ def _fixed(adj: Adjacency, name: str) -> str:
     return fmt.name
 
 
-def plan(adj: Adjacency, width: int, format: str = "auto", backward_format: str | None = None) -> SpmmPlan:
+def plan(adj: Adjacency, width: int, format: str = "auto", backward_format: str | None = None,
+         shared: bool = False) -> SpmmPlan:
     """Decide the forward and backward formats of ``spmm(adj, x)`` for ``x`` of width ``width``.
 
     ``"auto"`` asks the selector (:func:`gnnkit.sparse.selector.choose_format`) separately for
@@ -56,6 +57,9 @@ def plan(adj: Adjacency, width: int, format: str = "auto", backward_format: str 
         width: Feature width ``F``.
         format: ``"auto"`` or a name from :data:`~gnnkit.sparse.formats.FORMATS`.
         backward_format: Format for the transpose in the backward pass (default: like ``format``).
+        shared: The plan serves every single-use matrix of ``adj``'s size class
+            (:class:`~gnnkit.models.sparse_conv.BatchPlans`): ``auto`` may then time formats on
+            ``adj`` where no model speaks for its device (:func:`~gnnkit.sparse.decision.decide`).
 
     Returns:
         The :class:`SpmmPlan`.
@@ -66,12 +70,12 @@ def plan(adj: Adjacency, width: int, format: str = "auto", backward_format: str 
         from gnnkit.sparse.selector import choose_format
 
         auto = format == "auto" or backward_format == "auto"
-        fwd = choose_format(adj, width) if format == "auto" else _fixed(adj, format)
-        bwd = (choose_format(adj, width, transpose=True) if backward_format == "auto"
+        fwd = choose_format(adj, width, shared=shared) if format == "auto" else _fixed(adj, format)
+        bwd = (choose_format(adj, width, transpose=True, shared=shared) if backward_format == "auto"
                else _fixed(adj, backward_format))  # A^T holds the same entries as A
         return SpmmPlan(fwd, bwd, int(width), "selector" if auto else "forced")
 
-    return adj.cached(f"plan:{width}:{format}:{backward_format}", build)
+    return adj.cached(f"plan:{width}:{format}:{backward_format}:{shared}", build)
 
 
 def _scale(adj: Adjacency, dtype: torch.dtype) -> Tensor:

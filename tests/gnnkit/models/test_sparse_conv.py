@@ -161,6 +161,45 @@ def test_single_use_blocks_are_planned_once_per_size_class(monkeypatch):
     assert computed[-1] is full and len(ours.plans) == 2 and any(k.startswith("plan:") for k in full.cached_keys())
 
 
+def test_without_a_model_a_size_class_is_timed_once_and_keeps_the_fastest_format(monkeypatch):
+    """On a device kind without a selector model (CUDA until one is calibrated) the first block of a
+    size class has the usable formats timed on it, the fastest beyond noise serves the class's next
+    blocks untimed, the backward stays transpose-free, and values stay those of the reference."""
+    from gnnkit.sparse import decision
+    from gnnkit.sparse import selector as selector_module
+    from gnnkit.sparse.measure import FormatTiming
+
+    monkeypatch.setitem(selector_module.SHIPPED_MODELS, "cpu", selector_module.SHIPPED_MODEL.with_name("absent.json"))
+    monkeypatch.delenv("GNNKIT_SELECTOR", raising=False)
+    timed = []
+
+    def timer(adj, width, names, repeats):
+        timed.append((adj, list(names)))
+        return {n: FormatTiming(0.0, 0.2 if n == "segment" else 1.0, repeats) for n in names}
+
+    monkeypatch.setattr(decision, "_timer", timer)
+    ref, ours = pair("sage", "auto")
+    blocks = [block(seed) for seed in range(4)]
+    for adj in blocks:
+        x = torch.randn(30, 8, requires_grad=True)
+        x_ref = x.detach().clone().requires_grad_()
+        out, expected = ours(x, adj), ref((x_ref, x_ref[:10]), torch.stack([adj.indices, adj.rows()]))
+        torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
+        out.square().sum().backward()
+        expected.square().sum().backward()
+        torch.testing.assert_close(x.grad, x_ref.grad, atol=1e-5, rtol=1e-4)
+    assert [adj for adj, _ in timed] == [blocks[0]]  # the forward of the class's first block, once
+    assert "segment" in timed[0][1] and "csr" in timed[0][1]
+    assert all(FORMATS[n].conversion_free for n in timed[0][1])  # single-use: nothing to convert
+    assert (ours.last_plan.forward, ours.last_plan.backward) == ("segment", "gather_scatter")
+    assert ours.plan_counts == {"segment/gather_scatter": 4}
+    ours(torch.randn(300, 8), block(9, num_dst=100, num_src=300, nnz=900))  # another size class: timed too
+    assert len(timed) == 2
+    monkeypatch.setenv(decision.VERIFY_ENV, "0")  # the check turned off: the default, untimed
+    ours(torch.randn(3000, 8), block(9, num_dst=1000, num_src=3000, nnz=9000))
+    assert len(timed) == 2 and ours.last_plan.forward == selector_module.NO_MODEL_DEFAULT
+
+
 def test_the_selector_never_passes_over_a_single_use_matrix_for_a_format_it_cannot_use(monkeypatch):
     """Formats that need a conversion are ruled out for single-use matrices before their
     applicability check, which for BSR counts the matrix's blocks."""

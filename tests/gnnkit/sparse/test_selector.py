@@ -245,9 +245,14 @@ def test_without_a_model_auto_times_every_usable_format_where_it_can_pay(monkeyp
     assert set(timed[0]) == {n for n in FORMATS if selector_module.usable(FORMATS[n], adj)} and len(timed[0]) > 2
     kept = decision.decide(one_off, 32)  # one product cannot repay timing: the default
     assert kept.choice == selector_module.NO_MODEL_DEFAULT and not kept.checked and len(timed) == 1
-    assert decision.decide(adj, 32, verify=False).choice == "csr" and len(timed) == 1
+    assert "single-use matrix" in kept.reason
+    shared = decision.decide(one_off, 32, run=decision.RunLength(1), shared=True)  # serves its size class
+    assert shared.choice == "segment" and shared.checked and len(timed) == 2
+    assert set(timed[1]) == {n for n in FORMATS if selector_module.usable(FORMATS[n], one_off)}
+    assert all(FORMATS[n].conversion_free for n in timed[1]) and len(timed[1]) > 2
+    assert decision.decide(adj, 32, verify=False).choice == "csr" and len(timed) == 2
     short = decision.decide(adj, 32, run=decision.RunLength(5))  # too few products to repay timing them all
-    assert short.choice == "csr" and not short.checked and "a run of 5 products" in short.reason and len(timed) == 1
+    assert short.choice == "csr" and not short.checked and "a run of 5 products" in short.reason and len(timed) == 2
 
     monkeypatch.setattr(decision, "_timer", lambda a, w, names, r: {n: FormatTiming(0.0, 1.0, r) for n in names})
     assert decision.decide(adj, 32).choice == "csr"  # a tie keeps the default
