@@ -24,7 +24,11 @@ serves many products too when its choice is ``shared``: kept for every matrix of
 (:class:`~gnnkit.models.sparse_conv.BatchPlans`, the blocks of one layer step after step), the
 timing of every usable format on the first one is paid once per size class, as cuDNN's benchmark
 mode times once per shape; the timed product is a synced wall time, host work included (which
-bounds a sampled step on a GPU). With a model the single-use rule stands (no check).
+bounds a sampled step on a GPU). Its backward is timed as a step pays it: the transpose-free
+formats from ``A``'s entries, the others with ``A^T`` sorted first (the transpose-free one stays
+unless another beats it beyond noise). With a model the single-use rule stands (no check): on the
+2-core CPU the shipped model was trained on, timing the arxiv twin's sampled blocks chose what the
+model picks for them (native CSR both ways, ``A^T`` sorted), so a check would only add its cost.
 
 A timed runner-up replaces the pick only when faster by more than :data:`CHECK_NOISE` (the
 conversion amortised over the run's products); within noise the model's pick stays, and equal
@@ -45,7 +49,7 @@ import torch
 
 from gnnkit.sparse.adjacency import Adjacency
 from gnnkit.sparse.formats import FORMATS
-from gnnkit.sparse.measure import AMORTIZE_STEPS, FormatTiming, measure_formats
+from gnnkit.sparse.measure import AMORTIZE_STEPS, FormatTiming, measure_backward, measure_formats
 
 #: The check may run only when the runner-up's predicted cost is within this factor of the pick's.
 VERIFY_WITHIN = 1.5
@@ -200,6 +204,10 @@ def _timer(adj: Adjacency, width: int, formats: list[str], repeats: int) -> dict
     return measure_formats(adj, width, formats, repeats=repeats, min_seconds=0.0)
 
 
+def _backward_timer(adj: Adjacency, width: int, formats: list[str], repeats: int) -> dict[str, float]:
+    return measure_backward(adj, width, formats, repeats=repeats)
+
+
 def _saving_and_cost(adj: Adjacency, width: int, costs: dict[str, float], pick: str, rival: str, run: RunLength,
                      times: TimeModel) -> tuple[float, float]:
     """Expected saving of the check over the run (``products x`` predicted time difference) and its
@@ -307,6 +315,8 @@ def _without_model(adj: Adjacency, width: int, transpose: bool, verify: bool | N
         return Decision(choice=default, reason=f"only usable format; {missing}", **base)
     free = _transpose_free(adj, usable_formats) if transpose and adj.single_use else None
     if free is not None:
+        if shared and verify_enabled(verify) and adj.nnz:
+            return _time_backward(adj, width, usable_formats, free, missing, base)
         return Decision(choice=free, reason=f"{missing}; single-use matrix: {free} multiplies by A^T from A's "
                                             f"entries (A^T would be sorted for one product)", **base)
     # the check takes a conversion and 1 + VERIFY_ROUNDS products of every format: a run that makes
@@ -330,3 +340,21 @@ def _without_model(adj: Adjacency, width: int, transpose: bool, verify: bool | N
                                             f"{measured[best] / measured[default]:.2f}x the time of {default}", **base)
     return Decision(choice=default, reason=f"{missing}; timed every usable format: default {default} kept "
                                            f"(best {best} within {CHECK_NOISE:.0%})", **base)
+
+
+def _time_backward(adj: Adjacency, width: int, usable_formats: list[str], free: str, missing: str,
+                   base: dict[str, Any]) -> Decision:
+    """The backward format of a single-use size class without a model: every usable format timed as
+    a step pays it (:func:`~gnnkit.sparse.measure.measure_backward`: the transpose-free ones from
+    ``A``'s entries, the others with ``A^T`` sorted first), the transpose-free ``free`` kept unless
+    another is faster beyond :data:`CHECK_NOISE`."""
+    measured = _backward_timer(adj, width, usable_formats, VERIFY_ROUNDS)
+    base = {**base, "pick": free, "checked": True, "timings_s": measured}
+    best = min(measured, key=lambda n: (measured[n], _order(n)))
+    if measured[best] < (1 - CHECK_NOISE) * measured[free]:
+        return Decision(choice=best, reason=f"{missing}; timed every usable format for the size class's backward "
+                                            f"(A^T sorted where needed): {best} took "
+                                            f"{measured[best] / measured[free]:.2f}x the time of {free}", **base)
+    return Decision(choice=free, reason=f"{missing}; timed every usable format for the size class's backward: "
+                                        f"{free}, which multiplies by A^T from A's entries, kept (best {best} "
+                                        f"within {CHECK_NOISE:.0%})", **base)

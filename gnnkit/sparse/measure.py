@@ -9,6 +9,7 @@ chooses their formats separately.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -126,6 +127,41 @@ def measure_formats(
         for name in names:
             adj.uncache(f"format:{name}:")
     return {n: FormatTiming(convert[n], fastest[n], counts[n]) for n in names}
+
+
+def measure_backward(adj: Adjacency, width: int, formats: list[str], repeats: int = 3, seed: int = 0) -> dict[str, float]:
+    """Seconds of the backward product ``A^T @ G`` of a single-use matrix per format, as a training
+    step pays it: formats that multiply by ``A^T`` from ``A``'s own entries do so, the others build
+    ``A^T`` first (a sort; a single-use matrix has no transpose to reuse) and multiply by it. Each
+    time is the fastest of ``repeats`` rounds after a warm-up, rounds interleaved as in
+    :func:`measure_formats`.
+
+    Args:
+        adj: The matrix (single-use: its transpose is dropped after each product).
+        width: Feature width of ``G``.
+        formats: Names to time (each must hold ``adj``).
+        repeats: Timed rounds.
+        seed: Seed of the random ``G``.
+    """
+    gen = torch.Generator(device=adj.device).manual_seed(seed)
+    grad = torch.randn(adj.num_rows, width, generator=gen, device=adj.device)
+
+    def product(name: str) -> None:
+        fmt = FORMATS[name]
+        if fmt.transpose_free:
+            fmt.transposed(adj, grad)
+        else:
+            fmt(adj.t(), grad)
+            adj.uncache("t")  # the next step's matrix builds its own
+
+    fastest: dict[str, float] = {}
+    with torch.no_grad():
+        for name in formats:
+            product(name)  # warm-up
+        for _ in range(repeats):
+            for name in formats:
+                fastest[name] = min(fastest.get(name, math.inf), synced_seconds(lambda: product(name)))
+    return fastest
 
 
 def _fits(adj: Adjacency, name: str, fn: Callable[[], Any], into: dict[str, float]) -> bool:

@@ -1,6 +1,6 @@
 """bench/host_step.py: the batch is gnnkit's sampler's layout, every row steps, and the no-model row
-really runs without a model (as CUDA does: the forward timed once per size class among the formats
-that need no conversion, a transpose-free backward)."""
+really runs without a model (as CUDA does: its formats timed once per size class among those that
+need no conversion)."""
 
 import torch
 
@@ -24,5 +24,7 @@ def test_the_batch_every_row_and_the_model_free_row(bench):
         step, model = host_step.step_fn("gnnkit", "auto", batch)
         step()
     assert current_selector("cpu") is not None  # put back
-    for layer in model.layers:
-        assert FORMATS[layer.last_plan.forward].conversion_free and layer.last_plan.backward == "gather_scatter"
+    for layer in model.layers:  # timed, so which formats won depends on the machine
+        plan = layer.last_plan
+        assert FORMATS[plan.forward].conversion_free and FORMATS[plan.backward].conversion_free
+        assert plan.source == "selector" and layer.plan_counts.total() == 1

@@ -163,8 +163,9 @@ def test_single_use_blocks_are_planned_once_per_size_class(monkeypatch):
 
 def test_without_a_model_a_size_class_is_timed_once_and_keeps_the_fastest_format(monkeypatch):
     """On a device kind without a selector model (CUDA until one is calibrated) the first block of a
-    size class has the usable formats timed on it, the fastest beyond noise serves the class's next
-    blocks untimed, the backward stays transpose-free, and values stay those of the reference."""
+    size class has the usable formats timed on it, forward and backward (there with the transpose's
+    sort counted where a format needs it), the fastest beyond noise serves the class's next blocks
+    untimed, and values and gradients stay those of the reference."""
     from gnnkit.sparse import decision
     from gnnkit.sparse import selector as selector_module
     from gnnkit.sparse.measure import FormatTiming
@@ -177,7 +178,13 @@ def test_without_a_model_a_size_class_is_timed_once_and_keeps_the_fastest_format
         timed.append((adj, list(names)))
         return {n: FormatTiming(0.0, 0.2 if n == "segment" else 1.0, repeats) for n in names}
 
+    def backward_timer(adj, width, names, repeats):
+        timed_backward.append((adj, list(names)))
+        return {n: 0.5 if n == "csr" else 1.0 for n in names}
+
+    timed_backward = []
     monkeypatch.setattr(decision, "_timer", timer)
+    monkeypatch.setattr(decision, "_backward_timer", backward_timer)
     ref, ours = pair("sage", "auto")
     blocks = [block(seed) for seed in range(4)]
     for adj in blocks:
@@ -188,16 +195,17 @@ def test_without_a_model_a_size_class_is_timed_once_and_keeps_the_fastest_format
         out.square().sum().backward()
         expected.square().sum().backward()
         torch.testing.assert_close(x.grad, x_ref.grad, atol=1e-5, rtol=1e-4)
-    assert [adj for adj, _ in timed] == [blocks[0]]  # the forward of the class's first block, once
-    assert "segment" in timed[0][1] and "csr" in timed[0][1]
+    assert [adj for adj, _ in timed] == [adj for adj, _ in timed_backward] == [blocks[0]]  # once a class
+    assert "segment" in timed[0][1] and "csr" in timed[0][1] and timed[0][1] == timed_backward[0][1]
     assert all(FORMATS[n].conversion_free for n in timed[0][1])  # single-use: nothing to convert
-    assert (ours.last_plan.forward, ours.last_plan.backward) == ("segment", "gather_scatter")
-    assert ours.plan_counts == {"segment/gather_scatter": 4}
+    assert (ours.last_plan.forward, ours.last_plan.backward) == ("segment", "csr")  # csr: A^T sorted a step
+    assert ours.plan_counts == {"segment/csr": 4}
     ours(torch.randn(300, 8), block(9, num_dst=100, num_src=300, nnz=900))  # another size class: timed too
-    assert len(timed) == 2
-    monkeypatch.setenv(decision.VERIFY_ENV, "0")  # the check turned off: the default, untimed
+    assert len(timed) == len(timed_backward) == 2
+    monkeypatch.setenv(decision.VERIFY_ENV, "0")  # the check turned off: the defaults, untimed
     ours(torch.randn(3000, 8), block(9, num_dst=1000, num_src=3000, nnz=9000))
-    assert len(timed) == 2 and ours.last_plan.forward == selector_module.NO_MODEL_DEFAULT
+    assert len(timed) == len(timed_backward) == 2
+    assert (ours.last_plan.forward, ours.last_plan.backward) == (selector_module.NO_MODEL_DEFAULT, "gather_scatter")
 
 
 def test_the_selector_never_passes_over_a_single_use_matrix_for_a_format_it_cannot_use(monkeypatch):

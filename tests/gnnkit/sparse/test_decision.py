@@ -137,3 +137,19 @@ def test_run_length_and_time_model_inputs():
     assert fitted.s_per_nnz_width == 1e-9 and fitted.convert_s_per_nnz["csr"] == 2e-9
     assert fitted.convert_s_per_nnz["coo"] == TimeModel().convert_s_per_nnz["coo"]
     assert TimeModel.from_meta({}) == TimeModel()
+
+
+def test_backward_timing_pays_the_transpose_where_a_format_needs_one(monkeypatch):
+    """A single-use matrix's backward is timed as a step pays it: a format without a transpose-free
+    product builds A^T every time (none is kept on the matrix), gather-scatter builds none."""
+    from gnnkit.sparse.measure import measure_backward
+
+    block = MatrixSpec("rmat", 300, 300, 6, 0).build()
+    block.single_use = True
+    built = []
+    real = Adjacency.t
+    monkeypatch.setattr(Adjacency, "t", lambda self: built.append(self) or real(self))
+    times = measure_backward(block, 16, ["csr", "gather_scatter"], repeats=2)
+    assert set(times) == {"csr", "gather_scatter"} and all(t > 0 for t in times.values())
+    assert built == [block] * 3  # csr: the warm-up and two rounds, each its own A^T
+    assert "t" not in block.cached_keys()

@@ -250,6 +250,13 @@ def test_without_a_model_auto_times_every_usable_format_where_it_can_pay(monkeyp
     assert shared.choice == "segment" and shared.checked and len(timed) == 2
     assert set(timed[1]) == {n for n in FORMATS if selector_module.usable(FORMATS[n], one_off)}
     assert all(FORMATS[n].conversion_free for n in timed[1]) and len(timed[1]) > 2
+    monkeypatch.setattr(decision, "_backward_timer", lambda a, w, names, r: {n: 1.0 for n in names})
+    backward = decision.decide(one_off, 32, transpose=True, shared=True)  # a tie keeps the transpose-free one
+    assert backward.choice == "gather_scatter" and backward.checked and "kept" in backward.reason
+    monkeypatch.setattr(decision, "_backward_timer", lambda a, w, names, r: {n: 0.5 if n == "segment" else 1.0
+                                                                                for n in names})
+    backward = decision.decide(one_off, 32, transpose=True, shared=True)
+    assert backward.choice == "segment" and "A^T sorted where needed" in backward.reason
     assert decision.decide(adj, 32, verify=False).choice == "csr" and len(timed) == 2
     short = decision.decide(adj, 32, run=decision.RunLength(5))  # too few products to repay timing them all
     assert short.choice == "csr" and not short.checked and "a run of 5 products" in short.reason and len(timed) == 2
