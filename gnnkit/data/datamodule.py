@@ -72,6 +72,17 @@ def _check_partition_options(partitions: int | None, batch_size: int, boundary_s
                          "shard's batches would be resampled by one rank alone, out of step with the others)")
 
 
+def batches_wanted(trainer: Any) -> float:
+    """The training batches an epoch starting now will take: ``num_training_batches`` (under
+    ``limit_train_batches``), or fewer where ``max_steps`` ends the run within the epoch (its
+    optimizer steps left, times ``accumulate_grad_batches``), so batches made ahead stop there."""
+    count = trainer.num_training_batches
+    max_steps = trainer.max_steps
+    if max_steps is not None and max_steps >= 0:
+        count = min(count, max(max_steps - trainer.global_step, 0) * trainer.accumulate_grad_batches)
+    return count
+
+
 class GraphDataModule(pl.LightningDataModule):
     """A registry dataset (or OGB-format folder) as Lightning dataloaders.
 
@@ -525,12 +536,12 @@ class GraphDataModule(pl.LightningDataModule):
         return self._prefetchers[stage]
 
     def _limit(self, stage: str) -> Callable[[], float] | None:
-        """How many training batches the trainer asks for in an epoch (``limit_train_batches``), read
-        when a pass starts; other stages' given-up passes put their sampler back instead."""
+        """How many training batches the trainer asks for in an epoch, read when a pass starts
+        (:func:`batches_wanted`); other stages' given-up passes put their sampler back instead."""
         trainer = self.trainer
         if stage != "train" or trainer is None:
             return None
-        return lambda: trainer.num_training_batches
+        return lambda: batches_wanted(trainer)
 
     def train_dataloader(self) -> Any:
         return self._loader("train")

@@ -181,9 +181,10 @@ class DevicePrefetcher:
             ``load_state_dict``), so a checkpoint takes the state of the batches handed out rather
             than of those made, and a pass given up puts the state back there.
         limit: Returns how many batches a pass hands out at most (Lightning's
-            ``num_training_batches`` under ``limit_train_batches``; called when a pass starts making
-            batches): the thread makes no batch beyond it, so a reuse recording holds just the
-            batches trained on. ``None``: the whole loader.
+            ``num_training_batches`` under ``limit_train_batches``, fewer where ``max_steps`` ends the
+            run within the epoch: :func:`gnnkit.data.datamodule.batches_wanted`; called when a pass
+            starts making batches): the thread makes no batch beyond it, so a reuse recording holds
+            just the batches trained on. ``None``: the whole loader.
     """
 
     def __init__(self, loader: Iterable[Any], device: torch.device | str, depth: int = DEFAULT_DEPTH,

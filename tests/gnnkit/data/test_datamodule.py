@@ -1,7 +1,9 @@
 import pytest
 import torch
 
-from gnnkit.data.datamodule import GraphDataModule
+from types import SimpleNamespace
+
+from gnnkit.data.datamodule import GraphDataModule, batches_wanted
 from gnnkit.data.preprocessing import PreprocessOverrides
 from gnnkit.module import batch_targets
 from pipeline import DatasetError
@@ -107,3 +109,17 @@ def test_bad_preprocessing_values_name_the_recipe_field(args, message):
     with pytest.raises(DatasetError) as err:
         GraphDataModule("synthetic-tiny", **args)
     assert str(err.value) == message
+
+
+def test_an_epoch_wants_no_batch_beyond_where_max_steps_ends_the_run():
+    trainer = SimpleNamespace(num_training_batches=10, max_steps=-1, global_step=0, accumulate_grad_batches=1)
+    assert batches_wanted(trainer) == 10  # no max_steps: the epoch's count (under limit_train_batches)
+    trainer.max_steps, trainer.global_step, trainer.accumulate_grad_batches = 7, 3, 2
+    assert batches_wanted(trainer) == 8  # 4 optimizer steps left, 2 batches each
+    trainer.global_step = 7
+    assert batches_wanted(trainer) == 0
+    trainer.num_training_batches, trainer.max_steps, trainer.global_step, trainer.accumulate_grad_batches = (
+        float("inf"), 5, 2, 1)
+    assert batches_wanted(trainer) == 3
+    trainer.max_steps = 100
+    assert batches_wanted(trainer) == 98

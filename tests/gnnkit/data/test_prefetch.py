@@ -1,4 +1,6 @@
+import json
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +13,8 @@ from gnnkit.data.sampler import neighbor_loader
 from gnnkit.sparse import Adjacency
 from pipeline.batch_cache import read_manifest
 from tests.conftest import assert_same_batches
+
+REPO = Path(__file__).parents[3]
 
 
 def _loader(shuffle: bool = False):
@@ -160,6 +164,31 @@ def test_a_reuse_recording_under_prefetch_holds_the_batches_handed_out(tmp_path)
     handed = list(DevicePrefetcher(recording, "cpu", depth=3, limit=lambda: 4))
     assert len(handed) == 4 and dm.reuse_stats.batches["recorded"] == 4
     assert read_manifest(recording.folder)["num_batches"] == 4  # published when the thread ended the pass
+
+
+def test_a_run_that_max_steps_ends_within_its_recording_epoch_records_the_batches_trained_on(tmp_path, monkeypatch):
+    """A fit whose max_steps ends it 5 batches into the recording epoch (of 7) records those 5, not
+    the whole epoch the thread would make ahead (7 before the limit knew max_steps). Lightning on the
+    CPU, with the datamodule's prefetcher as it wraps the loader on a GPU."""
+    from gnnkit.resume import RUN_DIR_ENV
+    from gnnkit.run import run
+
+    def prefetched(self, stage, loader):
+        self._prefetchers[stage] = DevicePrefetcher(loader, torch.device("cpu"), 3, limit=self._limit(stage),
+                                                    state_source=self._samplers.get(stage))
+        return self._prefetchers[stage]
+
+    monkeypatch.setenv("GNNKIT_NATIVE", "0")
+    monkeypatch.setenv(RUN_DIR_ENV, "")  # `run` sets it for the ranks it starts
+    monkeypatch.setattr(GraphDataModule, "_prefetched", prefetched)
+    run_dir = tmp_path / "run"
+    run(str(REPO / "recipes" / "quickstart.yaml"),
+        ["--data.batch_size", "256", "--data.num_neighbors", "[4,4]", "--data.reuse.epochs", "2",
+         "--data.reuse.loader", "torch", "--data.reuse.feature_dtype", "float32",
+         "--data.reuse.cache_dir", str(tmp_path / "cache"), "--trainer.max_epochs", "3", "--trainer.max_steps", "5",
+         "--run_dir", str(run_dir)])
+    reuse = json.loads((run_dir / "report.json").read_text())["reuse"]
+    assert reuse["batches"]["recorded"] == 5 and reuse["epochs"]["record"] == 1, reuse
 
 
 def test_a_failed_fit_ends_the_threads(monkeypatch):
