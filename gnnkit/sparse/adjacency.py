@@ -181,7 +181,10 @@ class Adjacency:
         """The transpose ``A^T`` (rows = sources) as its own CSR :class:`Adjacency`, cached.
 
         Its own conversions are cached on it, so the backward pass of :func:`~gnnkit.sparse.spmm`
-        picks and keeps its own format. ``A.t().t()`` is ``A``.
+        picks and keeps its own format. ``A.t().t()`` is ``A``, except for a single-use matrix,
+        whose transpose keeps no link back: it serves one backward product, and the two referring
+        to each other would outlive the step (device memory included) until Python's cycle
+        collector ran.
         """
         def build() -> Adjacency:
             order = torch.argsort(self.indices, stable=True)
@@ -189,9 +192,14 @@ class Adjacency:
             values = None if self.values is None else self.values[order]
             transposed = Adjacency(indptr, self.rows()[order], num_cols=self.num_rows,
                                    values=values, validate=False, single_use=self.single_use)
-            transposed._cache["t"] = self
+            if not self.single_use:
+                transposed._cache["t"] = self
             return transposed
         return self.cached("t", build)
+
+    def drop_transpose(self) -> None:
+        """Forget the cached transpose (:meth:`t` builds it again)."""
+        self._cache.pop("t", None)
 
     def to_dense(self, dtype: torch.dtype = torch.float32) -> Tensor:
         """The dense ``[num_rows, num_cols]`` matrix (duplicates summed)."""

@@ -23,8 +23,9 @@ backward product of a single-use matrix (a sampled block), which takes a format 
 serves many products too when its choice is ``shared``: kept for every matrix of its size class
 (:class:`~gnnkit.models.sparse_conv.BatchPlans`, the blocks of one layer step after step), the
 timing of every usable format on the first one is paid once per size class, as cuDNN's benchmark
-mode times once per shape; the timed product is a synced wall time, host work included (which
-bounds a sampled step on a GPU). Its backward is timed as a step pays it: the transpose-free
+mode times once per shape; the timed product is a synced wall time (the current stream's), host
+work and the step's conversion included (which bound a sampled step on a GPU), with float32
+features (a 16-bit run's layers take the same plans). Its backward is timed as a step pays it: the transpose-free
 formats from ``A``'s entries, the others with ``A^T`` sorted first (the transpose-free one stays
 unless another beats it beyond noise). With a model the single-use rule stands (no check): on the
 2-core CPU the shipped model was trained on, timing the arxiv twin's sampled blocks chose what the
@@ -200,12 +201,17 @@ def verify_enabled(verify: bool | None) -> bool:
     return os.environ.get(VERIFY_ENV, "1").strip() != "0"
 
 
+#: Seconds of rounds (up to 10) the timing of a single-use size class takes at least: its products
+#: take microseconds, and in the first steps of a run a prefetching thread competes for the host.
+SHARED_MIN_S = 0.02
+
+
 def _timer(adj: Adjacency, width: int, formats: list[str], repeats: int) -> dict[str, FormatTiming]:
-    return measure_formats(adj, width, formats, repeats=repeats, min_seconds=0.0)
+    return measure_formats(adj, width, formats, repeats=repeats, min_seconds=SHARED_MIN_S if adj.single_use else 0.0)
 
 
 def _backward_timer(adj: Adjacency, width: int, formats: list[str], repeats: int) -> dict[str, float]:
-    return measure_backward(adj, width, formats, repeats=repeats)
+    return measure_backward(adj, width, formats, repeats=repeats, min_seconds=SHARED_MIN_S)
 
 
 def _saving_and_cost(adj: Adjacency, width: int, costs: dict[str, float], pick: str, rival: str, run: RunLength,
@@ -285,10 +291,12 @@ def decide(adj: Adjacency, width: int, transpose: bool = False, verify: bool | N
 
 def _time_formats(adj: Adjacency, width: int, transpose: bool, names: list[str], run: RunLength,
                   timer: Timer | None) -> dict[str, float]:
-    """Measured seconds per product of ``names`` on ``adj`` (or ``adj^T``), conversion amortised over the run."""
+    """Measured seconds per product of ``names`` on ``adj`` (or ``adj^T``), conversion amortised over
+    the run (a single-use matrix's over its one product: each step's matrix converts anew)."""
     matrix = adj.t() if transpose else adj
     timings = (timer or _timer)(matrix, width, names, VERIFY_ROUNDS)
-    return {n: t.cost(run.products) for n, t in timings.items()}
+    products = 1 if adj.single_use else run.products
+    return {n: t.cost(products) for n, t in timings.items()}
 
 
 def _transpose_free(adj: Adjacency, usable_formats: list[str]) -> str | None:

@@ -9,7 +9,6 @@ chooses their formats separately.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -46,8 +45,10 @@ class FormatTiming:
 
 
 def synced_seconds(fn: Callable[[], Any]) -> float:
-    """Wall time of ``fn()``, waiting for queued CUDA work before and after (asynchronous kernels)."""
-    sync = torch.cuda.synchronize if torch.cuda.is_available() and torch.cuda.is_initialized() else (lambda: None)
+    """Wall time of ``fn()``, waiting for the current CUDA stream's queued work before and after
+    (asynchronous kernels); other streams' work, such as a prefetching thread's, is not waited for."""
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    sync = torch.cuda.current_stream().synchronize if cuda else (lambda: None)
     sync()
     start = time.perf_counter()
     fn()
@@ -106,6 +107,9 @@ def measure_formats(
         with torch.no_grad():
             for name in list(names):
                 adj.uncache(f"format:{name}:")
+                if adj.single_use:  # built every step: time a second build, not the process's first
+                    FORMATS[name].prepare(adj, x.dtype)
+                    adj.uncache(f"format:{name}:")
                 if not _fits(adj, name, lambda: FORMATS[name].prepare(adj, x.dtype), convert):
                     names.remove(name)
             for name in list(names):  # warm-up round
@@ -129,19 +133,23 @@ def measure_formats(
     return {n: FormatTiming(convert[n], fastest[n], counts[n]) for n in names}
 
 
-def measure_backward(adj: Adjacency, width: int, formats: list[str], repeats: int = 3, seed: int = 0) -> dict[str, float]:
+def measure_backward(adj: Adjacency, width: int, formats: list[str], repeats: int = 3, seed: int = 0,
+                     max_rounds: int = 10, min_seconds: float = 0.0) -> dict[str, float]:
     """Seconds of the backward product ``A^T @ G`` of a single-use matrix per format, as a training
     step pays it: formats that multiply by ``A^T`` from ``A``'s own entries do so, the others build
     ``A^T`` first (a sort; a single-use matrix has no transpose to reuse) and multiply by it. Each
-    time is the fastest of ``repeats`` rounds after a warm-up, rounds interleaved as in
-    :func:`measure_formats`.
+    time is the fastest of the rounds after a warm-up (``repeats``, more up to ``max_rounds`` while
+    they take under ``min_seconds``), rounds interleaved as in :func:`measure_formats`; a format
+    the GPU has no memory for is left out.
 
     Args:
         adj: The matrix (single-use: its transpose is dropped after each product).
         width: Feature width of ``G``.
         formats: Names to time (each must hold ``adj``).
-        repeats: Timed rounds.
+        repeats: Least timed rounds.
         seed: Seed of the random ``G``.
+        max_rounds: Most timed rounds.
+        min_seconds: Keep adding rounds (up to ``max_rounds``) until this much time has passed.
     """
     gen = torch.Generator(device=adj.device).manual_seed(seed)
     grad = torch.randn(adj.num_rows, width, generator=gen, device=adj.device)
@@ -150,18 +158,22 @@ def measure_backward(adj: Adjacency, width: int, formats: list[str], repeats: in
         fmt = FORMATS[name]
         if fmt.transpose_free:
             fmt.transposed(adj, grad)
-        else:
+            return
+        try:
             fmt(adj.t(), grad)
-            adj.uncache("t")  # the next step's matrix builds its own
+        finally:
+            adj.drop_transpose()  # the next step's matrix builds its own
 
     fastest: dict[str, float] = {}
     with torch.no_grad():
-        for name in formats:
-            product(name)  # warm-up
-        for _ in range(repeats):
-            for name in formats:
-                fastest[name] = min(fastest.get(name, math.inf), synced_seconds(lambda: product(name)))
-    return fastest
+        names = [n for n in formats if _fits(adj, n, lambda: product(n), fastest)]  # warm-up
+        start = time.perf_counter()
+        for round_ in range(max_rounds):
+            if round_ >= repeats and time.perf_counter() - start >= min_seconds:
+                break
+            for name in names:
+                fastest[name] = min(fastest[name], synced_seconds(lambda: product(name)))
+    return {n: fastest[n] for n in names}
 
 
 def _fits(adj: Adjacency, name: str, fn: Callable[[], Any], into: dict[str, float]) -> bool:

@@ -109,3 +109,24 @@ def test_from_edge_index_checks_ids_in_one_pass_and_builds_a_valid_matrix():
             Adjacency.from_edge_index(bad, 3, num_dst=2)
     with pytest.raises(ValueError, match=r"values must have shape \(4,\)"):
         Adjacency.from_edge_index(edges, 3, values=torch.ones(3))
+
+
+def test_a_single_use_matrixs_transpose_keeps_no_link_back():
+    """A single-use matrix and its transpose go with their last reference, not with Python's cycle
+    collector (on a GPU, device memory held across steps); a lasting matrix's transpose leads back."""
+    import gc
+    import weakref
+
+    edges = torch.tensor([[0, 1, 2, 2], [1, 2, 0, 1]])
+    lasting = Adjacency.from_edge_index(edges, 3)
+    assert lasting.t().t() is lasting
+    block = Adjacency.from_edge_index(edges, 3, single_use=True)
+    transposed = weakref.ref(block.t())
+    torch.testing.assert_close(transposed().to_dense(), block.to_dense().t())
+    gc.disable()
+    try:
+        gone = weakref.ref(block)
+        del block
+        assert gone() is None and transposed() is None
+    finally:
+        gc.enable()

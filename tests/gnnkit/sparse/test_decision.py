@@ -6,6 +6,7 @@ No test here times anything: the check's timer is a fake that returns given timi
 import math
 
 import pytest
+import torch
 
 from gnnkit.cli import main
 from gnnkit.sparse import FORMATS, Adjacency, plan
@@ -153,3 +154,7 @@ def test_backward_timing_pays_the_transpose_where_a_format_needs_one(monkeypatch
     assert set(times) == {"csr", "gather_scatter"} and all(t > 0 for t in times.values())
     assert built == [block] * 3  # csr: the warm-up and two rounds, each its own A^T
     assert "t" not in block.cached_keys()
+    csr = type(FORMATS["csr"])
+    monkeypatch.setattr(csr, "__call__", lambda self, a, x: (_ for _ in ()).throw(torch.cuda.OutOfMemoryError("full")))
+    assert set(measure_backward(block, 16, ["csr", "gather_scatter"], repeats=2)) == {"gather_scatter"}
+    assert "t" not in block.cached_keys()  # dropped though its product failed

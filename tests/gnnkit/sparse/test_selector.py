@@ -248,6 +248,12 @@ def test_without_a_model_auto_times_every_usable_format_where_it_can_pay(monkeyp
     assert "single-use matrix" in kept.reason
     shared = decision.decide(one_off, 32, run=decision.RunLength(1), shared=True)  # serves its size class
     assert shared.choice == "segment" and shared.checked and len(timed) == 2
+    # each step's block converts anew: its conversion counts in full, however long the run
+    monkeypatch.setattr(decision, "_timer", lambda a, w, names, r: {
+        n: FormatTiming(1.0 if n == "csr" else 0.0, {"csr": 0.6, "segment": 0.9}.get(n, 1.0), r) for n in names})
+    assert decision.decide(one_off, 32, run=decision.RunLength(100), shared=True).choice == "segment"
+    assert decision.decide(adj, 32, run=decision.RunLength(100)).choice == "csr"  # amortised over the run
+    monkeypatch.setattr(decision, "_timer", timer)
     assert set(timed[1]) == {n for n in FORMATS if selector_module.usable(FORMATS[n], one_off)}
     assert all(FORMATS[n].conversion_free for n in timed[1]) and len(timed[1]) > 2
     monkeypatch.setattr(decision, "_backward_timer", lambda a, w, names, r: {n: 1.0 for n in names})
