@@ -32,7 +32,8 @@ after 10 of warm-up, split into data / forward / backward / optimizer, host time
 syncs each, then the operators that took the most device time over 5 more): a table per row, and
 ``step_profile`` in its JSON, say where an epoch's time goes. One epoch is profiled, so the median
 epoch is not disturbed. The ``reuse`` rows also keep report.json's ``reuse`` counts (batches replayed
-and fresh, the time spent waiting for them per phase, the shards kept on the device).
+and fresh, the time spent waiting for them per phase, the shards kept on the device). Rows with
+gnnkit's layers keep the SpMM formats each layer ran (``formats``: which ``auto`` chose there).
 
 Per run: the training epoch without validation (median, ``train_epoch_time_s``; on a GPU timed to
 the end of its kernels), training batches per second, the whole training time (``train_time_s``),
@@ -158,8 +159,15 @@ def run(config: Config, args: argparse.Namespace, workdir: Path) -> dict[str, An
             "peak_rss_mb": report["peak_rss_mb"],
             "sampler_device": sampler.get("device") if isinstance(sampler, dict) else sampler,
             "metric": report["metric"], "test": report["test"],
+            **({"formats": layer_formats(report["formats"])} if report.get("formats") else {}),
             **({"step_profile": report["step_profile"]} if "step_profile" in report else {}),
             **({"reuse": {k: report["reuse"].get(k) for k in REUSE_KEYS}} if "reuse" in report else {})}
+
+
+def layer_formats(report: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """Per gnnkit layer, how often each ``forward/backward`` format pair ran (report.json's
+    ``formats``): which formats ``auto`` chose on this device."""
+    return {layer: dict(plan.get("counts", {})) for layer, plan in report.items() if isinstance(plan, dict)}
 
 
 #: What the reuse rows keep of report.json's ``reuse``.
@@ -237,6 +245,11 @@ def print_profiles(rows: list[dict[str, Any]]) -> None:
             print(f"{phase:10} {host:9.3f}" + (f" {gpu[phase]:9.3f} {syncs[phase]:6.1f}" if gpu else ""))
         for op in profile.get("operators", [])[:5]:
             print(f"  {op['self_ms']:9.3f} ms  {op['calls']:6d} calls  {op['name'][:70]}")
+    for r in rows:
+        if r.get("formats"):
+            chosen = "; ".join(f"{layer} {', '.join(f'{pair} x{n}' for pair, n in counts.items())}"
+                               for layer, counts in r["formats"].items())
+            print(f"\n{r['family']} / {r['label']}: SpMM formats (forward/backward) {chosen}")
 
 
 def plot(result: dict[str, Any], path: Path) -> None:

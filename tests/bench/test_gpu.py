@@ -59,9 +59,12 @@ def test_a_profiled_rows_phases_are_printed(bench, capsys):
                "gpu_ms": {"data": 0.5, "forward": 1.0, "backward": 1.5, "optimizer": 0.5, "step": 3.5},
                "syncs": {"data": 4.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0, "step": 4.0},
                "operators": [{"name": "spmm_csr_cuda", "calls": 15, "self_ms": 3.25}]}
-    gpu.print_profiles([{**_row("sage", "gnnkit", 1.0), "step_profile": profile}, _row("gcn", "gnnkit", 1.0)])
+    formats = gpu.layer_formats({"layer0": {"forward": "segment", "counts": {"segment/gather_scatter": 12}}})
+    gpu.print_profiles([{**_row("sage", "gnnkit", 1.0), "step_profile": profile, "formats": formats},
+                        _row("gcn", "gnnkit", 1.0)])
     out = capsys.readouterr().out
     assert "sage / gnnkit: a step's phases in epoch 0, median of 30 steps" in out and "gcn" not in out
+    assert "sage / gnnkit: SpMM formats (forward/backward) layer0 segment/gather_scatter x12" in out
     assert [line.split() for line in out.splitlines() if line.startswith("data")] == [["data", "2.000", "0.500", "4.0"]]
     assert "3.250 ms      15 calls  spmm_csr_cuda" in out
 
@@ -150,6 +153,7 @@ def test_one_family_end_to_end_on_the_cpu(tmp_path):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     report = json.loads(out.read_text())
     assert [r["label"] for r in report["rows"]] == ["gnnkit", "PyG"]
+    assert sum(report["rows"][0]["formats"]["layer0"].values()) > 0 and "formats" not in report["rows"][1]
     assert all(r["train_epoch_s"] > 0 and r["epochs"] == 2 and 0 <= r["test"] <= 1 for r in report["rows"])
     assert report["summary"]["gcn_gnnkit_over_pyg_epoch"] > 0 and "gcn (cpu)" in result.stdout
     assert (tmp_path / "gpu.png").read_bytes()[:4] == b"\x89PNG"
