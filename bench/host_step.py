@@ -10,8 +10,8 @@ of ``--rounds`` rounds of ``--steps`` steps, one intra-op thread.
 
 Rows: PyG's ``SAGEConv`` (the baseline), gnnkit's layers with ``format: auto`` as the CPU runs them
 (the shipped CPU model) and as a device without a model runs them (CUDA until a GPU model ships:
-the forward format timed once per size class among those that need no conversion, a
-transpose-free backward), and with two fixed formats.
+the forward and backward formats timed once per size class among those that need no conversion),
+and with two fixed formats.
 
     python bench/host_step.py [--rounds 7] [--steps 300] [--json PATH] [--png PATH]
 """

@@ -25,11 +25,12 @@ serves many products too when its choice is ``shared``: kept for every matrix of
 timing of every usable format on the first one is paid once per size class, as cuDNN's benchmark
 mode times once per shape; the timed product is a synced wall time (the current stream's), host
 work and the step's conversion included (which bound a sampled step on a GPU), with float32
-features (a 16-bit run's layers take the same plans). Its backward is timed as a step pays it: the transpose-free
-formats from ``A``'s entries, the others with ``A^T`` sorted first (the transpose-free one stays
-unless another beats it beyond noise). With a model the single-use rule stands (no check): on the
-2-core CPU the shipped model was trained on, timing the arxiv twin's sampled blocks chose what the
-model picks for them (native CSR both ways, ``A^T`` sorted), so a check would only add its cost.
+features (a 16-bit run's layers take the same plans). Its backward is timed as a step pays it:
+the transpose-free formats from ``A``'s entries, the others with ``A^T`` sorted first (the
+transpose-free one stays unless another beats it beyond noise). With a model the single-use rule
+stands (no check): on the 2-core CPU the shipped model was trained on, timing the arxiv twin's
+sampled blocks chose what the model picks for them (native CSR both ways, ``A^T`` sorted), so a
+check would only add its cost.
 
 A timed runner-up replaces the pick only when faster by more than :data:`CHECK_NOISE` (the
 conversion amortised over the run's products); within noise the model's pick stays, and equal
@@ -50,7 +51,12 @@ import torch
 
 from gnnkit.sparse.adjacency import Adjacency
 from gnnkit.sparse.formats import FORMATS
-from gnnkit.sparse.measure import AMORTIZE_STEPS, FormatTiming, measure_backward, measure_formats
+from gnnkit.sparse.measure import (
+    AMORTIZE_STEPS,
+    FormatTiming,
+    measure_backward,
+    measure_formats,
+)
 
 #: The check may run only when the runner-up's predicted cost is within this factor of the pick's.
 VERIFY_WITHIN = 1.5
@@ -358,6 +364,8 @@ def _time_backward(adj: Adjacency, width: int, usable_formats: list[str], free: 
     another is faster beyond :data:`CHECK_NOISE`."""
     measured = _backward_timer(adj, width, usable_formats, VERIFY_ROUNDS)
     base = {**base, "pick": free, "checked": True, "timings_s": measured}
+    if free not in measured:  # the GPU had no memory for it
+        return Decision(choice=free, reason=f"{missing}; the check could not time {free}", **base)
     best = min(measured, key=lambda n: (measured[n], _order(n)))
     if measured[best] < (1 - CHECK_NOISE) * measured[free]:
         return Decision(choice=best, reason=f"{missing}; timed every usable format for the size class's backward "

@@ -166,13 +166,13 @@ def measure_backward(adj: Adjacency, width: int, formats: list[str], repeats: in
 
     fastest: dict[str, float] = {}
     with torch.no_grad():
-        names = [n for n in formats if _fits(adj, n, lambda: product(n), fastest)]  # warm-up
+        names = [n for n in formats if _fits(adj, n, lambda n=n: product(n), fastest)]  # warm-up
         start = time.perf_counter()
         for round_ in range(max_rounds):
             if round_ >= repeats and time.perf_counter() - start >= min_seconds:
                 break
             for name in names:
-                fastest[name] = min(fastest[name], synced_seconds(lambda: product(name)))
+                fastest[name] = min(fastest[name], synced_seconds(lambda name=name: product(name)))
     return {n: fastest[n] for n in names}
 
 

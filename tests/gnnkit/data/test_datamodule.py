@@ -1,7 +1,7 @@
+from types import SimpleNamespace
+
 import pytest
 import torch
-
-from types import SimpleNamespace
 
 from gnnkit.data.datamodule import GraphDataModule, batches_wanted
 from gnnkit.data.preprocessing import PreprocessOverrides

@@ -263,6 +263,9 @@ def test_without_a_model_auto_times_every_usable_format_where_it_can_pay(monkeyp
                                                                                 for n in names})
     backward = decision.decide(one_off, 32, transpose=True, shared=True)
     assert backward.choice == "segment" and "A^T sorted where needed" in backward.reason
+    monkeypatch.setattr(decision, "_backward_timer", lambda a, w, names, r: {})  # no memory for any of them
+    backward = decision.decide(one_off, 32, transpose=True, shared=True)
+    assert backward.choice == "gather_scatter" and "could not time gather_scatter" in backward.reason
     assert decision.decide(adj, 32, verify=False).choice == "csr" and len(timed) == 2
     short = decision.decide(adj, 32, run=decision.RunLength(5))  # too few products to repay timing them all
     assert short.choice == "csr" and not short.checked and "a run of 5 products" in short.reason and len(timed) == 2
