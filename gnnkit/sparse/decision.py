@@ -195,6 +195,11 @@ class Decision:
         return asdict(self)
 
 
+def _fastest(measured: dict[str, float]) -> str:
+    """The format of least measured time (ties in the order of :data:`~gnnkit.sparse.formats.FORMATS`)."""
+    return min(measured, key=lambda n: (measured[n], _order(n)))
+
+
 def _order(name: str) -> int:
     names = list(FORMATS)
     return names.index(name) if name in names else len(names)
@@ -348,7 +353,7 @@ def _without_model(adj: Adjacency, width: int, transpose: bool, verify: bool | N
     base.update(checked=True, timings_s=measured)
     if default not in measured:
         return Decision(choice=default, reason=f"{missing}; the check could not time {default}", **base)
-    best = min(measured, key=lambda n: (measured[n], _order(n)))
+    best = _fastest(measured)
     if measured[best] < (1 - CHECK_NOISE) * measured[default]:
         return Decision(choice=best, reason=f"{missing}; timed every usable format: {best} took "
                                             f"{measured[best] / measured[default]:.2f}x the time of {default}", **base)
@@ -366,7 +371,7 @@ def _time_backward(adj: Adjacency, width: int, usable_formats: list[str], free: 
     base = {**base, "pick": free, "checked": True, "timings_s": measured}
     if free not in measured:  # the GPU had no memory for it
         return Decision(choice=free, reason=f"{missing}; the check could not time {free}", **base)
-    best = min(measured, key=lambda n: (measured[n], _order(n)))
+    best = _fastest(measured)
     if measured[best] < (1 - CHECK_NOISE) * measured[free]:
         return Decision(choice=best, reason=f"{missing}; timed every usable format for the size class's backward "
                                             f"(A^T sorted where needed): {best} took "

@@ -9,6 +9,7 @@ chooses their formats separately.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -95,8 +96,7 @@ def measure_formats(
     names = [n for n in (list(FORMATS) if formats is None else formats)
              if FORMATS[n].runs_on(adj.device) and FORMATS[n].applicable(adj)
              and FORMATS[n].selectable(adj.device)]  # native ones only where built
-    gen = torch.Generator(device=adj.device).manual_seed(seed)  # drawn where it is used: no host copy
-    x = torch.randn(adj.num_cols, width, generator=gen, device=adj.device)
+    x = _random_input(adj.num_cols, width, adj.device, seed)
     adj.rows()
     if not adj.single_use:  # a single-use matrix's backward takes no transpose where it can help it
         adj.t()
@@ -117,16 +117,8 @@ def measure_formats(
                     counts[name] = 1
                 else:
                     names.remove(name)
-            active, start = list(names), time.perf_counter()
-            for round_ in range(max_rounds):
-                if round_ >= repeats and time.perf_counter() - start >= min_seconds:
-                    break
-                for name in active:
-                    fastest[name] = min(fastest[name], synced_seconds(lambda: FORMATS[name](adj, x)))
-                    counts[name] += 1
-                if round_ >= 1:  # two timed products first: one scheduling hiccup must not drop a format
-                    best = min(fastest.values(), default=0.0)
-                    active = [n for n in active if fastest[n] <= slow_factor * best]
+            products = {name: (lambda name=name: FORMATS[name](adj, x)) for name in names}
+            _timed_rounds(products, fastest, counts, repeats, max_rounds, min_seconds, slow_factor)
     finally:
         for name in names:
             adj.uncache(f"format:{name}:")
@@ -151,8 +143,7 @@ def measure_backward(adj: Adjacency, width: int, formats: list[str], repeats: in
         max_rounds: Most timed rounds.
         min_seconds: Keep adding rounds (up to ``max_rounds``) until this much time has passed.
     """
-    gen = torch.Generator(device=adj.device).manual_seed(seed)
-    grad = torch.randn(adj.num_rows, width, generator=gen, device=adj.device)
+    grad = _random_input(adj.num_rows, width, adj.device, seed)
 
     def product(name: str) -> None:
         fmt = FORMATS[name]
@@ -167,13 +158,33 @@ def measure_backward(adj: Adjacency, width: int, formats: list[str], repeats: in
     fastest: dict[str, float] = {}
     with torch.no_grad():
         names = [n for n in formats if _fits(adj, n, lambda n=n: product(n), fastest)]  # warm-up
-        start = time.perf_counter()
-        for round_ in range(max_rounds):
-            if round_ >= repeats and time.perf_counter() - start >= min_seconds:
-                break
-            for name in names:
-                fastest[name] = min(fastest[name], synced_seconds(lambda name=name: product(name)))
+        products = {name: (lambda name=name: product(name)) for name in names}
+        _timed_rounds(products, fastest, dict.fromkeys(names, 1), repeats, max_rounds, min_seconds)
     return {n: fastest[n] for n in names}
+
+
+def _random_input(rows: int, width: int, device: torch.device, seed: int) -> torch.Tensor:
+    """A seeded ``[rows, width]`` standard normal input, drawn where it is used (no host copy)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    return torch.randn(rows, width, generator=gen, device=device)
+
+
+def _timed_rounds(products: dict[str, Callable[[], Any]], fastest: dict[str, float], counts: dict[str, int],
+                  repeats: int, max_rounds: int, min_seconds: float, slow_factor: float = math.inf) -> None:
+    """Rounds of one synced product per format, interleaved, after a warm-up whose times ``fastest``
+    holds: each format keeps its fastest time (and ``counts`` its products); at least ``repeats``
+    rounds, more up to ``max_rounds`` while they take under ``min_seconds``. From the second round
+    on, formats ``slow_factor`` times the best drop out (their time stands)."""
+    active, start = list(products), time.perf_counter()
+    for round_ in range(max_rounds):
+        if round_ >= repeats and time.perf_counter() - start >= min_seconds:
+            break
+        for name in active:
+            fastest[name] = min(fastest[name], synced_seconds(products[name]))
+            counts[name] += 1
+        if round_ >= 1:  # two timed products first: one scheduling hiccup must not drop a format
+            best = min(fastest.values(), default=0.0)
+            active = [n for n in active if fastest[n] <= slow_factor * best]
 
 
 def _fits(adj: Adjacency, name: str, fn: Callable[[], Any], into: dict[str, float]) -> bool:
