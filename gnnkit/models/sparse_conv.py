@@ -32,8 +32,8 @@ class BatchPlans:
     passes and a dozen read-backs, a host sync each on a GPU; the tree ensemble, for ``A`` and
     ``A^T``) costs about as much as the aggregation itself. The matrices of one layer come from the
     same fan-out and batch size and are alike, so the plan the selector makes for the first matrix
-    of a size class (rows, columns and entries, each to a power of two, the width and the device
-    kind) serves the next ones, as cuDNN's autotuner keeps one choice per shape. Single-use
+    of a size class (rows, columns and entries, each to a power of two, the width, the features'
+    dtype and the device kind) serves the next ones, as cuDNN's autotuner keeps one choice per shape. Single-use
     matrices only consider formats that need no conversion, so a kept plan never triggers one. On
     a device kind without a selector model (CUDA until one is calibrated), ``"auto"`` times those
     formats on the first matrix of a size class, once, since its plan serves the class
@@ -44,16 +44,17 @@ class BatchPlans:
     def __init__(self) -> None:
         self._plans: dict[tuple[str | int, ...], SpmmPlan] = {}
 
-    def get(self, adj: Adjacency, width: int, format: str) -> SpmmPlan:
-        """The plan for ``adj`` at ``width``: made once per size class for a single-use matrix (the
-        selector's for ``"auto"``, the checked named format otherwise), else :func:`~gnnkit.sparse.plan`'s."""
+    def get(self, adj: Adjacency, width: int, format: str, dtype: torch.dtype = torch.float32) -> SpmmPlan:
+        """The plan for ``adj`` and features of ``width`` columns in ``dtype``: made once per size class
+        for a single-use matrix (the selector's for ``"auto"``, the checked named format otherwise),
+        else :func:`~gnnkit.sparse.plan`'s."""
         if not adj.single_use:
-            return plan(adj, width, format)
+            return plan(adj, width, format, dtype=dtype)
         # the device kind too: a model planned on the CPU and moved to a GPU must not reuse CPU formats
         key = (adj.device.type, adj.num_rows.bit_length(), adj.num_cols.bit_length(), adj.nnz.bit_length(), width,
-               format)
+               dtype, format)
         if key not in self._plans:
-            self._plans[key] = plan(adj, width, format, shared=True)
+            self._plans[key] = plan(adj, width, format, shared=True, dtype=dtype)
         return self._plans[key]
 
     def __len__(self) -> int:
@@ -80,9 +81,9 @@ class SparseAggregation(nn.Module):
         self.plan_counts: Counter[str] = Counter()
         self.plans = BatchPlans()
 
-    def plan_for(self, adj: Adjacency, width: int) -> SpmmPlan:
-        """The formats of ``spmm(adj, x)`` for ``x`` of ``width`` columns (see :class:`BatchPlans`)."""
-        return self.plans.get(adj, width, self.format)
+    def plan_for(self, adj: Adjacency, x: Tensor) -> SpmmPlan:
+        """The formats of ``spmm(adj, x)`` (see :class:`BatchPlans`)."""
+        return self.plans.get(adj, x.size(1), self.format, x.dtype)
 
     def record(self, chosen: SpmmPlan) -> SpmmPlan:
         """Remember ``chosen`` as the latest plan and count it (for :meth:`format_report`)."""
@@ -92,7 +93,7 @@ class SparseAggregation(nn.Module):
 
     def message_and_aggregate(self, adj: Adjacency, x: Tensor) -> Tensor:
         """``reduce`` over each row's neighbours of ``x``: ``spmm(adj, x)`` in the planned formats."""
-        chosen = self.record(self.plan_for(adj, x.size(1)))
+        chosen = self.record(self.plan_for(adj, x))
         return spmm_planned(adj, x, chosen, self.reduce)
 
     def format_report(self) -> dict[str, Any] | None:

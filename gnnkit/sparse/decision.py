@@ -24,8 +24,8 @@ serves many products too when its choice is ``shared``: kept for every matrix of
 (:class:`~gnnkit.models.sparse_conv.BatchPlans`, the blocks of one layer step after step), the
 timing of every usable format on the first one is paid once per size class, as cuDNN's benchmark
 mode times once per shape; the timed product is a synced wall time (the current stream's), host
-work and the step's conversion included (which bound a sampled step on a GPU), with float32
-features (a 16-bit run's layers take the same plans). Its backward is timed as a step pays it:
+work and the step's conversion included (which bound a sampled step on a GPU), with features of
+the layer's dtype (a 16-bit run times in 16 bits, and keeps its own plans). Its backward is timed as a step pays it:
 the transpose-free formats from ``A``'s entries, the others with ``A^T`` sorted first (the
 transpose-free one stays unless another beats it beyond noise). With a model the single-use rule
 stands (no check): on the 2-core CPU the shipped model was trained on, timing the arxiv twin's
@@ -42,6 +42,7 @@ takes its :attr:`Decision.choice`, ``gnnkit formats explain`` prints the whole :
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import asdict, dataclass, field
@@ -217,12 +218,15 @@ def verify_enabled(verify: bool | None) -> bool:
 SHARED_MIN_S = 0.02
 
 
-def _timer(adj: Adjacency, width: int, formats: list[str], repeats: int) -> dict[str, FormatTiming]:
-    return measure_formats(adj, width, formats, repeats=repeats, min_seconds=SHARED_MIN_S if adj.single_use else 0.0)
+def _timer(adj: Adjacency, width: int, formats: list[str], repeats: int,
+           dtype: torch.dtype = torch.float32) -> dict[str, FormatTiming]:
+    return measure_formats(adj, width, formats, repeats=repeats, min_seconds=SHARED_MIN_S if adj.single_use else 0.0,
+                           dtype=dtype)
 
 
-def _backward_timer(adj: Adjacency, width: int, formats: list[str], repeats: int) -> dict[str, float]:
-    return measure_backward(adj, width, formats, repeats=repeats, min_seconds=SHARED_MIN_S)
+def _backward_timer(adj: Adjacency, width: int, formats: list[str], repeats: int,
+                    dtype: torch.dtype = torch.float32) -> dict[str, float]:
+    return measure_backward(adj, width, formats, repeats=repeats, min_seconds=SHARED_MIN_S, dtype=dtype)
 
 
 def _saving_and_cost(adj: Adjacency, width: int, costs: dict[str, float], pick: str, rival: str, run: RunLength,
@@ -238,7 +242,7 @@ def _saving_and_cost(adj: Adjacency, width: int, costs: dict[str, float], pick: 
 
 def decide(adj: Adjacency, width: int, transpose: bool = False, verify: bool | None = None,
            run: RunLength | None = None, selector: Any = None, timer: Timer | None = None,
-           shared: bool = False) -> Decision:
+           shared: bool = False, dtype: torch.dtype = torch.float32) -> Decision:
     """The format ``auto`` uses for ``adj @ X`` (or ``adj^T @ X``), with the reasons.
 
     Args:
@@ -252,6 +256,7 @@ def decide(adj: Adjacency, width: int, transpose: bool = False, verify: bool | N
         timer: Times formats on the matrix (default: :func:`~gnnkit.sparse.measure.measure_formats`).
         shared: The decision serves every single-use matrix of ``adj``'s size class, not ``adj``
             alone: without a model, the usable formats are then timed on it (see the module's notes).
+        dtype: Dtype of the features, which the timing draws its input in.
 
     Returns:
         The :class:`Decision`; its ``choice`` is what ``auto`` uses.
@@ -262,8 +267,9 @@ def decide(adj: Adjacency, width: int, transpose: bool = False, verify: bool | N
     selector = selector or current_selector(kind)
     run = run or current_run_length()
     usable_formats = [n for n in FORMATS if usable(FORMATS[n], adj)]  # each format's check once
+    timer = timer or functools.partial(_timer, dtype=dtype)
     if selector is None:
-        return _without_model(adj, width, transpose, verify, run, kind, usable_formats, timer, shared)
+        return _without_model(adj, width, transpose, verify, run, kind, usable_formats, timer, shared, dtype)
     costs = selector.costs(adj, width, transpose)
     pick = selector.pick(costs, lambda name: name in usable_formats)
     ranked = sorted((n for n in costs if n in usable_formats), key=lambda n: (costs[n], _order(n)))
@@ -301,11 +307,11 @@ def decide(adj: Adjacency, width: int, transpose: bool = False, verify: bool | N
 
 
 def _time_formats(adj: Adjacency, width: int, transpose: bool, names: list[str], run: RunLength,
-                  timer: Timer | None) -> dict[str, float]:
+                  timer: Timer) -> dict[str, float]:
     """Measured seconds per product of ``names`` on ``adj`` (or ``adj^T``), conversion amortised over
     the run (a single-use matrix's over its one product: each step's matrix converts anew)."""
     matrix = adj.t() if transpose else adj
-    timings = (timer or _timer)(matrix, width, names, VERIFY_ROUNDS)
+    timings = timer(matrix, width, names, VERIFY_ROUNDS)
     products = 1 if adj.single_use else run.products
     return {n: t.cost(products) for n, t in timings.items()}
 
@@ -320,7 +326,8 @@ def _transpose_free(adj: Adjacency, usable_formats: list[str]) -> str | None:
 
 
 def _without_model(adj: Adjacency, width: int, transpose: bool, verify: bool | None, run: RunLength, kind: str,
-                   usable_formats: list[str], timer: Timer | None, shared: bool = False) -> Decision:
+                   usable_formats: list[str], timer: Timer, shared: bool = False,
+                   dtype: torch.dtype = torch.float32) -> Decision:
     """``auto`` on a device kind with no model: time every usable format on a matrix that serves
     many products, itself or as the first of a ``shared`` size class (as cuDNN's benchmark mode
     does), else keep the default format."""
@@ -335,7 +342,7 @@ def _without_model(adj: Adjacency, width: int, transpose: bool, verify: bool | N
     free = _transpose_free(adj, usable_formats) if transpose and adj.single_use else None
     if free is not None:
         if shared and verify_enabled(verify) and adj.nnz:
-            return _time_backward(adj, width, usable_formats, free, missing, base)
+            return _time_backward(adj, width, usable_formats, free, missing, base, dtype)
         return Decision(choice=free, reason=f"{missing}; single-use matrix: {free} multiplies by A^T from A's "
                                             f"entries (A^T would be sorted for one product)", **base)
     # the check takes a conversion and 1 + VERIFY_ROUNDS products of every format: a run that makes
@@ -362,12 +369,12 @@ def _without_model(adj: Adjacency, width: int, transpose: bool, verify: bool | N
 
 
 def _time_backward(adj: Adjacency, width: int, usable_formats: list[str], free: str, missing: str,
-                   base: dict[str, Any]) -> Decision:
+                   base: dict[str, Any], dtype: torch.dtype = torch.float32) -> Decision:
     """The backward format of a single-use size class without a model: every usable format timed as
     a step pays it (:func:`~gnnkit.sparse.measure.measure_backward`: the transpose-free ones from
     ``A``'s entries, the others with ``A^T`` sorted first), the transpose-free ``free`` kept unless
     another is faster beyond :data:`CHECK_NOISE`."""
-    measured = _backward_timer(adj, width, usable_formats, VERIFY_ROUNDS)
+    measured = _backward_timer(adj, width, usable_formats, VERIFY_ROUNDS, dtype=dtype)
     base = {**base, "pick": free, "checked": True, "timings_s": measured}
     if free not in measured:  # the GPU had no memory for it
         return Decision(choice=free, reason=f"{missing}; the check could not time {free}", **base)

@@ -66,6 +66,7 @@ def measure_formats(
     seed: int = 0,
     max_rounds: int = 10,
     min_seconds: float = 0.2,
+    dtype: torch.dtype = torch.float32,
 ) -> dict[str, FormatTiming]:
     """Time every applicable format's conversion and product ``adj @ X`` for ``X [num_cols, width]``.
 
@@ -89,6 +90,7 @@ def measure_formats(
         seed: Seed of the random input.
         max_rounds: Most timed rounds.
         min_seconds: Keep adding rounds (up to ``max_rounds``) until this much time has passed.
+        dtype: Dtype of the random input (a 16-bit run's products are timed in 16 bits).
 
     Returns:
         ``{format: FormatTiming}`` for the applicable formats (native ones only when built).
@@ -96,7 +98,7 @@ def measure_formats(
     names = [n for n in (list(FORMATS) if formats is None else formats)
              if FORMATS[n].runs_on(adj.device) and FORMATS[n].applicable(adj)
              and FORMATS[n].selectable(adj.device)]  # native ones only where built
-    x = _random_input(adj.num_cols, width, adj.device, seed)
+    x = _random_input(adj.num_cols, width, adj.device, seed, dtype)
     adj.rows()
     if not adj.single_use:  # a single-use matrix's backward takes no transpose where it can help it
         adj.t()
@@ -126,7 +128,8 @@ def measure_formats(
 
 
 def measure_backward(adj: Adjacency, width: int, formats: list[str], repeats: int = 3, seed: int = 0,
-                     max_rounds: int = 10, min_seconds: float = 0.0) -> dict[str, float]:
+                     max_rounds: int = 10, min_seconds: float = 0.0,
+                     dtype: torch.dtype = torch.float32) -> dict[str, float]:
     """Seconds of the backward product ``A^T @ G`` of a single-use matrix per format, as a training
     step pays it: formats that multiply by ``A^T`` from ``A``'s own entries do so, the others build
     ``A^T`` first (a sort; a single-use matrix has no transpose to reuse) and multiply by it. Each
@@ -142,8 +145,9 @@ def measure_backward(adj: Adjacency, width: int, formats: list[str], repeats: in
         seed: Seed of the random ``G``.
         max_rounds: Most timed rounds.
         min_seconds: Keep adding rounds (up to ``max_rounds``) until this much time has passed.
+        dtype: Dtype of ``G``.
     """
-    grad = _random_input(adj.num_rows, width, adj.device, seed)
+    grad = _random_input(adj.num_rows, width, adj.device, seed, dtype)
 
     def product(name: str) -> None:
         fmt = FORMATS[name]
@@ -163,10 +167,11 @@ def measure_backward(adj: Adjacency, width: int, formats: list[str], repeats: in
     return {n: fastest[n] for n in names}
 
 
-def _random_input(rows: int, width: int, device: torch.device, seed: int) -> torch.Tensor:
-    """A seeded ``[rows, width]`` standard normal input, drawn where it is used (no host copy)."""
+def _random_input(rows: int, width: int, device: torch.device, seed: int,
+                  dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A seeded ``[rows, width]`` standard normal input in ``dtype``, drawn where it is used (no host copy)."""
     gen = torch.Generator(device=device).manual_seed(seed)
-    return torch.randn(rows, width, generator=gen, device=device)
+    return torch.randn(rows, width, generator=gen, device=device, dtype=dtype)
 
 
 def _timed_rounds(products: dict[str, Callable[[], Any]], fastest: dict[str, float], counts: dict[str, int],

@@ -251,7 +251,7 @@ def current_selector(kind: str = "cpu") -> Selector | None:
 
 
 def choose_format(adj: Adjacency, width: int, transpose: bool = False, verify: bool | None = None,
-                  shared: bool = False) -> str:
+                  shared: bool = False, dtype: torch.dtype = torch.float32) -> str:
     """The format ``auto`` uses for ``adj @ X`` (or ``adj^T @ X``) with ``X`` of width ``width``.
 
     The model's pick, timed against the runner-up on the matrix only where the model's margin is
@@ -267,7 +267,8 @@ def choose_format(adj: Adjacency, width: int, transpose: bool = False, verify: b
             gives the model's pick alone, the same on every run).
         shared: The choice serves every single-use matrix of ``adj``'s size class
             (:class:`~gnnkit.models.sparse_conv.BatchPlans`), not ``adj`` alone.
+        dtype: Dtype of ``X`` (what a timing multiplies).
     """
     from gnnkit.sparse.decision import decide
 
-    return decide(adj, width, transpose=transpose, verify=verify, shared=shared).choice
+    return decide(adj, width, transpose=transpose, verify=verify, shared=shared, dtype=dtype).choice

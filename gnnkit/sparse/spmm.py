@@ -45,12 +45,12 @@ def _fixed(adj: Adjacency, name: str) -> str:
 
 
 def plan(adj: Adjacency, width: int, format: str = "auto", backward_format: str | None = None,
-         shared: bool = False) -> SpmmPlan:
+         shared: bool = False, dtype: torch.dtype = torch.float32) -> SpmmPlan:
     """Decide the forward and backward formats of ``spmm(adj, x)`` for ``x`` of width ``width``.
 
     ``"auto"`` asks the selector (:func:`gnnkit.sparse.selector.choose_format`) separately for
     ``A`` and for ``A^T``; a named format is used for both passes unless ``backward_format``
-    names another. The plan is cached on ``adj`` per width and request.
+    names another. The plan is cached on ``adj`` per width, dtype and request.
 
     Args:
         adj: The adjacency.
@@ -60,6 +60,7 @@ def plan(adj: Adjacency, width: int, format: str = "auto", backward_format: str 
         shared: The plan serves every single-use matrix of ``adj``'s size class
             (:class:`~gnnkit.models.sparse_conv.BatchPlans`): ``auto`` may then time formats on
             ``adj`` where no model speaks for its device (:func:`~gnnkit.sparse.decision.decide`).
+        dtype: Dtype of ``x``, in which any timing multiplies.
 
     Returns:
         The :class:`SpmmPlan`.
@@ -70,12 +71,12 @@ def plan(adj: Adjacency, width: int, format: str = "auto", backward_format: str 
         from gnnkit.sparse.selector import choose_format
 
         auto = format == "auto" or backward_format == "auto"
-        fwd = choose_format(adj, width, shared=shared) if format == "auto" else _fixed(adj, format)
-        bwd = (choose_format(adj, width, transpose=True, shared=shared) if backward_format == "auto"
+        fwd = choose_format(adj, width, shared=shared, dtype=dtype) if format == "auto" else _fixed(adj, format)
+        bwd = (choose_format(adj, width, transpose=True, shared=shared, dtype=dtype) if backward_format == "auto"
                else _fixed(adj, backward_format))  # A^T holds the same entries as A
         return SpmmPlan(fwd, bwd, int(width), "selector" if auto else "forced")
 
-    return adj.cached(f"plan:{width}:{format}:{backward_format}:{shared}", build)
+    return adj.cached(f"plan:{width}:{format}:{backward_format}:{shared}:{dtype}", build)
 
 
 def _scale(adj: Adjacency, dtype: torch.dtype) -> Tensor:
@@ -135,7 +136,7 @@ def spmm(
         ``[N_dst, F]`` tensor, differentiable with respect to ``x``.
     """
     _check(adj, x, reduce)
-    p = plan(adj, x.size(1), format, backward_format)
+    p = plan(adj, x.size(1), format, backward_format, dtype=x.dtype)
     return SpMM.apply(x, adj, reduce, p.forward, p.backward)
 
 

@@ -1,3 +1,5 @@
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -164,8 +166,8 @@ def test_single_use_blocks_are_planned_once_per_size_class(monkeypatch):
 def test_without_a_model_a_size_class_is_timed_once_and_keeps_the_fastest_format(monkeypatch):
     """On a device kind without a selector model (CUDA until one is calibrated) the first block of a
     size class has the usable formats timed on it, forward and backward (there with the transpose's
-    sort counted where a format needs it), the fastest beyond noise serves the class's next blocks
-    untimed, and values and gradients stay those of the reference."""
+    sort counted where a format needs it), in the features' dtype, the fastest beyond noise serves
+    the class's next blocks untimed, and values and gradients stay those of the reference."""
     from gnnkit.sparse import decision
     from gnnkit.sparse import selector as selector_module
     from gnnkit.sparse.measure import FormatTiming
@@ -174,15 +176,17 @@ def test_without_a_model_a_size_class_is_timed_once_and_keeps_the_fastest_format
     monkeypatch.delenv("GNNKIT_SELECTOR", raising=False)
     timed = []
 
-    def timer(adj, width, names, repeats):
+    def timer(adj, width, names, repeats, dtype=torch.float32):
         timed.append((adj, list(names)))
+        dtypes.append(dtype)
         return {n: FormatTiming(0.0, 0.2 if n == "segment" else 1.0, repeats) for n in names}
 
-    def backward_timer(adj, width, names, repeats):
+    def backward_timer(adj, width, names, repeats, dtype=torch.float32):
         timed_backward.append((adj, list(names)))
+        dtypes.append(dtype)
         return {n: 0.5 if n == "csr" else 1.0 for n in names}
 
-    timed_backward = []
+    timed_backward, dtypes = [], []
     monkeypatch.setattr(decision, "_timer", timer)
     monkeypatch.setattr(decision, "_backward_timer", backward_timer)
     ref, ours = pair("sage", "auto")
@@ -201,10 +205,13 @@ def test_without_a_model_a_size_class_is_timed_once_and_keeps_the_fastest_format
     assert (ours.last_plan.forward, ours.last_plan.backward) == ("segment", "csr")  # csr: A^T sorted a step
     assert ours.plan_counts == {"segment/csr": 4}
     ours(torch.randn(300, 8), block(9, num_dst=100, num_src=300, nnz=900))  # another size class: timed too
-    assert len(timed) == len(timed_backward) == 2
+    assert len(timed) == len(timed_backward) == 2 and set(dtypes) == {torch.float32}
+    half = copy.deepcopy(ours).to(torch.bfloat16)  # its plans too: the class is planned, but for float32
+    half(torch.randn(300, 8, dtype=torch.bfloat16), block(9, num_dst=100, num_src=300, nnz=900))
+    assert len(timed) == len(timed_backward) == 3 and dtypes[-2:] == [torch.bfloat16] * 2  # timed in its dtype
     monkeypatch.setenv(decision.VERIFY_ENV, "0")  # the check turned off: the defaults, untimed
     ours(torch.randn(3000, 8), block(9, num_dst=1000, num_src=3000, nnz=9000))
-    assert len(timed) == len(timed_backward) == 2
+    assert len(timed) == len(timed_backward) == 3
     assert (ours.last_plan.forward, ours.last_plan.backward) == (selector_module.NO_MODEL_DEFAULT, "gather_scatter")
 
 

@@ -36,7 +36,7 @@ class FakeTimer:
         self.seconds = seconds
         self.calls: list[list[str]] = []
 
-    def __call__(self, adj, width, formats, repeats):
+    def __call__(self, adj, width, formats, repeats, dtype=None):
         self.calls.append(list(formats))
         return {n: FormatTiming(0.0, self.seconds[n], repeats) for n in formats}
 
@@ -158,3 +158,20 @@ def test_backward_timing_pays_the_transpose_where_a_format_needs_one(monkeypatch
     monkeypatch.setattr(csr, "__call__", lambda self, a, x: (_ for _ in ()).throw(torch.cuda.OutOfMemoryError("full")))
     assert set(measure_backward(block, 16, ["csr", "gather_scatter"], repeats=2)) == {"gather_scatter"}
     assert "t" not in block.cached_keys()  # dropped though its product failed
+
+
+def test_timings_multiply_features_of_the_layers_dtype(monkeypatch):
+    """A 16-bit run's size classes are timed with 16-bit features, forward and backward."""
+    from gnnkit.sparse.measure import measure_backward, measure_formats
+
+    block = MatrixSpec("rmat", 300, 300, 6, 0).build()
+    block.single_use = True
+    seen = []
+    kind = type(FORMATS["gather_scatter"])
+    call, transposed = kind.__call__, kind.transposed
+    monkeypatch.setattr(kind, "__call__", lambda self, a, x: seen.append(("A", x.dtype)) or call(self, a, x))
+    monkeypatch.setattr(kind, "transposed", lambda self, a, g: seen.append(("A^T", g.dtype)) or transposed(self, a, g))
+    assert set(measure_formats(block, 16, ["gather_scatter"], repeats=1, min_seconds=0.0, dtype=torch.bfloat16)) == {
+        "gather_scatter"}
+    assert set(measure_backward(block, 16, ["gather_scatter"], repeats=1, dtype=torch.float16)) == {"gather_scatter"}
+    assert seen and set(seen) == {("A", torch.bfloat16), ("A^T", torch.float16)}

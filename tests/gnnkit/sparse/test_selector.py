@@ -107,7 +107,7 @@ def test_close_calls_are_timed_on_the_matrix(monkeypatch):
     far = Selector(TreeEnsemble([stump(0, 1e12, [2.0, 0.0], [2.0, 0.0])], len(FEATURE_NAMES), 2), formats)
     timed = []
 
-    def timer(adj, width, names, repeats):
+    def timer(adj, width, names, repeats, dtype=torch.float32):
         timed.append(names)
         return {n: FormatTiming(0.0, {"csr": 0.2, "gather_scatter": 1.0}[n], repeats) for n in names}
 
@@ -231,7 +231,7 @@ def test_without_a_model_auto_times_every_usable_format_where_it_can_pay(monkeyp
     assert model_path("cpu") is None and current_selector("cpu") is None
     timed = []
 
-    def timer(adj, width, names, repeats):
+    def timer(adj, width, names, repeats, dtype=torch.float32):
         timed.append(list(names))
         return {n: FormatTiming(0.0, 0.1 if n == "segment" else 1.0, repeats) for n in names}
 
@@ -249,28 +249,28 @@ def test_without_a_model_auto_times_every_usable_format_where_it_can_pay(monkeyp
     shared = decision.decide(one_off, 32, run=decision.RunLength(1), shared=True)  # serves its size class
     assert shared.choice == "segment" and shared.checked and len(timed) == 2
     # each step's block converts anew: its conversion counts in full, however long the run
-    monkeypatch.setattr(decision, "_timer", lambda a, w, names, r: {
+    monkeypatch.setattr(decision, "_timer", lambda a, w, names, r, **_: {
         n: FormatTiming(1.0 if n == "csr" else 0.0, {"csr": 0.6, "segment": 0.9}.get(n, 1.0), r) for n in names})
     assert decision.decide(one_off, 32, run=decision.RunLength(100), shared=True).choice == "segment"
     assert decision.decide(adj, 32, run=decision.RunLength(100)).choice == "csr"  # amortised over the run
     monkeypatch.setattr(decision, "_timer", timer)
     assert set(timed[1]) == {n for n in FORMATS if selector_module.usable(FORMATS[n], one_off)}
     assert all(FORMATS[n].conversion_free for n in timed[1]) and len(timed[1]) > 2
-    monkeypatch.setattr(decision, "_backward_timer", lambda a, w, names, r: {n: 1.0 for n in names})
+    monkeypatch.setattr(decision, "_backward_timer", lambda a, w, names, r, **_: {n: 1.0 for n in names})
     backward = decision.decide(one_off, 32, transpose=True, shared=True)  # a tie keeps the transpose-free one
     assert backward.choice == "gather_scatter" and backward.checked and "kept" in backward.reason
-    monkeypatch.setattr(decision, "_backward_timer", lambda a, w, names, r: {n: 0.5 if n == "segment" else 1.0
+    monkeypatch.setattr(decision, "_backward_timer", lambda a, w, names, r, **_: {n: 0.5 if n == "segment" else 1.0
                                                                                 for n in names})
     backward = decision.decide(one_off, 32, transpose=True, shared=True)
     assert backward.choice == "segment" and "A^T sorted where needed" in backward.reason
-    monkeypatch.setattr(decision, "_backward_timer", lambda a, w, names, r: {})  # no memory for any of them
+    monkeypatch.setattr(decision, "_backward_timer", lambda a, w, names, r, **_: {})  # no memory for any of them
     backward = decision.decide(one_off, 32, transpose=True, shared=True)
     assert backward.choice == "gather_scatter" and "could not time gather_scatter" in backward.reason
     assert decision.decide(adj, 32, verify=False).choice == "csr" and len(timed) == 2
     short = decision.decide(adj, 32, run=decision.RunLength(5))  # too few products to repay timing them all
     assert short.choice == "csr" and not short.checked and "a run of 5 products" in short.reason and len(timed) == 2
 
-    monkeypatch.setattr(decision, "_timer", lambda a, w, names, r: {n: FormatTiming(0.0, 1.0, r) for n in names})
+    monkeypatch.setattr(decision, "_timer", lambda a, w, names, r, **_: {n: FormatTiming(0.0, 1.0, r) for n in names})
     assert decision.decide(adj, 32).choice == "csr"  # a tie keeps the default
 
 
