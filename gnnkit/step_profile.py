@@ -5,9 +5,10 @@ fetching the batch, which for sampled training is sampling and gathering, and mo
 device), ``forward`` (the training step, up to ``on_before_backward``), ``backward`` and
 ``optimizer`` (the update and the hooks that end the step). For each phase it records the host's
 wall time and, on a GPU, the time between CUDA events recorded at the same cut points (the GPU's
-own timeline, idle gaps included) and the training thread's host synchronisations, counted with
-``torch.cuda.set_sync_debug_mode("warn")``. A step whose host time far exceeds its GPU time is
-held by the host (launches, syncs, Python); a GPU that is busy all step is the bottleneck.
+own timeline, idle gaps included) and the step's host synchronisations (the training thread's
+and its backward pass's), counted with ``torch.cuda.set_sync_debug_mode("warn")``. A step whose
+host time far exceeds its GPU time is held by the host (launches, syncs, Python); a GPU that is
+busy all step is the bottleneck.
 
 After that window it runs ``torch.profiler`` over a few more steps and keeps the operators that
 took the most device time (host time on the CPU), so one run answers which kernels to work on.
@@ -39,6 +40,12 @@ from pipeline import atomic_write_text, log
 #: ``on_after_backward`` and ``on_train_batch_end``.
 PHASES = ("data", "forward", "backward", "optimizer")
 _SYNC_WARNING = "synchroniz"  # torch's sync debug mode warns "called a synchronizing CUDA operation"
+
+
+def _in_backward() -> bool:
+    """Whether this thread is running an autograd graph task (a ``backward`` pass) now."""
+    task_id = getattr(torch._C, "_current_graph_task_id", None)
+    return task_id is not None and task_id() != -1
 
 
 class StepProfile(pl.Callback):
@@ -88,9 +95,12 @@ class StepProfile(pl.Callback):
         self._marks.append((time.perf_counter(), event, self._syncs))
 
     def _count_syncs(self, on: bool) -> None:
-        """Count the training thread's host syncs from here (``on``) or stop. torch's sync debug mode
-        and Python's warnings are the process's: a prefetching thread's syncs (sampling the next
-        batches meanwhile, :mod:`gnnkit.data.prefetch`) are left out, as they do not hold the step."""
+        """Count the step's host syncs from here (``on``) or stop. torch's sync debug mode and
+        Python's warnings are the process's: a prefetching thread's syncs (sampling the next batches
+        meanwhile, :mod:`gnnkit.data.prefetch`) are left out, as they do not hold the step. The
+        step's backward pass counts wherever it runs: on a GPU, autograd runs it on a device thread
+        of its own while the training thread waits, and the ops of Python ``autograd.Function``
+        backwards (gnnkit's SpMM) warn there."""
         if self._cuda is None:
             return
         if on and self._catcher is None:
@@ -100,7 +110,7 @@ class StepProfile(pl.Callback):
             training = threading.current_thread()
 
             def count(message: Any, *args: Any, **kwargs: Any) -> None:
-                if threading.current_thread() is training and _SYNC_WARNING in str(message):
+                if (threading.current_thread() is training or _in_backward()) and _SYNC_WARNING in str(message):
                     self._syncs += 1
 
             warnings.showwarning = count

@@ -130,7 +130,8 @@ def test_on_a_gpu_each_phase_has_its_device_time_and_host_syncs(tmp_path):
 
 def test_syncs_are_the_training_threads(monkeypatch):
     """torch's sync warnings from another thread (a prefetching sampler's, overlapping the step) are
-    not counted; warning filters and the display are the caller's again once counting stops."""
+    not counted, but a backward pass's are, on whichever thread autograd runs it (on a GPU its
+    device thread); warning filters and the display are the caller's again once counting stops."""
     import threading
     import warnings
 
@@ -145,5 +146,20 @@ def test_syncs_are_the_training_threads(monkeypatch):
     other = threading.Thread(target=warnings.warn, args=("called a synchronizing CUDA operation",))
     other.start()
     other.join()
+
+    class Syncing(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            warnings.warn("called a synchronizing CUDA operation")
+            return grad
+
+    x = torch.ones(2, requires_grad=True)
+    backward = threading.Thread(target=lambda: Syncing.apply(x).sum().backward())  # not the training thread
+    backward.start()
+    backward.join()
     profile._count_syncs(False)
-    assert profile._syncs == 2 and warnings.showwarning is shown
+    assert profile._syncs == 3 and warnings.showwarning is shown and x.grad is not None
