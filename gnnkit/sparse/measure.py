@@ -9,6 +9,7 @@ chooses their formats separately.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -45,11 +46,13 @@ class FormatTiming:
         return {"convert_s": self.convert_s, "spmm_s": self.spmm_s, "repeats": self.repeats}
 
 
-def synced_seconds(fn: Callable[[], Any]) -> float:
-    """Wall time of ``fn()``, waiting for the current CUDA stream's queued work before and after
-    (asynchronous kernels); other streams' work, such as a prefetching thread's, is not waited for."""
-    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-    sync = torch.cuda.current_stream().synchronize if cuda else (lambda: None)
+def synced_seconds(fn: Callable[[], Any], device: torch.device | None = None) -> float:
+    """Wall time of ``fn()``, waiting for the queued work of ``device``'s current CUDA stream (default:
+    the current device's; none for a CPU ``device``) before and after (asynchronous kernels); other
+    streams' work, such as a prefetching thread's, is not waited for."""
+    cuda = (torch.cuda.is_available() and torch.cuda.is_initialized()
+            and (device is None or torch.device(device).type == "cuda"))
+    sync = torch.cuda.current_stream(device).synchronize if cuda else (lambda: None)
     sync()
     start = time.perf_counter()
     fn()
@@ -109,10 +112,12 @@ def measure_formats(
         with torch.no_grad():
             for name in list(names):
                 adj.uncache(f"format:{name}:")
-                if adj.single_use:  # built every step: time a second build, not the process's first
-                    FORMATS[name].prepare(adj, x.dtype)
+                build = functools.partial(FORMATS[name].prepare, adj, x.dtype)
+                # a single-use matrix builds its format every step: time a second build, not the process's first
+                warm = not adj.single_use or _fits(adj, name, build, convert)
+                if warm and adj.single_use:
                     adj.uncache(f"format:{name}:")
-                if not _fits(adj, name, lambda: FORMATS[name].prepare(adj, x.dtype), convert):
+                if not (warm and _fits(adj, name, build, convert)):
                     names.remove(name)
             for name in list(names):  # warm-up round
                 if _fits(adj, name, lambda: FORMATS[name](adj, x), fastest):
@@ -120,7 +125,7 @@ def measure_formats(
                 else:
                     names.remove(name)
             products = {name: (lambda name=name: FORMATS[name](adj, x)) for name in names}
-            _timed_rounds(products, fastest, counts, repeats, max_rounds, min_seconds, slow_factor)
+            _timed_rounds(products, fastest, counts, repeats, max_rounds, min_seconds, adj.device, slow_factor)
     finally:
         for name in names:
             adj.uncache(f"format:{name}:")
@@ -163,7 +168,7 @@ def measure_backward(adj: Adjacency, width: int, formats: list[str], repeats: in
     with torch.no_grad():
         names = [n for n in formats if _fits(adj, n, lambda n=n: product(n), fastest)]  # warm-up
         products = {name: (lambda name=name: product(name)) for name in names}
-        _timed_rounds(products, fastest, dict.fromkeys(names, 1), repeats, max_rounds, min_seconds)
+        _timed_rounds(products, fastest, dict.fromkeys(names, 1), repeats, max_rounds, min_seconds, adj.device)
     return {n: fastest[n] for n in names}
 
 
@@ -175,17 +180,18 @@ def _random_input(rows: int, width: int, device: torch.device, seed: int,
 
 
 def _timed_rounds(products: dict[str, Callable[[], Any]], fastest: dict[str, float], counts: dict[str, int],
-                  repeats: int, max_rounds: int, min_seconds: float, slow_factor: float = math.inf) -> None:
-    """Rounds of one synced product per format, interleaved, after a warm-up whose times ``fastest``
-    holds: each format keeps its fastest time (and ``counts`` its products); at least ``repeats``
-    rounds, more up to ``max_rounds`` while they take under ``min_seconds``. From the second round
-    on, formats ``slow_factor`` times the best drop out (their time stands)."""
+                  repeats: int, max_rounds: int, min_seconds: float, device: torch.device,
+                  slow_factor: float = math.inf) -> None:
+    """Rounds of one product per format synced on ``device``, interleaved, after a warm-up whose
+    times ``fastest`` holds: each format keeps its fastest time (and ``counts`` its products); at
+    least ``repeats`` rounds, more up to ``max_rounds`` while they take under ``min_seconds``. From
+    the second round on, formats ``slow_factor`` times the best drop out (their time stands)."""
     active, start = list(products), time.perf_counter()
     for round_ in range(max_rounds):
         if round_ >= repeats and time.perf_counter() - start >= min_seconds:
             break
         for name in active:
-            fastest[name] = min(fastest[name], synced_seconds(products[name]))
+            fastest[name] = min(fastest[name], synced_seconds(products[name], device))
             counts[name] += 1
         if round_ >= 1:  # two timed products first: one scheduling hiccup must not drop a format
             best = min(fastest.values(), default=0.0)
@@ -196,7 +202,7 @@ def _fits(adj: Adjacency, name: str, fn: Callable[[], Any], into: dict[str, floa
     """Time ``fn`` (:func:`synced_seconds`) into ``into[name]``; False (and the format's conversion
     dropped) if the GPU ran out of memory for it: a format too large for what is free is no candidate."""
     try:
-        into[name] = synced_seconds(fn)
+        into[name] = synced_seconds(fn, adj.device)
     except torch.cuda.OutOfMemoryError:
         adj.uncache(f"format:{name}:")
         return False

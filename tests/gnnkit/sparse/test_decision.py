@@ -160,6 +160,24 @@ def test_backward_timing_pays_the_transpose_where_a_format_needs_one(monkeypatch
     assert "t" not in block.cached_keys()  # dropped though its product failed
 
 
+def test_a_format_whose_conversion_runs_out_of_memory_is_left_out_of_the_timing(monkeypatch):
+    """A single-use block's format is built twice (the first build warms up): out of memory in
+    either leaves that format out instead of failing the step that plans the size class."""
+    from gnnkit.sparse.measure import measure_formats
+
+    block = MatrixSpec("rmat", 300, 300, 6, 0).build()
+    block.single_use = True
+    csr = type(FORMATS["csr"])
+    builds = []
+
+    def convert(self, adj, dtype):
+        builds.append(adj)
+        raise torch.cuda.OutOfMemoryError("full")
+
+    monkeypatch.setattr(csr, "convert", convert)
+    assert set(measure_formats(block, 16, ["csr", "gather_scatter"], repeats=1, min_seconds=0.0)) == {
+        "gather_scatter"}
+    assert builds == [block] and not any(k.startswith("format:csr") for k in block.cached_keys())
 def test_timings_multiply_features_of_the_layers_dtype(monkeypatch):
     """A 16-bit run's size classes are timed with 16-bit features, forward and backward."""
     from gnnkit.sparse.measure import measure_backward, measure_formats
@@ -175,3 +193,25 @@ def test_timings_multiply_features_of_the_layers_dtype(monkeypatch):
         "gather_scatter"}
     assert set(measure_backward(block, 16, ["gather_scatter"], repeats=1, dtype=torch.float16)) == {"gather_scatter"}
     assert seen and set(seen) == {("A", torch.bfloat16), ("A^T", torch.float16)}
+
+
+def test_timing_waits_for_the_stream_of_the_matrixs_device(monkeypatch):
+    """A product is timed to the end of its kernels on the matrix's GPU (not the current one's);
+    a CPU matrix's product asks no CUDA stream."""
+    from gnnkit.sparse import measure
+
+    asked = []
+
+    class Stream:
+        def synchronize(self):
+            synced.append(1)
+
+    synced = []
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: asked.append(device) or Stream())
+    assert measure.synced_seconds(lambda: None, torch.device("cuda", 1)) >= 0
+    assert asked == [torch.device("cuda", 1)] and len(synced) == 2  # before and after
+    measure.synced_seconds(lambda: None, torch.device("cpu"))
+    assert len(asked) == 1 and len(synced) == 2
