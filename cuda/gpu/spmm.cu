@@ -9,6 +9,10 @@ namespace {
 
 constexpr int kWarp = 32;
 constexpr int kWarpsPerBlock = 8;
+// Staged columns whose x rows a lane loads before it adds any of them: independent loads in flight,
+// so a long row (a 256-entry segment of a hub) waits for memory about once per kUnroll entries
+// instead of once per entry, which shortens the longest warps that end the kernel.
+constexpr int kUnroll = 4;
 
 // Products and sums run in Num<T>::Acc: float for the 16-bit types (their values converted on
 // load, the result rounded once on store), T itself otherwise. Explicit intrinsics, since torch
@@ -66,7 +70,19 @@ __device__ void warp_segment(const int64_t* cols, const T* vals, int64_t first, 
     __syncwarp();
     const int64_t m = n - base < kWarp ? n - base : kWarp;
     if (f < width) {
-      for (int64_t j = 0; j < m; ++j) {
+      int64_t j = 0;
+      for (; j + kUnroll <= m; j += kUnroll) {  // the loads first, then the sums in entry order
+        Pack<T, V> p[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) p[u] = *reinterpret_cast<const Pack<T, V>*>(x + s_col[j + u] * width + f);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const Acc w = s_val[j + u];
+#pragma unroll
+          for (int v = 0; v < V; ++v) acc[v] += w * Num<T>::widen(p[u].v[v]);
+        }
+      }
+      for (; j < m; ++j) {
         const Pack<T, V> p = *reinterpret_cast<const Pack<T, V>*>(x + s_col[j] * width + f);
         const Acc w = s_val[j];
 #pragma unroll
