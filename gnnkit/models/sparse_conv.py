@@ -33,11 +33,11 @@ class BatchPlans:
     ``A^T``) costs about as much as the aggregation itself. The matrices of one layer come from the
     same fan-out and batch size and are alike, so the plan the selector makes for the first matrix
     of a size class (rows, columns and entries, each to a power of two, the width, the features'
-    dtype and the device kind) serves the next ones, as cuDNN's autotuner keeps one choice per shape. Single-use
-    matrices only consider formats that need no conversion, so a kept plan never triggers one. On
-    a device kind without a selector model (CUDA until one is calibrated), ``"auto"`` times those
-    formats on the first matrix of a size class, once, since its plan serves the class
-    (:func:`gnnkit.sparse.decision.decide` with ``shared``). Matrices that serve many products (a
+    dtype and the device kind) serves the next ones, as cuDNN's autotuner keeps one choice per
+    shape. Single-use matrices only consider formats that need no conversion, so a kept plan never
+    triggers one. On a device kind without a selector model (CUDA until one is calibrated),
+    ``"auto"`` times those formats on the first matrix of a size class, once, since its plan serves
+    the class (:func:`gnnkit.sparse.decision.decide` with ``shared``). Matrices that serve many products (a
     full graph) keep their own plan, cached on them.
     """
 

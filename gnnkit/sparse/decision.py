@@ -25,9 +25,9 @@ serves many products too when its choice is ``shared``: kept for every matrix of
 timing of every usable format on the first one is paid once per size class, as cuDNN's benchmark
 mode times once per shape; the timed product is a synced wall time (the current stream's), host
 work and the step's conversion included (which bound a sampled step on a GPU), with features of
-the layer's dtype (a 16-bit run times in 16 bits, and keeps its own plans). Its backward is timed as a step pays it:
-the transpose-free formats from ``A``'s entries, the others with ``A^T`` sorted first (the
-transpose-free one stays unless another beats it beyond noise). With a model the single-use rule
+the layer's dtype (a 16-bit run times in 16 bits, and keeps its own plans). Its backward is timed
+as a step pays it: the transpose-free formats from ``A``'s entries, the others with ``A^T`` sorted
+first (the transpose-free one stays unless another beats it beyond noise). With a model the single-use rule
 stands (no check): on the 2-core CPU the shipped model was trained on, timing the arxiv twin's
 sampled blocks chose what the model picks for them (native CSR both ways, ``A^T`` sorted), so a
 check would only add its cost.
