@@ -209,3 +209,20 @@ def test_a_sampled_step_on_the_gpu_waits_for_it_at_most_once(model):
             torch.cuda.set_sync_debug_mode("default")
     syncs = [str(w.message) for w in seen if "synchroniz" in str(w.message)]
     assert len(syncs) <= (1 if model == "gcn" else 0), syncs
+
+
+@pytest.mark.gpu
+def test_a_16_bit_sampled_step_on_the_gpu_plans_its_own_size_classes():
+    """In bfloat16 on a GPU, format auto plans (and without a CUDA model, times) a sampled batch's
+    size classes in bfloat16, apart from float32's, and the seeds' logits follow float32's."""
+    batch = _sampled_batch().to("cuda")
+    sizes = {"num_sampled_nodes": batch.num_sampled_nodes, "num_sampled_edges": batch.num_sampled_edges,
+             "edges_by_destination": True}
+    gnn = NodeGNN("sage", 8, 16, 5, num_layers=3, aggregation="gnnkit", format="auto", dropout=0.0).cuda()
+    full = gnn(batch.x, batch.edge_index, **sizes)[: batch.batch_size]
+    half = gnn.to(torch.bfloat16)
+    out = half(batch.x.to(torch.bfloat16), batch.edge_index, **sizes)[: batch.batch_size]
+    out.float().square().sum().backward()
+    keys = [key for layer in half.layers if hasattr(layer, "plans") for key in layer.plans._plans]
+    assert {torch.float32, torch.bfloat16} <= {part for key in keys for part in key if isinstance(part, torch.dtype)}
+    torch.testing.assert_close(out.float(), full.detach(), atol=0.1, rtol=0.05)
