@@ -40,8 +40,8 @@ the end of its kernels), training batches per second, the whole training time (`
 peak GPU memory while training (``peak_gpu_mb``; peak RSS on the CPU) and the test metric. The
 sampled families test on ``--test-batches`` batches of the test split (the default is a tenth of
 ogbn-products' 2.2M test nodes at the recipes' evaluation batch of 4096: testing all of it with CPU
-sampling takes minutes a row; a smaller split is tested whole), and the CPU-sampling rows sample with ``--cpu-workers``
-loader processes. A row that fails is recorded with its error and the others still run.
+sampling takes minutes a row; a smaller split is tested whole), and the CPU-sampling rows sample
+with ``--cpu-workers`` loader processes. A row that fails is recorded with its error and the others still run.
 ``summary``: ``sage_products_epoch_s`` (gnnkit row), ``gpu_sampling_speedup`` (gnnkit with CPU sampling over gnnkit, epoch time),
 ``prefetch_speedup`` (gnnkit without prefetching over gnnkit, epoch time),
 ``gcn_gnnkit_over_pyg_epoch`` (gnnkit's epoch over PyG's: at most 1 is no slower) and

@@ -42,6 +42,19 @@ struct alignas(sizeof(T) * V) Pack {
   T v[V];
 };
 
+// The V features from f of x's row col, in one aligned access.
+template <typename T, int V>
+__device__ __forceinline__ Pack<T, V> load(const T* x, int64_t col, int64_t width, int64_t f) {
+  return *reinterpret_cast<const Pack<T, V>*>(x + col * width + f);
+}
+
+// acc += w * p, the V features of one staged column, in Acc.
+template <typename T, int V>
+__device__ __forceinline__ void accumulate(typename Num<T>::Acc* acc, typename Num<T>::Acc w, const Pack<T, V>& p) {
+#pragma unroll
+  for (int v = 0; v < V; ++v) acc[v] += w * Num<T>::widen(p.v[v]);
+}
+
 // One warp computes the 32 x V consecutive features of feature tile `tile` of one work item: a row,
 // or a segment of at most `segment` entries of a long row (power-law hubs would otherwise keep one
 // warp busy for the whole kernel). The warp loads 32 (column, value) pairs at a time, coalesced,
@@ -74,20 +87,11 @@ __device__ void warp_segment(const int64_t* cols, const T* vals, int64_t first, 
       for (; j + kUnroll <= m; j += kUnroll) {  // the loads first, then the sums in entry order
         Pack<T, V> p[kUnroll];
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) p[u] = *reinterpret_cast<const Pack<T, V>*>(x + s_col[j + u] * width + f);
+        for (int u = 0; u < kUnroll; ++u) p[u] = load<T, V>(x, s_col[j + u], width, f);
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const Acc w = s_val[j + u];
-#pragma unroll
-          for (int v = 0; v < V; ++v) acc[v] += w * Num<T>::widen(p[u].v[v]);
-        }
+        for (int u = 0; u < kUnroll; ++u) accumulate<T, V>(acc, s_val[j + u], p[u]);
       }
-      for (; j < m; ++j) {
-        const Pack<T, V> p = *reinterpret_cast<const Pack<T, V>*>(x + s_col[j] * width + f);
-        const Acc w = s_val[j];
-#pragma unroll
-        for (int v = 0; v < V; ++v) acc[v] += w * Num<T>::widen(p.v[v]);
-      }
+      for (; j < m; ++j) accumulate<T, V>(acc, s_val[j], load<T, V>(x, s_col[j], width, f));
     }
     __syncwarp();
   }

@@ -37,8 +37,8 @@ class BatchPlans:
     shape. Single-use matrices only consider formats that need no conversion, so a kept plan never
     triggers one. On a device kind without a selector model (CUDA until one is calibrated),
     ``"auto"`` times those formats on the first matrix of a size class, once, since its plan serves
-    the class (:func:`gnnkit.sparse.decision.decide` with ``shared``). Matrices that serve many products (a
-    full graph) keep their own plan, cached on them.
+    the class (:func:`gnnkit.sparse.decision.decide` with ``shared``). Matrices that serve many
+    products (a full graph) keep their own plan, cached on them.
     """
 
     def __init__(self) -> None:

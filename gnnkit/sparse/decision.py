@@ -27,10 +27,10 @@ mode times once per shape; the timed product is a synced wall time (the current 
 work and the step's conversion included (which bound a sampled step on a GPU), with features of
 the layer's dtype (a 16-bit run times in 16 bits, and keeps its own plans). Its backward is timed
 as a step pays it: the transpose-free formats from ``A``'s entries, the others with ``A^T`` sorted
-first (the transpose-free one stays unless another beats it beyond noise). With a model the single-use rule
-stands (no check): on the 2-core CPU the shipped model was trained on, timing the arxiv twin's
-sampled blocks chose what the model picks for them (native CSR both ways, ``A^T`` sorted), so a
-check would only add its cost.
+first (the transpose-free one stays unless another beats it beyond noise). With a model the
+single-use rule stands (no check): on the 2-core CPU the shipped model was trained on, timing the
+arxiv twin's sampled blocks chose what the model picks for them (native CSR both ways, ``A^T``
+sorted), so a check would only add its cost.
 
 A timed runner-up replaces the pick only when faster by more than :data:`CHECK_NOISE` (the
 conversion amortised over the run's products); within noise the model's pick stays, and equal

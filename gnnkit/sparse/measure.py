@@ -111,14 +111,13 @@ def measure_formats(
     try:
         with torch.no_grad():
             for name in list(names):
-                adj.uncache(f"format:{name}:")
                 build = functools.partial(FORMATS[name].prepare, adj, x.dtype)
-                # a single-use matrix builds its format every step: time a second build, not the process's first
-                warm = not adj.single_use or _fits(adj, name, build, convert)
-                if warm and adj.single_use:
+                # a single-use matrix builds its format every step: its second build is timed, not the process's first
+                for _ in range(2 if adj.single_use else 1):
                     adj.uncache(f"format:{name}:")
-                if not (warm and _fits(adj, name, build, convert)):
-                    names.remove(name)
+                    if not _fits(adj, name, build, convert):
+                        names.remove(name)
+                        break
             for name in list(names):  # warm-up round
                 if _fits(adj, name, lambda: FORMATS[name](adj, x), fastest):
                     counts[name] = 1
