@@ -27,6 +27,9 @@ layers, each configuration in a process of its own (rounds in rotating order);
 ``auto`` asks the CUDA model (:mod:`gnnkit.sparse.selector` keeps one per device kind), and the
 PyG baselines are its cuSPARSE paths (``EdgeIndex.matmul``, ``torch.sparse.mm``).
 
+The summary's ``targets`` checks it against the device's issue: issue 3's on the CPU
+(:data:`CPU_TARGETS`), issue 17's on a GPU (:data:`GPU_TARGETS`), printed at the end.
+
 Example::
 
     python bench/formats.py --json bench/results/formats.json --png bench/results/formats.png
@@ -50,6 +53,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.targets import Target, print_verdicts, verdicts  # noqa: E402
 from gnnkit.allocator import retain_freed_memory  # noqa: E402
 from gnnkit.sparse import Adjacency, plan, spmm  # noqa: E402
 from gnnkit.sparse.corpus import MatrixSpec  # noqa: E402
@@ -60,6 +64,19 @@ from gnnkit.sparse.selector import choose_format, current_selector, device_kind,
 from pipeline import atomic_write_text, save_figure  # noqa: E402
 
 warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
+
+#: The selected formats' time over the oracle's, and an epoch of full-batch GCN with auto: both issues'.
+_SELECTION = [
+    Target(("selected_over_oracle",), 1.05, at_most=True, what="selected format within 5% of the oracle (geomean)"),
+    Target(("epoch_auto_vs_best_fixed", "gcn full-batch"), 1.0,
+           what="an epoch of full-batch GCN with auto no slower than the best fixed format"),
+]
+#: Issue 3's targets for the CPU selector.
+CPU_TARGETS = [*_SELECTION, Target(("speedup_vs_csr",), 1.17, what="geomean >= 1.17x over always-CSR"),
+               Target(("speedup_vs_pyg",), 1.3, what="geomean >= 1.3x over PyG's fastest path")]
+#: Issue 17's targets for the GPU selector, set for one H100 or H200.
+GPU_TARGETS = [*_SELECTION, Target(("speedup_vs_pyg",), 1.3,
+                                   what="auto >= 1.3x PyG's fastest GPU path (EdgeIndex matmul / cuSPARSE)")]
 
 #: Fixed formats the end-to-end part runs beside ``auto`` (native ones only when built).
 E2E_FIXED = ["csr", "native_csr", "native_sell"]
@@ -495,6 +512,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"  {fmts}")
             print(f"  best fixed/auto: best fixed format's epoch time over auto's; run ratio: the same over "
                   f"{args.epochs} epochs including the first step (conversions, auto's decision and check)")
+    summary["targets"] = (verdicts(summary, GPU_TARGETS, "issue 17") if kind == "cuda"
+                          else verdicts(summary, CPU_TARGETS, "issue 3"))
+    print_verdicts(summary["targets"])
     if args.json:
         write_result(args, kind, selector_meta, summary, rows, e2e)
         print(f"\nwrote {args.json}")

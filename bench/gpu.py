@@ -46,7 +46,8 @@ with ``--cpu-workers`` loader processes. A row that fails is recorded with its e
 ``prefetch_speedup`` (gnnkit without prefetching over gnnkit, epoch time),
 ``gcn_gnnkit_over_pyg_epoch`` (gnnkit's epoch over PyG's: at most 1 is no slower) and
 ``reuse_end_to_end_speedup`` (fresh sampling's training time over reuse's) with ``reuse_acc_gap``
-(fresh minus reuse test metric, in points).
+(fresh minus reuse test metric, in points). On a GPU the summary's ``targets`` checks these against
+issue 16's targets (:data:`GPU_TARGETS`), printed under the tables.
 
     python bench/gpu.py --json bench/results/gpu.json --png bench/results/gpu.png [--families sage gcn reuse] [--epochs 4]
                         [--reuse-epochs 20] [--device cuda|cpu] [--dataset-sampled NAME]
@@ -75,7 +76,19 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.targets import Target, print_verdicts, verdicts  # noqa: E402
 from pipeline import atomic_write_text, save_figure  # noqa: E402
+
+#: Issue 16's targets, set for one H100 or H200.
+GPU_TARGETS = [
+    Target(("sage_products_epoch_s",), 1.5, at_most=True,
+           what="sampled SAGE [15,10,5], batch 1024, 3x256, products twin: epoch <= 1.5 s"),
+    Target(("gpu_sampling_speedup",), 5.0, what=">= 5x the same model fed by CPU sampling"),
+    Target(("gcn_gnnkit_over_pyg_epoch",), 1.0, at_most=True,
+           what="full-batch GCN, arxiv twin, gnnkit aggregation: no slower than PyG's path"),
+    Target(("reuse_end_to_end_speedup",), 1.3, what="reuse >= 1.3x end to end on the products twin"),
+    Target(("reuse_acc_gap",), 0.5, at_most=True, what="... at <= 0.5 pt accuracy"),
+]
 
 
 @dataclass(frozen=True)
@@ -317,8 +330,11 @@ def result_of(rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str,
     """The JSON result of the rows so far; ``complete`` once every family's every row is there."""
     here = machine(args)
     families = [f for f in FAMILIES if any(r["family"] == f for r in rows)]
+    summary = summarise(rows)
+    if args.device == "cuda":
+        summary["targets"] = verdicts(summary, GPU_TARGETS, "issue 16")
     result = {"device": args.device, "complete": all(_row(c.family, c.label, rows) for c in configs(FAMILIES)),
-              "rows": rows, "summary": summarise(rows),
+              "rows": rows, "summary": summary,
               "args": {**{k: here[k] for k in RECORDED}, "families": families}}
     if here["gpu"] is not None:
         result["gpu"] = here["gpu"]
@@ -368,7 +384,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print_table(rows, args.device)
     print_profiles(rows)
     result = result_of(rows, args)
-    print(json.dumps(result["summary"], indent=2))
+    print(json.dumps({k: v for k, v in result["summary"].items() if k != "targets"}, indent=2))
+    print_verdicts(result["summary"].get("targets", []))
     if args.json:
         atomic_write_text(args.json, json.dumps(result, indent=2) + "\n")
     if args.png:
