@@ -138,7 +138,8 @@ def plot_curves(rows: list[dict[str, float]], metric: str, path: Path) -> None:
         ax.set_xlabel("epoch")
         ax.set_title(title)
         ax.grid(alpha=0.3)
-        ax.legend()
+        if ax.lines:  # a run stopped before its first epoch's figures has nothing to label
+            ax.legend()
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)

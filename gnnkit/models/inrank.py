@@ -108,6 +108,7 @@ def explained_ratio(s: Tensor, k: int) -> float:
     truncated flat spectrum (``var(s) = 0``)."""
     if k >= s.numel() or not bool((s > 0).any()):
         return 1.0
+    s = s.detach()
     residual = s.clone()
     residual[:k] = 0
     total = float(s.var())

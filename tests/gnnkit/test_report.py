@@ -1,10 +1,11 @@
 """report.json and curves.png: written by global rank 0 only, since all ranks share the run folder."""
 
+import warnings
 from types import SimpleNamespace
 
 import pytest
 
-from gnnkit.report import EpochTimer, write_report
+from gnnkit.report import EpochTimer, plot_curves, write_report
 
 
 def _timer(times, train_times, batches):
@@ -31,6 +32,13 @@ def test_only_rank_zero_writes(tmp_path, rank_zero):
     assert "peak_gpu_mb" not in report  # trained on the CPU
     assert (tmp_path / "report.json").exists() == rank_zero
     assert (tmp_path / "curves.png").exists() == rank_zero
+
+
+def test_a_panel_without_figures_is_drawn_without_a_legend_warning(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib's "No artists with labels found" on the empty metric panel
+        plot_curves([{"epoch": 0, "train_loss": 1.0}, {"epoch": 1, "train_loss": 0.5}], "acc", tmp_path / "c.png")
+    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_epoch_timer_times_training_to_the_last_batch_without_validation(monkeypatch):

@@ -1,5 +1,7 @@
 """InRank layers: reconstruction, the growth rule on known spectra, the optimizer, the GNN option."""
 
+import warnings
+
 import pytest
 import torch
 from torch.nn import functional as F
@@ -70,6 +72,13 @@ def _set_spectrum(layer, values):
     with torch.no_grad():
         layer.u[:, :m] = left * sv
         layer.v[:m] = right.T
+
+
+def test_the_explained_ratio_of_a_spectrum_with_autograd_history_warns_nothing():
+    s = torch.tensor([3.0, 2.0, 1.0, 0.5], requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's "Converting a tensor with requires_grad=True to a scalar"
+        assert explained_ratio(s * 1.0, 2) == pytest.approx(explained_ratio(s.detach(), 2))
 
 
 def test_rank_grows_when_the_update_spectrum_asks_and_only_on_check_steps():
