@@ -4,7 +4,9 @@ A ``gnnkit run`` printed, besides its own lines, Lightning's ``GPU available: ..
 available: ...`` lines, its litlogger tip, and torch's ``LeafSpec`` deprecation warning (raised
 from Lightning's pytree helpers, twice per run). :func:`quiet` hides exactly these inside a
 ``with`` block (or around a decorated function) and restores the warning filters and the log
-filters on leaving, so a user's own code and process settings are never changed.
+filters on leaving, so a user's own code and process settings are never changed. A resumed run also
+hides, with :func:`resuming`, Lightning's warning that its checkpoint folder is not empty: it
+continues in its own folder by design.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ WARNINGS: tuple[tuple[str, type[Warning]], ...] = (
     # GnnkitStrategy(fixed_buckets=True) sets DDP's find_unused_parameters on purpose
     (r"find_unused_parameters=True was specified in DDP constructor, but did not find any unused", UserWarning),
 )
+
+#: Lightning's warning when a run's checkpoint folder already holds checkpoints.
+RESUME_WARNING = r"Checkpoint directory .* exists and is not empty"
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -55,6 +60,15 @@ def quiet() -> Iterator[None]:
     finally:
         for log in loggers:
             log.removeFilter(drop)
+
+
+@contextmanager
+def resuming() -> Iterator[None]:
+    """Hide Lightning's "checkpoint directory exists and is not empty" warning inside the block: a
+    resumed run writes its checkpoints beside the ones it resumes from."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=RESUME_WARNING)
+        yield
 
 
 def quietly(function: Callable[P, R]) -> Callable[P, R]:

@@ -11,6 +11,7 @@ writes ``runs/<recipe>-<time>/`` (or ``--run_dir``) with ``config.yaml``, ``metr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -28,7 +29,7 @@ from gnnkit.fault_injection import FaultInjection, fault_from_env
 from gnnkit.hints import add_reference_argument, size_hint
 from gnnkit.last_checkpoint import LastCheckpoint
 from gnnkit.optim import GaLoreAdamW  # noqa: F401  (a known Optimizer subclass: `--optimizer GaLoreAdamW`)
-from gnnkit.quiet import quietly
+from gnnkit.quiet import quietly, resuming
 from gnnkit.report import EpochTimer, write_report
 from gnnkit.resume import RUN_DIR_ENV, ResumeError, RunPlan, parse_run_args, plan_run, prepare_metrics
 from gnnkit.tasks import DEFAULT_TASK, SHARED_LINKS, TaskFamily, add_task_argument, recipe_task, task_family
@@ -196,7 +197,8 @@ def run(recipe: str, overrides: list[str]) -> dict[str, Any]:
         data.describe()["num_nodes"])
     if hint and trainer.is_global_zero:
         log.info(hint)
-    trainer.fit(model, datamodule=data, ckpt_path=plan.ckpt_path)
+    with resuming() if plan.ckpt_path is not None else contextlib.nullcontext():
+        trainer.fit(model, datamodule=data, ckpt_path=plan.ckpt_path)
     ckpt = "best" if trainer.checkpoint_callback and trainer.checkpoint_callback.best_model_path else None
     results = trainer.test(model, datamodule=data, ckpt_path=ckpt, verbose=False)
     test = results[0]["test_metric"]

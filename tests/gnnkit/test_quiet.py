@@ -7,7 +7,7 @@ import warnings
 
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
-from gnnkit.quiet import LIGHTNING_LOGGERS, quiet, quietly
+from gnnkit.quiet import LIGHTNING_LOGGERS, quiet, quietly, resuming
 
 LEAF = "`isinstance(treespec, LeafSpec)` is deprecated, use `isinstance(treespec, TreeSpec) and treespec.is_leaf()` instead."
 TIP = ("💡 Tip: For seamless cloud logging and experiment tracking, try installing "
@@ -61,3 +61,16 @@ def test_the_decorator_restores_filters_when_the_function_raises():
         pass
     assert warnings.filters == before and fails.__name__ == "fails"
     assert all(not logging.getLogger(name).filters for name in LIGHTNING_LOGGERS)
+
+
+def test_a_resumed_runs_not_empty_checkpoint_folder_is_not_warned_of_inside_only():
+    not_empty = "Checkpoint directory /runs/r/checkpoints exists and is not empty."
+    before = list(warnings.filters)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with resuming():
+            warnings.warn(not_empty, UserWarning)
+            warnings.warn("Checkpoint directory /x is odd", UserWarning)
+        warnings.warn(not_empty, UserWarning)
+    assert [str(w.message) for w in caught] == ["Checkpoint directory /x is odd", not_empty]
+    assert warnings.filters == before

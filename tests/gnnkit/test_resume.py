@@ -189,6 +189,7 @@ def test_a_run_killed_with_sigkill_resumes_with_the_same_losses(tmp_path):
             proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
     _gnnkit(["run", "--resume", str(killed)], {"GNNKIT_NATIVE": "0"}, tmp_path / "resumed.log")
+    assert "exists and is not empty" not in (tmp_path / "resumed.log").read_text()  # resuming there is the point
     torch.testing.assert_close(losses(killed), losses(straight), rtol=1e-5, atol=1e-6)
     assert json.loads((killed / "report.json").read_text())["epochs"] == EPOCHS
 
