@@ -2,6 +2,7 @@
 // runs the CPU kernel (cuda/cpu) or, in builds with GNNKIT_WITH_CUDA, the CUDA one (cuda/gpu).
 
 #include <torch/csrc/utils/pybind.h>  // pybind11 and torch's casters, without torch/extension.h's whole C++ API
+#include <torch/csrc/Exceptions.h>     // torch::wrap_pybind_function_no_gil: torch's error and warning handling
 
 #include "cpu/ops.h"
 
@@ -112,23 +113,28 @@ std::vector<std::string> kernels() {
 }  // namespace gnnkit
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  // The kernels take tensors and numbers only: the interpreter lock is let go while they run, so a
-  // thread preparing the next batch (gnnkit.data.prefetch) and the training loop overlap.
-  const auto nogil = py::call_guard<py::gil_scoped_release>();
+  // Each kernel is bound as torch binds its own functions (torch::wrap_pybind_function_no_gil). The
+  // interpreter lock is let go while it runs (it takes tensors and numbers only), so a thread
+  // preparing the next batch (gnnkit.data.prefetch) and the training loop overlap. A C++ warning it
+  // raises, such as torch's sync debug mode on a size read-back, reaches Python's warnings in the
+  // calling thread when it returns, as torch's operators' do (gnnkit.step_profile counts them),
+  // instead of going to stderr.
+#define GNNKIT_KERNEL(name, doc) m.def(#name, torch::wrap_pybind_function_no_gil(&gnnkit::name), doc)
   m.doc() = "gnnkit native kernels (CPU: ATen parallel_for; CUDA when built with it)";
-  m.def("spmm_csr", &gnnkit::spmm_csr, "CSR SpMM (sum or mean)", nogil);
-  m.def("sell_from_csr", &gnnkit::sell_from_csr, "SELL-C-sigma conversion of a CSR matrix", nogil);
-  m.def("spmm_sell", &gnnkit::spmm_sell, "SELL-C-sigma SpMM (sum or mean)", nogil);
-  m.def("gine_sum", &gnnkit::gine_sum, "GINE's message sum: per CSR row, sum of relu(x[src] + emb)", nogil);
-  m.def("gine_sum_coded", &gnnkit::gine_sum_coded, "gine_sum with edge rows looked up in a table", nogil);
-  m.def("gine_sum_backward", &gnnkit::gine_sum_backward, "gradients of gine_sum, walking the entries by source", nogil);
-  m.def("gine_sum_coded_backward", &gnnkit::gine_sum_coded_backward, "gradients of gine_sum_coded", nogil);
-  m.def("sample_neighbors", &gnnkit::sample_neighbors, "uniform multi-hop neighbour sampling", nogil);
-  m.def("sample_rows", &gnnkit::sample_rows, "one hop of uniform neighbour sampling over given rows", nogil);
-  m.def("relabel", &gnnkit::relabel, "local ids of sampled nodes, new ones in order of first occurrence", nogil);
-  m.def("tt_forward", &gnnkit::tt_forward, "fused 3-core TT lookup (prefix reuse, or one row a group)", nogil);
-  m.def("tt_backward", &gnnkit::tt_backward, "gradients of the fused TT lookup", nogil);
-  m.def("select_magnitude", &gnnkit::select_magnitude, "elements with |x| >= threshold, with their indices", nogil);
-  m.def("dropout", &gnnkit::dropout, "inverted dropout with a counter-based mask (same seed, same mask)", nogil);
+  GNNKIT_KERNEL(spmm_csr, "CSR SpMM (sum or mean)");
+  GNNKIT_KERNEL(sell_from_csr, "SELL-C-sigma conversion of a CSR matrix");
+  GNNKIT_KERNEL(spmm_sell, "SELL-C-sigma SpMM (sum or mean)");
+  GNNKIT_KERNEL(gine_sum, "GINE's message sum: per CSR row, sum of relu(x[src] + emb)");
+  GNNKIT_KERNEL(gine_sum_coded, "gine_sum with edge rows looked up in a table");
+  GNNKIT_KERNEL(gine_sum_backward, "gradients of gine_sum, walking the entries by source");
+  GNNKIT_KERNEL(gine_sum_coded_backward, "gradients of gine_sum_coded");
+  GNNKIT_KERNEL(sample_neighbors, "uniform multi-hop neighbour sampling");
+  GNNKIT_KERNEL(sample_rows, "one hop of uniform neighbour sampling over given rows");
+  GNNKIT_KERNEL(relabel, "local ids of sampled nodes, new ones in order of first occurrence");
+  GNNKIT_KERNEL(tt_forward, "fused 3-core TT lookup (prefix reuse, or one row a group)");
+  GNNKIT_KERNEL(tt_backward, "gradients of the fused TT lookup");
+  GNNKIT_KERNEL(select_magnitude, "elements with |x| >= threshold, with their indices");
+  GNNKIT_KERNEL(dropout, "inverted dropout with a counter-based mask (same seed, same mask)");
   m.def("kernels", &gnnkit::kernels, "names of the kernels in this build");
+#undef GNNKIT_KERNEL
 }

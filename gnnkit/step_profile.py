@@ -6,7 +6,8 @@ device), ``forward`` (the training step, up to ``on_before_backward``), ``backwa
 ``optimizer`` (the update and the hooks that end the step). For each phase it records the host's
 wall time and, on a GPU, the time between CUDA events recorded at the same cut points (the GPU's
 own timeline, idle gaps included) and the step's host synchronisations (the training thread's
-and its backward pass's), counted with ``torch.cuda.set_sync_debug_mode("warn")``. A step whose
+and its backward pass's, gnnkit's native kernels' included: their bindings hand C++ warnings to
+Python), counted with ``torch.cuda.set_sync_debug_mode("warn")``. A step whose
 host time far exceeds its GPU time is held by the host (launches, syncs, Python); a GPU that is
 busy all step is the bottleneck.
 

@@ -7,6 +7,8 @@ the same sources in ``test_nvcc_compile.py``.
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -175,6 +177,25 @@ def test_the_loaders_sampler_on_a_gpu_graph_runs_the_cuda_kernel(cuda_ext, monke
     check_sample(indptr, indices, seeds, [5, 3], False, out.node.cpu(), out.row.cpu(), out.col.cpu(), out.edge.cpu(),
                  out.num_sampled_nodes, out.num_sampled_edges)
     assert torch.equal(outs[0].edge, outs[1].edge)
+
+
+def test_a_native_kernels_host_syncs_reach_pythons_warnings(cuda_ext):
+    """The CUDA sampler reads each hop's sizes back: under torch's sync debug mode those syncs arrive
+    as Python warnings in the calling thread (where gnnkit.step_profile counts them), not as lines
+    on stderr."""
+    indptr, indices = powerlaw_csr(500, seed=4, avg=30)
+    local = torch.full((500,), -1, dtype=torch.int64, device="cuda")
+    args = (*on_device("cuda", indptr, indices, torch.tensor([3, 0, 7])), [5, 3], False, 1, local)
+    cuda_ext.sample_neighbors(*args)  # the binding itself: no Python-side check reads anything back
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            cuda_ext.sample_neighbors(*args)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    assert sum("synchroniz" in str(w.message) for w in caught) >= 2  # two hops, a size read each at least
 
 
 @pytest.mark.parametrize("reuse", [True, False])
