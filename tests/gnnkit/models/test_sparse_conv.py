@@ -199,19 +199,21 @@ def test_without_a_model_a_size_class_is_timed_once_and_keeps_the_fastest_format
         out.square().sum().backward()
         expected.square().sum().backward()
         torch.testing.assert_close(x.grad, x_ref.grad, atol=1e-5, rtol=1e-4)
-    assert [adj for adj, _ in timed] == [adj for adj, _ in timed_backward] == [blocks[0]]  # once a class
+    # once a class: every usable format, then the switch's two again to confirm it
+    assert [adj for adj, _ in timed] == [adj for adj, _ in timed_backward] == [blocks[0]] * 2
     assert "segment" in timed[0][1] and "csr" in timed[0][1] and timed[0][1] == timed_backward[0][1]
+    assert timed[1][1] == [selector_module.NO_MODEL_DEFAULT, "segment"] and timed_backward[1][1] == ["gather_scatter", "csr"]
     assert all(FORMATS[n].conversion_free for n in timed[0][1])  # single-use: nothing to convert
     assert (ours.last_plan.forward, ours.last_plan.backward) == ("segment", "csr")  # csr: A^T sorted a step
     assert ours.plan_counts == {"segment/csr": 4}
     ours(torch.randn(300, 8), block(9, num_dst=100, num_src=300, nnz=900))  # another size class: timed too
-    assert len(timed) == len(timed_backward) == 2 and set(dtypes) == {torch.float32}
+    assert len(timed) == len(timed_backward) == 4 and set(dtypes) == {torch.float32}
     half = copy.deepcopy(ours).to(torch.bfloat16)  # its plans too: the class is planned, but for float32
     half(torch.randn(300, 8, dtype=torch.bfloat16), block(9, num_dst=100, num_src=300, nnz=900))
-    assert len(timed) == len(timed_backward) == 3 and dtypes[-2:] == [torch.bfloat16] * 2  # timed in its dtype
+    assert len(timed) == len(timed_backward) == 6 and dtypes[-4:] == [torch.bfloat16] * 4  # timed in its dtype
     monkeypatch.setenv(decision.VERIFY_ENV, "0")  # the check turned off: the defaults, untimed
     ours(torch.randn(3000, 8), block(9, num_dst=1000, num_src=3000, nnz=9000))
-    assert len(timed) == len(timed_backward) == 3
+    assert len(timed) == len(timed_backward) == 6
     assert (ours.last_plan.forward, ours.last_plan.backward) == (selector_module.NO_MODEL_DEFAULT, "gather_scatter")
 
 

@@ -17,7 +17,7 @@ from gnnkit.sparse.decision import (CHECK_NOISE, DEFAULT_RUN, RunLength, TimeMod
 from gnnkit.sparse.features import FEATURE_NAMES
 from gnnkit.sparse.forest import TreeEnsemble
 from gnnkit.sparse.measure import FormatTiming
-from gnnkit.sparse.selector import Selector, choose_format, set_selector
+from gnnkit.sparse.selector import NO_MODEL_DEFAULT, Selector, choose_format, set_selector, usable
 
 LONG = RunLength(epochs=10_000, calls_per_epoch=2)
 SHORT = RunLength(epochs=1, calls_per_epoch=1)
@@ -69,14 +69,43 @@ def test_check_runs_when_the_margin_is_small_and_the_run_long(adj):
     close = model({"csr": 0.1, "gather_scatter": 0.0})
     faster = FakeTimer({"csr": 0.5, "gather_scatter": 1.0})  # the runner-up takes half the time
     d = decide(adj, 64, run=LONG, selector=close, timer=faster, verify=True)
-    assert faster.calls == [["gather_scatter", "csr"]] and d.checked
+    assert faster.calls == [["gather_scatter", "csr"]] * 2 and d.checked  # a switch is timed twice
     assert d.expected_saving_s > d.check_cost_s
     assert d.choice == "csr" and d.pick == "gather_scatter" and d.timings_s == {"gather_scatter": 1.0, "csr": 0.5}
     single = MatrixSpec("rmat", 2000, 2000, 8, 0).build()
     single.single_use = True  # one product cannot repay a measurement
     assert not decide(single, 64, run=LONG, selector=close, timer=faster, verify=True).checked
     assert not decide(adj, 64, run=LONG, selector=close, timer=faster, verify=False).checked
-    assert len(faster.calls) == 1
+    assert len(faster.calls) == 2
+
+
+class WarmingTimer(FakeTimer):
+    """A fake timer whose first timing of ``slow`` catches it warming up (twice its time)."""
+
+    def __init__(self, seconds: dict[str, float], slow: str) -> None:
+        super().__init__(seconds)
+        self.slow = slow
+
+    def __call__(self, adj, width, formats, repeats, dtype=None):
+        out = super().__call__(adj, width, formats, repeats, dtype)
+        if len(self.calls) == 1 and self.slow in out:
+            out[self.slow] = FormatTiming(0.0, 2 * self.seconds[self.slow], repeats)
+        return out
+
+
+def test_a_switch_needs_a_second_timing_to_agree(adj):
+    """A pick slow only in the first timing (a process's first products: the heap still growing)
+    stays; the faster of each format's two times decides. Without a model the default stays too."""
+    close = model({"csr": 0.1, "gather_scatter": 0.0})
+    warming = WarmingTimer({"csr": 0.9, "gather_scatter": 1.0}, slow="gather_scatter")
+    d = decide(adj, 64, run=LONG, selector=close, timer=warming, verify=True)
+    assert warming.calls == [["gather_scatter", "csr"]] * 2
+    assert d.choice == "gather_scatter" and "kept" in d.reason and d.timings_s == {"gather_scatter": 1.0, "csr": 0.9}
+    names = [n for n in FORMATS if usable(FORMATS[n], adj)]
+    warming = WarmingTimer({n: 0.95 if n == "segment" else 1.0 for n in names}, slow=NO_MODEL_DEFAULT)
+    d = decision_module._without_model(adj, 64, False, True, LONG, "cpu", names, warming)
+    assert warming.calls == [names, [NO_MODEL_DEFAULT, "segment"]]
+    assert d.choice == NO_MODEL_DEFAULT and "kept" in d.reason and d.timings_s[NO_MODEL_DEFAULT] == 1.0
 
 
 def test_a_difference_within_noise_keeps_the_models_pick(adj):

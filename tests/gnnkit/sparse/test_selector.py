@@ -119,13 +119,13 @@ def test_close_calls_are_timed_on_the_matrix(monkeypatch):
     try:
         assert choose_format(adj, 64, verify=False) == "gather_scatter" and timed == []
         assert choose_format(adj, 64) == "csr" and choose_format(adj, 64, transpose=True) == "csr"
-        assert len(timed) == 2
+        assert len(timed) == 4  # each pass's switch timed twice (the second confirms it)
         assert choose_format(one_off, 64) == "gather_scatter"  # one product cannot repay a measurement
         monkeypatch.setenv("GNNKIT_SPMM_VERIFY", "0")
         assert choose_format(adj, 64) == "gather_scatter"
         monkeypatch.delenv("GNNKIT_SPMM_VERIFY")
         set_selector(far)  # the runner-up is predicted e^2 = 7.4x slower: the model decides alone
-        assert choose_format(adj, 64) == "gather_scatter" and len(timed) == 2
+        assert choose_format(adj, 64) == "gather_scatter" and len(timed) == 4
     finally:
         set_selector(None)
 
@@ -243,19 +243,20 @@ def test_without_a_model_auto_times_every_usable_format_where_it_can_pay(monkeyp
     assert made.choice == "segment" and made.checked and made.model is None and made.device == "cpu"
     assert "no selector model for cpu" in made.reason and "--device cpu" in made.reason
     assert set(timed[0]) == {n for n in FORMATS if selector_module.usable(FORMATS[n], adj)} and len(timed[0]) > 2
+    assert timed[1] == [selector_module.NO_MODEL_DEFAULT, "segment"]  # the switch, timed again
     kept = decision.decide(one_off, 32)  # one product cannot repay timing: the default
-    assert kept.choice == selector_module.NO_MODEL_DEFAULT and not kept.checked and len(timed) == 1
+    assert kept.choice == selector_module.NO_MODEL_DEFAULT and not kept.checked and len(timed) == 2
     assert "single-use matrix" in kept.reason
     shared = decision.decide(one_off, 32, run=decision.RunLength(1), shared=True)  # serves its size class
-    assert shared.choice == "segment" and shared.checked and len(timed) == 2
+    assert shared.choice == "segment" and shared.checked and len(timed) == 4
     # each step's block converts anew: its conversion counts in full, however long the run
     monkeypatch.setattr(decision, "_timer", lambda a, w, names, r, **_: {
         n: FormatTiming(1.0 if n == "csr" else 0.0, {"csr": 0.6, "segment": 0.9}.get(n, 1.0), r) for n in names})
     assert decision.decide(one_off, 32, run=decision.RunLength(100), shared=True).choice == "segment"
     assert decision.decide(adj, 32, run=decision.RunLength(100)).choice == "csr"  # amortised over the run
     monkeypatch.setattr(decision, "_timer", timer)
-    assert set(timed[1]) == {n for n in FORMATS if selector_module.usable(FORMATS[n], one_off)}
-    assert all(FORMATS[n].conversion_free for n in timed[1]) and len(timed[1]) > 2
+    assert set(timed[2]) == {n for n in FORMATS if selector_module.usable(FORMATS[n], one_off)}
+    assert all(FORMATS[n].conversion_free for n in timed[2]) and len(timed[2]) > 2
     monkeypatch.setattr(decision, "_backward_timer", lambda a, w, names, r, **_: {n: 1.0 for n in names})
     backward = decision.decide(one_off, 32, transpose=True, shared=True)  # a tie keeps the transpose-free one
     assert backward.choice == "gather_scatter" and backward.checked and "kept" in backward.reason
@@ -266,9 +267,9 @@ def test_without_a_model_auto_times_every_usable_format_where_it_can_pay(monkeyp
     monkeypatch.setattr(decision, "_backward_timer", lambda a, w, names, r, **_: {})  # no memory for any of them
     backward = decision.decide(one_off, 32, transpose=True, shared=True)
     assert backward.choice == "gather_scatter" and "could not time gather_scatter" in backward.reason
-    assert decision.decide(adj, 32, verify=False).choice == "csr" and len(timed) == 2
+    assert decision.decide(adj, 32, verify=False).choice == "csr" and len(timed) == 4
     short = decision.decide(adj, 32, run=decision.RunLength(5))  # too few products to repay timing them all
-    assert short.choice == "csr" and not short.checked and "a run of 5 products" in short.reason and len(timed) == 2
+    assert short.choice == "csr" and not short.checked and "a run of 5 products" in short.reason and len(timed) == 4
 
     monkeypatch.setattr(decision, "_timer", lambda a, w, names, r, **_: {n: FormatTiming(0.0, 1.0, r) for n in names})
     assert decision.decide(adj, 32).choice == "csr"  # a tie keeps the default
