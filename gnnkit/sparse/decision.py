@@ -206,22 +206,28 @@ def _fastest(measured: dict[str, float]) -> str:
     return min(measured, key=lambda n: (measured[n], _order(n)))
 
 
-def _confirmed(measured: dict[str, float], keep: str, retime: Callable[[list[str]], dict[str, float]]
-               ) -> dict[str, float]:
-    """``measured``, with ``keep`` and the fastest format timed again where that one would replace
-    ``keep`` (faster beyond :data:`CHECK_NOISE`): each keeps the faster of its two times.
+def _beats(measured: dict[str, float], other: str, keep: str) -> bool:
+    """Whether ``other`` took under ``1 - CHECK_NOISE`` of ``keep``'s time: the one rule by which a
+    timed format replaces the one ``auto`` keeps."""
+    return measured[other] < (1 - CHECK_NOISE) * measured[keep]
+
+
+def _confirmed(time: Callable[[list[str]], dict[str, float]], names: list[str], keep: str) -> dict[str, float]:
+    """Seconds per format of ``names`` by ``time``, with ``keep`` and the fastest timed again where
+    that one :func:`_beats` ``keep``: each then keeps the faster of its two times.
 
     Args:
-        measured: Seconds per format of a first timing.
+        time: Times the formats it is given.
+        names: The formats to time.
         keep: The format that stays unless beaten (the model's pick, the default).
-        retime: Times the formats it is given again.
     """
+    measured = time(names)
     if keep not in measured:
         return measured
     best = _fastest(measured)
-    if measured[best] >= (1 - CHECK_NOISE) * measured[keep]:
+    if not _beats(measured, best, keep):
         return measured
-    again = retime([keep, best])
+    again = time([keep, best])
     return {n: min(t, again.get(n, math.inf)) for n, t in measured.items()}
 
 
@@ -318,13 +324,12 @@ def decide(adj: Adjacency, width: int, transpose: bool = False, verify: bool | N
     if saving <= cost:
         return Decision(choice=pick, reason=f"model's pick (expected saving {saving:.3g} s over {run.products} "
                                             f"products <= check cost {cost:.3g} s)", **base)
-    measured = _confirmed(_time_formats(adj, width, transpose, [pick, rival], run, timer), pick,
-                          lambda names: _time_formats(adj, width, transpose, names, run, timer))
+    measured = _confirmed(lambda names: _time_formats(adj, width, transpose, names, run, timer), [pick, rival], pick)
     base.update(checked=True, timings_s=measured)
     if pick not in measured or rival not in measured:
         return Decision(choice=pick, reason="model's pick (the check could not time both formats)", **base)
     ratio = measured[rival] / measured[pick]
-    if ratio < 1 - CHECK_NOISE:
+    if _beats(measured, rival, pick):
         return Decision(choice=rival, reason=f"timed: runner-up {rival} took {ratio:.2f}x the time of the model's "
                                              f"pick {pick} (beyond {CHECK_NOISE:.0%} noise)", **base)
     return Decision(choice=pick, reason=f"timed: model's pick kept (runner-up {rival} took {ratio:.2f}x its time; "
@@ -381,13 +386,13 @@ def _without_model(adj: Adjacency, width: int, transpose: bool, verify: bool | N
                f"a run of {run.products} products" if too_short else
                "single-use matrix" if one_product else "no entries")
         return Decision(choice=default, reason=f"{missing}; {why}: default {default}", **base)
-    measured = _confirmed(_time_formats(adj, width, transpose, usable_formats, run, timer), default,
-                          lambda names: _time_formats(adj, width, transpose, names, run, timer))
+    measured = _confirmed(lambda names: _time_formats(adj, width, transpose, names, run, timer), usable_formats,
+                          default)
     base.update(checked=True, timings_s=measured)
     if default not in measured:
         return Decision(choice=default, reason=f"{missing}; the check could not time {default}", **base)
     best = _fastest(measured)
-    if measured[best] < (1 - CHECK_NOISE) * measured[default]:
+    if _beats(measured, best, default):
         return Decision(choice=best, reason=f"{missing}; timed every usable format: {best} took "
                                             f"{measured[best] / measured[default]:.2f}x the time of {default}", **base)
     return Decision(choice=default, reason=f"{missing}; timed every usable format: default {default} kept "
@@ -400,13 +405,13 @@ def _time_backward(adj: Adjacency, width: int, usable_formats: list[str], free: 
     a step pays it (:func:`~gnnkit.sparse.measure.measure_backward`: the transpose-free ones from
     ``A``'s entries, the others with ``A^T`` sorted first), the transpose-free ``free`` kept unless
     another is faster beyond :data:`CHECK_NOISE`."""
-    measured = _confirmed(_backward_timer(adj, width, usable_formats, VERIFY_ROUNDS, dtype=dtype), free,
-                          lambda names: _backward_timer(adj, width, names, VERIFY_ROUNDS, dtype=dtype))
+    measured = _confirmed(lambda names: _backward_timer(adj, width, names, VERIFY_ROUNDS, dtype=dtype),
+                          usable_formats, free)
     base = {**base, "pick": free, "checked": True, "timings_s": measured}
     if free not in measured:  # the GPU had no memory for it
         return Decision(choice=free, reason=f"{missing}; the check could not time {free}", **base)
     best = _fastest(measured)
-    if measured[best] < (1 - CHECK_NOISE) * measured[free]:
+    if _beats(measured, best, free):
         return Decision(choice=best, reason=f"{missing}; timed every usable format for the size class's backward "
                                             f"(A^T sorted where needed): {best} took "
                                             f"{measured[best] / measured[free]:.2f}x the time of {free}", **base)
