@@ -50,19 +50,25 @@ def resolve_format(name: str) -> str:
     return key
 
 
-# torch announces its beta sparse layouts once per process; gnnkit uses them deliberately.
+# torch announces its beta sparse layouts once per process; gnnkit uses them deliberately. torch
+# 2.11 (the CUDA 13 wheels) also announces, on a process's first sparse tensor, that invariant checks
+# are "implicitly disabled", even when the constructor is passed check_invariants=False as gnnkit's
+# are (its arrays are checked when the Adjacency is made); torch 2.13 no longer does.
 _BETA = "Sparse (CSR|CSC|BSR|BSC) tensor support is in beta"
+_IMPLICIT_CHECKS = "Sparse invariant checks are implicitly disabled"
 _announced: set[str] = set()  # the kinds of conversion whose notice has come (and been ignored)
 
 
 def without_beta_notice(kind: str, build: Callable[[], Any]) -> Any:
-    """``build()`` with torch's one-off notice of its beta sparse layouts ignored. The notice comes
-    once a process, so only a kind's first build pays for the warning filter (a per-product cost
-    for the single-use blocks of sampled training)."""
+    """``build()`` with torch's one-off notices about its sparse layouts ignored (beta state, and
+    torch 2.11's implicitly disabled invariant checks). They come once a process, so only a kind's
+    first build pays for the warning filters (a per-product cost for the single-use blocks of
+    sampled training)."""
     if kind in _announced:
         return build()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_BETA)
+        warnings.filterwarnings("ignore", message=_IMPLICIT_CHECKS)
         result = build()
     _announced.add(kind)
     return result

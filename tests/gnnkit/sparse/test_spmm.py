@@ -310,6 +310,27 @@ def test_a_plan_made_for_one_matrix_serves_another_of_its_size_class():
         spmm_planned(second, x, chosen, reduce="max")
 
 
+def test_a_kinds_first_build_hides_both_of_torchs_sparse_notices():
+    """torch 2.11 (the CUDA 13 wheels) also says, on a process's first sparse tensor, that invariant
+    checks are "implicitly disabled", whatever ``check_invariants`` the constructor is given; torch
+    2.13 says neither, so the notices are raised here as torch words them. Other warnings pass."""
+    import uuid
+
+    from gnnkit.sparse.formats.base import without_beta_notice
+
+    def build() -> int:
+        warnings.warn("Sparse invariant checks are implicitly disabled. Memory errors (e.g. SEGFAULT) will "
+                      "occur when operating on a sparse tensor which violates the invariants", UserWarning)
+        warnings.warn("Sparse CSR tensor support is in beta state. If you miss a functionality", UserWarning)
+        warnings.warn("not torch's notice", UserWarning)
+        return 7
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert without_beta_notice(f"kind-{uuid.uuid4()}", build) == 7
+    assert [str(w.message) for w in caught] == ["not torch's notice"]
+
+
 def test_torchs_beta_layout_notice_never_reaches_the_user():
     """torch announces its beta sparse layouts once a process: the first conversion of a kind hides
     it, later ones need no filter (a fresh process, where the notice has not come yet)."""
