@@ -3,8 +3,10 @@
 A ``gnnkit run`` printed, besides its own lines, Lightning's ``GPU available: ...`` and ``TPU
 available: ...`` lines, its litlogger tip, and torch's ``LeafSpec`` deprecation warning (raised
 from Lightning's pytree helpers, twice per run). :func:`quiet` hides exactly these inside a
-``with`` block (or around a decorated function) and restores the warning filters and the log
-filters on leaving, so a user's own code and process settings are never changed. A resumed run also
+``with`` block (or around a decorated function) and takes its own warning and log filters away
+on leaving, so a user's own code and process settings are never changed, and filters that code in
+the block installed for the process stay (ogb's import turns off the warnings of its background
+version check, which fails after the block on a machine without internet). A resumed run also
 hides, with :func:`resuming`, Lightning's warning that its checkpoint folder is not empty: it
 continues in its own folder by design.
 """
@@ -46,16 +48,38 @@ class _DropLines(logging.Filter):
 
 
 @contextmanager
+def ignoring(warnings_: tuple[tuple[str, type[Warning]], ...]) -> Iterator[None]:
+    """Ignore the ``(message regex, category)`` warnings inside the block.
+
+    On leaving, the filters are as before plus those that code in the block added for the process
+    (a library's import, e.g. ogb's): ``warnings.catch_warnings`` alone would drop those too.
+    """
+    with warnings.catch_warnings():
+        for message, category in warnings_:
+            warnings.filterwarnings("ignore", message=message, category=category)
+        ours = list(warnings.filters)
+        try:
+            yield
+        finally:
+            added = [f for f in warnings.filters if f not in ours]
+    for action, message, category, module, lineno in reversed(added):
+        warnings.filterwarnings(action, _pattern(message), category, _pattern(module), lineno)
+
+
+def _pattern(regex: re.Pattern[str] | str | None) -> str:
+    """The text of a warning filter's message or module regex ("" for none)."""
+    return "" if regex is None else getattr(regex, "pattern", regex)
+
+
+@contextmanager
 def quiet() -> Iterator[None]:
-    """Hide Lightning's and torch's known noise inside the block; everything is restored after."""
+    """Hide Lightning's and torch's known noise inside the block; gnnkit's filters are gone after."""
     drop = _DropLines()
     loggers = [logging.getLogger(name) for name in LIGHTNING_LOGGERS]
     for log in loggers:
         log.addFilter(drop)
     try:
-        with warnings.catch_warnings():
-            for message, category in WARNINGS:
-                warnings.filterwarnings("ignore", message=message, category=category)
+        with ignoring(WARNINGS):
             yield
     finally:
         for log in loggers:
@@ -66,8 +90,7 @@ def quiet() -> Iterator[None]:
 def resuming() -> Iterator[None]:
     """Hide Lightning's "checkpoint directory exists and is not empty" warning inside the block: a
     resumed run writes its checkpoints beside the ones it resumes from."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=RESUME_WARNING)
+    with ignoring(((RESUME_WARNING, Warning),)):
         yield
 
 

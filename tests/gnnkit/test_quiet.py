@@ -74,3 +74,24 @@ def test_a_resumed_runs_not_empty_checkpoint_folder_is_not_warned_of_inside_only
         warnings.warn(not_empty, UserWarning)
     assert [str(w.message) for w in caught] == ["Checkpoint directory /x is odd", not_empty]
     assert warnings.filters == before
+
+
+def test_filters_that_code_in_the_block_installs_for_the_process_stay():
+    """ogb's import, inside a run, turns off the warnings of its background version check, which
+    fails after the run on a machine without internet; only gnnkit's own filters are taken away."""
+
+    class VersionCheckWarning(Warning):
+        pass
+
+    with warnings.catch_warnings():  # the test's own changes end with it
+        before = list(warnings.filters)
+        with quiet(), resuming():
+            warnings.filterwarnings("ignore", category=VersionCheckWarning)  # as a library's import does
+            warnings.filterwarnings("error", message="odd", module="some_lib", lineno=3)
+        assert warnings.filters[2:] == before
+        assert warnings.filters[0][:3:2] == ("error", Warning) and warnings.filters[0][1].pattern == "odd"
+        assert warnings.filters[0][3].pattern == "some_lib" and warnings.filters[0][4] == 3
+        assert warnings.filters[1] == ("ignore", None, VersionCheckWarning, None, 0)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.warn("Failed to check for latest version of package.", VersionCheckWarning)
+        assert caught == []
