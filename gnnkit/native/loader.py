@@ -62,9 +62,7 @@ def with_cuda() -> bool:
 def cuda_compiler() -> str | None:
     """The nvcc of the CUDA toolkit torch's extension builder would compile with (``CUDA_HOME``,
     which falls back to /usr/local/cuda, a folder CUDA runtime images have without nvcc), or None."""
-    from torch.utils import cpp_extension
-
-    home = cpp_extension.CUDA_HOME
+    home = _cpp_extension().CUDA_HOME
     nvcc = Path(home) / "bin" / "nvcc" if home else None
     return str(nvcc) if nvcc is not None and nvcc.is_file() else None
 
@@ -157,9 +155,22 @@ def build_lock(folder: Path) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def _build(verbose: bool) -> ModuleType:
-    from torch.utils import cpp_extension
+def _cpp_extension() -> ModuleType:
+    """torch's extension builder, imported without the line it logs on a machine with a CUDA toolkit
+    but no GPU ("No CUDA runtime is found, using CUDA_HOME=..."): gnnkit builds its CPU kernels there,
+    as :func:`with_cuda` says."""
+    log = logging.getLogger("torch.utils.cpp_extension")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        from torch.utils import cpp_extension
+    finally:
+        log.setLevel(level)
+    return cpp_extension
 
+
+def _build(verbose: bool) -> ModuleType:
+    cpp_extension = _cpp_extension()
     cuda = with_cuda()
     files = sources(cuda)
     missing = [str(p) for p in files[:1] if not p.is_file()]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -93,6 +94,24 @@ def test_cuda_kernels_join_the_build_only_with_a_cuda_compiler(monkeypatch, tmp_
     built = toolkit == "with nvcc"
     assert loader.with_cuda() is built
     assert any(p.suffix == ".cu" for p in loader.sources()) is built
+
+
+@pytest.mark.parametrize("importer", ["torch", "gnnkit"])
+def test_a_cuda_torch_without_a_gpu_builds_without_torchs_no_runtime_line(tmp_path, importer):
+    """A CUDA torch (the PyPI default) on a machine with a CUDA toolkit but no GPU logs "No CUDA
+    runtime is found, using CUDA_HOME=..." when its extension builder is imported; gnnkit imports it
+    without that line (in a fresh process posing as such a torch: the line comes once, at import)."""
+    pose = ("import torch\n"
+            "torch.version.cuda = '13.0'\n"
+            "torch.cuda._is_compiled = lambda: True\n"
+            "torch.cuda.is_available = lambda: False\n")
+    use = ("from torch.utils import cpp_extension\n" if importer == "torch" else
+           "from gnnkit.native import loader\nassert loader.cuda_compiler() is None and not loader.with_cuda()\n"
+           "loader._cpp_extension()\n")
+    env = {**os.environ, "CUDA_HOME": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-c", pose + use], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert ("No CUDA runtime is found" in result.stderr) is (importer == "torch"), result.stderr
 
 
 def test_missing_sources_fall_back_with_one_warning(tmp_path, monkeypatch):
