@@ -28,7 +28,7 @@ def test_known_warnings_are_hidden_inside_only_and_the_filters_restored():
     assert warnings.filters == before
 
 
-def test_lightnings_hardware_lines_and_tip_are_dropped_inside_only():
+def test_lightnings_hardware_lines_tip_and_max_epochs_stop_are_dropped_inside_only():
     seen: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
@@ -39,12 +39,13 @@ def test_lightnings_hardware_lines_and_tip_are_dropped_inside_only():
             rank_zero_info("GPU available: False, used: False")
             rank_zero_info("TPU available: False, using: 0 TPU cores")
             rank_zero_info(TIP)
-            rank_zero_info("`Trainer.fit` stopped: `max_epochs=1` reached.")
+            rank_zero_info("`Trainer.fit` stopped: `max_epochs=12` reached.")  # gnnkit's "epoch 12/12" says it
+            rank_zero_info("`Trainer.fit` stopped: `max_steps=40` reached.")
         assert all(not logging.getLogger(name).filters for name in LIGHTNING_LOGGERS)
         rank_zero_info("GPU available: False, used: False")
     finally:
         log.removeHandler(handler)
-    assert seen == ["`Trainer.fit` stopped: `max_epochs=1` reached.", "GPU available: False, used: False"]
+    assert seen == ["`Trainer.fit` stopped: `max_steps=40` reached.", "GPU available: False, used: False"]
 
 
 def test_the_decorator_restores_filters_when_the_function_raises():
