@@ -6,6 +6,7 @@ import argparse
 import importlib.metadata
 import os
 import platform
+import sys
 from typing import Any
 
 import torch
@@ -55,14 +56,19 @@ def report(build: bool = True) -> dict[str, Any]:
         None: "not built (the first use builds them, a minute at most, once)",
     }.get(native["built"], f"unavailable: {native['error']}")
     info["native kernels"] = state
-    info["native CUDA part"] = "yes" if native["with_cuda"] else "no (no CUDA torch, no GPU or no nvcc)"
+    info["native CUDA part"] = "yes" if native["with_cuda"] else (
+        "no (GNNKIT_NATIVE_CUDA=0)" if loader.cuda_mode() == "off" else "no (no CUDA torch, no GPU or no nvcc)")
     info["native built kernels"] = ", ".join(native["kernels"]) or "-"
     info["native build dir"] = native["build_dir"] or "-"
     return info
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    info = report(build=not args.no_build)
+    try:
+        info = report(build=not args.no_build)
+    except ValueError as err:  # a bad setting, e.g. GNNKIT_NATIVE_CUDA
+        print(f"gnnkit: error: {err}", file=sys.stderr)
+        return 2
     width = max(len(k) for k in info)
     for key, value in info.items():
         print(f"{key.ljust(width)}  {value}")

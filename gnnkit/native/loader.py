@@ -7,7 +7,7 @@ torch and Python versions, the compiler flags and the CPU's instruction-set flag
 with ``-march=native``); later processes find the built library there and load it in well under a
 second. A build announces itself (``building native kernels (a minute at most, once) into ...``)
 and its time, on gnnkit's log or, when that is not set up, on stderr. The CUDA kernels (``cuda/gpu``) join the build only when torch has CUDA and a GPU is
-visible. Concurrent builds into the same folder are serialised by an ``flock`` that the system
+visible (or ``GNNKIT_NATIVE_CUDA=1``: :func:`cuda_mode`). Concurrent builds into the same folder are serialised by an ``flock`` that the system
 releases when its holder dies (:func:`build_lock`), so no process waits forever on a killed build.
 
 If the build is impossible (no compiler, no sources), :func:`get` returns ``None`` after one
@@ -32,8 +32,8 @@ from types import ModuleType
 
 import torch
 
-__all__ = ["available", "build_dir", "disabled", "enabled", "get", "kernels", "library_path", "reset", "source_dir",
-           "status"]
+__all__ = ["available", "build_dir", "cuda_mode", "disabled", "enabled", "get", "kernels", "library_path", "reset",
+           "source_dir", "status"]
 
 _CFLAGS = ["-O3", "-march=native", "-fopenmp"]  # the C++ standard is torch's choice
 _LDFLAGS = ["-fopenmp"]
@@ -52,11 +52,29 @@ def source_dir() -> Path:
     return Path(env).expanduser() if env else Path(__file__).resolve().parents[2] / "cuda"
 
 
+#: ``GNNKIT_NATIVE_CUDA``'s values: include the CUDA kernels when a GPU is visible, always, or never.
+CUDA_MODES = {"auto": "auto", "1": "on", "on": "on", "true": "on", "yes": "on", "0": "off", "off": "off",
+              "false": "off", "no": "off"}
+
+
+def cuda_mode() -> str:
+    """``GNNKIT_NATIVE_CUDA``: ``auto`` (default: with a visible GPU), ``on`` (whenever torch has CUDA
+    and nvcc is found, e.g. to build on a machine without a GPU, with ``TORCH_CUDA_ARCH_LIST`` naming
+    the GPUs) or ``off``."""
+    value = os.environ.get("GNNKIT_NATIVE_CUDA", "auto").strip().lower()
+    if value not in CUDA_MODES:
+        raise ValueError(f"GNNKIT_NATIVE_CUDA: expected auto, 1 or 0, got {value!r}")
+    return CUDA_MODES[value]
+
+
 def with_cuda() -> bool:
-    """Whether the build includes the CUDA kernels: torch has CUDA, a GPU is visible and a CUDA
-    compiler is found (a pip-installed CUDA torch comes without nvcc: the CPU kernels are then
-    still built, and the GPU uses torch's own operations)."""
-    return torch.version.cuda is not None and torch.cuda.is_available() and cuda_compiler() is not None
+    """Whether the build includes the CUDA kernels: torch has CUDA, a GPU is visible (or
+    ``GNNKIT_NATIVE_CUDA=1``, :func:`cuda_mode`) and a CUDA compiler is found (a pip-installed CUDA
+    torch comes without nvcc: the CPU kernels are then still built, and the GPU uses torch's own
+    operations)."""
+    mode = cuda_mode()
+    wanted = mode == "on" or (mode == "auto" and torch.cuda.is_available())
+    return torch.version.cuda is not None and wanted and cuda_compiler() is not None
 
 
 def cuda_compiler() -> str | None:

@@ -96,6 +96,35 @@ def test_cuda_kernels_join_the_build_only_with_a_cuda_compiler(monkeypatch, tmp_
     assert any(p.suffix == ".cu" for p in loader.sources()) is built
 
 
+@pytest.mark.parametrize(("mode", "gpu", "built"), [("auto", False, False), ("auto", True, True), ("1", False, True),
+                                                    ("on", False, True), ("0", True, False)])
+def test_gnnkit_native_cuda_builds_the_cuda_kernels_without_a_gpu_or_never(monkeypatch, tmp_path, mode, gpu, built):
+    """GNNKIT_NATIVE_CUDA=1 builds the CUDA part where nvcc and a CUDA torch are but no GPU (a login
+    node; TORCH_CUDA_ARCH_LIST names the GPUs), 0 never builds it; a bad value is one line."""
+    import torch
+    from torch.utils import cpp_extension
+
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvcc").write_text("")
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(tmp_path))
+    monkeypatch.setenv("GNNKIT_NATIVE_CUDA", mode)
+    assert loader.with_cuda() is built
+    assert any(p.suffix == ".cu" for p in loader.sources()) is built
+    monkeypatch.setenv("GNNKIT_NATIVE_CUDA", "maybe")
+    with pytest.raises(ValueError, match="GNNKIT_NATIVE_CUDA: expected auto, 1 or 0, got 'maybe'"):
+        loader.with_cuda()
+
+
+def test_doctor_says_gnnkit_native_cuda_left_the_cuda_part_out_and_names_a_bad_value(monkeypatch, capsys):
+    monkeypatch.setenv("GNNKIT_NATIVE_CUDA", "0")
+    assert report(build=False)["native CUDA part"] == "no (GNNKIT_NATIVE_CUDA=0)"
+    monkeypatch.setenv("GNNKIT_NATIVE_CUDA", "sometimes")
+    assert main(["doctor", "--no-build"]) == 2
+    assert capsys.readouterr().err == "gnnkit: error: GNNKIT_NATIVE_CUDA: expected auto, 1 or 0, got 'sometimes'\n"
+
+
 @pytest.mark.parametrize("importer", ["torch", "gnnkit"])
 def test_a_cuda_torch_without_a_gpu_builds_without_torchs_no_runtime_line(tmp_path, importer):
     """A CUDA torch (the PyPI default) on a machine with a CUDA toolkit but no GPU logs "No CUDA
