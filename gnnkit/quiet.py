@@ -51,14 +51,14 @@ class _DropLines(logging.Filter):
 
 
 @contextmanager
-def ignoring(warnings_: tuple[tuple[str, type[Warning]], ...]) -> Iterator[None]:
+def ignoring(patterns: tuple[tuple[str, type[Warning]], ...]) -> Iterator[None]:
     """Ignore the ``(message regex, category)`` warnings inside the block.
 
     On leaving, the filters are as before plus those that code in the block added for the process
     (a library's import, e.g. ogb's): ``warnings.catch_warnings`` alone would drop those too.
     """
     with warnings.catch_warnings():
-        for message, category in warnings_:
+        for message, category in patterns:
             warnings.filterwarnings("ignore", message=message, category=category)
         ours = list(warnings.filters)
         try:

@@ -6,9 +6,11 @@ and the folder they are in (two checkouts never share, hence never rebuild, one 
 torch and Python versions, the compiler flags and the CPU's instruction-set flags (the code is built
 with ``-march=native``); later processes find the built library there and load it in well under a
 second. A build announces itself (``building native kernels (a minute at most, once) into ...``)
-and its time, on gnnkit's log or, when that is not set up, on stderr. The CUDA kernels (``cuda/gpu``) join the build only when torch has CUDA and a GPU is
-visible (or ``GNNKIT_NATIVE_CUDA=1``: :func:`cuda_mode`). Concurrent builds into the same folder are serialised by an ``flock`` that the system
-releases when its holder dies (:func:`build_lock`), so no process waits forever on a killed build.
+and its time, on gnnkit's log or, when that is not set up, on stderr. The CUDA kernels
+(``cuda/gpu``) join the build only when torch has CUDA and a GPU is visible (or
+``GNNKIT_NATIVE_CUDA=1``: :func:`cuda_mode`). Concurrent builds into the same folder are serialised
+by an ``flock`` that the system releases when its holder dies (:func:`build_lock`), so no process
+waits forever on a killed build.
 
 If the build is impossible (no compiler, no sources), :func:`get` returns ``None`` after one
 warning line and gnnkit keeps its pure-PyTorch paths. ``GNNKIT_NATIVE=0`` turns the native
