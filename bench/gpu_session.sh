@@ -9,7 +9,8 @@
 #     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform any -d .whl \
 #         ogb jsonargparse typeshed-client docstring-parser outdated littleutils pymetis
-# (pymetis: the TT recipe orders its rows by METIS partitions)
+# (pymetis: the TT recipe orders its rows by METIS partitions). Before the loan, on this machine:
+#     bash bench/gpu_image_stack.sh      (the CPU suite under the image's torch 2.11+cu130, no device time)
 # then, from the repository root on the device machine (carry [".whl"]):
 #     GNNKIT_CALL_S=580 bash bench/gpu_session.sh setup tests gpu   # the steps named, in order
 # GNNKIT_CALL_S is the call's timeout_s: each step runs under what is left of it (less 15 s), so a
