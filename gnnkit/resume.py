@@ -13,8 +13,12 @@ stable across restarts) unless ``--run_dir`` gives one.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,9 +95,18 @@ def elastic_restart() -> int:
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0) or 0)
 
 
-def choose_run_dir(args: RunArgs) -> Path:
+def choose_run_dir(args: RunArgs) -> tuple[Path, bool]:
     """The run folder: ``--resume``, ``--run_dir``, ``$GNNKIT_RUN_DIR``, the torchrun rendezvous id,
-    or ``runs/<recipe>-<time>``, in that order."""
+    or ``runs/<recipe>-<time>``, in that order; and whether it is the last, a name made up here
+    (the run claims it, :func:`claimed_run_dir`)."""
+    given = _given_run_dir(args)
+    if given is not None:
+        return given, False
+    return Path("runs") / f"{Path(args.recipe or 'run').stem}-{time.strftime('%Y%m%d-%H%M%S')}", True
+
+
+def _given_run_dir(args: RunArgs) -> Path | None:
+    """The run folder the arguments, the environment or torchrun name, if any."""
     if args.resume is not None:
         if args.run_dir is not None and args.run_dir.resolve() != args.resume.resolve():
             raise ResumeError(f"gnnkit run: --resume {args.resume} and --run_dir {args.run_dir} name different "
@@ -110,7 +123,39 @@ def choose_run_dir(args: RunArgs) -> Path:
     if int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", 0) or 0) > 0:
         raise ResumeError("gnnkit run under torchrun --max-restarts needs a run folder every restart finds: "
                           "give --run_dir, or an --rdzv-id (or --standalone)")
-    return Path("runs") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return None
+
+
+@contextmanager
+def claimed_run_dir(plan: RunPlan) -> Iterator[Path]:
+    """The folder of a run being set up (the ``with`` block), made now if its name was made up.
+
+    Such a name (``runs/<recipe>-<time>``) is claimed with an atomic ``mkdir``: if another run took it
+    (two runs started in the same second, as a sweep's are), the first free of ``-2``, ``-3``, ...
+    is, so no two runs share a folder. ``plan.run_dir`` becomes the claimed folder. If the block
+    fails (bad arguments, ``--print_config``'s exit), the claimed folder, and a ``runs/`` made for it,
+    are removed again: a run that only parses writes nothing. A given folder is left to the caller.
+    """
+    if not plan.generated:
+        yield plan.run_dir
+        return
+    made_parent = not plan.run_dir.parent.exists()
+    plan.run_dir.parent.mkdir(parents=True, exist_ok=True)
+    base = plan.run_dir
+    for n in itertools.count(2):
+        try:
+            plan.run_dir.mkdir()
+            break
+        except FileExistsError:
+            plan.run_dir = base.with_name(f"{base.name}-{n}")
+    try:
+        yield plan.run_dir
+    except BaseException:
+        with contextlib.suppress(OSError):
+            plan.run_dir.rmdir()
+            if made_parent:
+                plan.run_dir.parent.rmdir()
+        raise
 
 
 def epochs_done(ckpt_path: Path) -> int:
@@ -156,6 +201,8 @@ class RunPlan:
         overrides: LightningCLI overrides.
         ckpt_path: Checkpoint for ``fit(ckpt_path=...)`` (``None``: start afresh).
         resumed: Whether the run continues in an existing run folder.
+        generated: ``run_dir`` is a name made up from the recipe and the time, which the run
+            claims (:func:`claimed_run_dir`).
     """
 
     run_dir: Path
@@ -163,6 +210,7 @@ class RunPlan:
     overrides: list[str]
     ckpt_path: str | None
     resumed: bool
+    generated: bool = False
 
 
 def _checkpoint(run_dir: Path, ckpt_path: str | None, resumed: bool) -> str | None:
@@ -190,7 +238,7 @@ def plan_run(args: RunArgs) -> RunPlan:
             given for a new run.
     """
     restart = elastic_restart()
-    run_dir = choose_run_dir(args)
+    run_dir, generated = choose_run_dir(args)
     resumed = args.resume is not None or (restart > 0 and (run_dir / CONFIG).is_file())
     if args.resume is not None and not (run_dir / CONFIG).is_file():
         raise ResumeError(f"gnnkit run --resume {run_dir}: no {CONFIG} there (expected a run folder written by "
@@ -207,7 +255,7 @@ def plan_run(args: RunArgs) -> RunPlan:
     ckpt = _checkpoint(run_dir, args.ckpt_path, resumed)
     if restart:
         log.info("torchrun restart %d: %s from %s", restart, run_dir, ckpt or "the start")
-    return RunPlan(run_dir, config, overrides, ckpt, resumed)
+    return RunPlan(run_dir, config, overrides, ckpt, resumed, generated)
 
 
 def prepare_metrics(plan: RunPlan) -> None:

@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,8 @@ from gnnkit.last_checkpoint import LastCheckpoint
 from gnnkit.optim import GaLoreAdamW  # noqa: F401  (a known Optimizer subclass: `--optimizer GaLoreAdamW`)
 from gnnkit.quiet import quietly, resuming
 from gnnkit.report import EpochTimer, write_report
-from gnnkit.resume import RUN_DIR_ENV, ResumeError, RunPlan, parse_run_args, plan_run, prepare_metrics
+from gnnkit.resume import (RUN_DIR_ENV, ResumeError, RunPlan, claimed_run_dir, parse_run_args, plan_run,
+                           prepare_metrics)
 from gnnkit.tasks import DEFAULT_TASK, SHARED_LINKS, TaskFamily, add_task_argument, recipe_task, task_family
 from pipeline import log, setup_logging
 
@@ -176,15 +178,36 @@ def run(recipe: str, overrides: list[str]) -> dict[str, Any]:
     if plan is None:
         _cli(Path("."), ["--help"])  # gnnkit's options, then LightningCLI's; exits
         return {}
-    run_dir = plan.run_dir
     try:
         task = recipe_task(plan.config, plan.overrides)
         task_family(task)
     except ValueError as err:  # reported like gnnkit's other run arguments: one line, exit 2
         raise ResumeError(str(err)) from None
-    cli = _cli(run_dir, ["--config", plan.config, *plan.overrides], resumed=plan.resumed, task=task)
+    with claimed_run_dir(plan) as run_dir:  # a new folder of its own, removed again if parsing fails
+        cli = _cli(run_dir, ["--config", plan.config, *plan.overrides], resumed=plan.resumed, task=task)
     run_dir.mkdir(parents=True, exist_ok=True)  # only now: a run that only parses writes nothing
-    os.environ[RUN_DIR_ENV] = str(run_dir)  # the ranks Lightning starts use this folder too
+    with _environment(RUN_DIR_ENV, str(run_dir)):  # the ranks Lightning starts use this folder too
+        return _train_and_test(plan, cli, task)
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str) -> Iterator[None]:
+    """``os.environ[name] = value`` inside the block, the former value (or none) after: a second
+    :func:`run` in the same process must not take the first one's folder."""
+    former = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if former is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = former
+
+
+def _train_and_test(plan: RunPlan, cli: GnnkitCLI, task: str) -> dict[str, Any]:
+    """Fit and test the parsed run in ``plan.run_dir``; the report."""
+    run_dir = plan.run_dir
     prepare_metrics(plan)
     trainer, model, data = cli.trainer, cli.model, cli.datamodule
     log.info("run %s: %s on %s (%s), %d parameters", run_dir, getattr(model, "gnn", type(model).__name__),

@@ -15,13 +15,17 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+from gnnkit import resume
 from gnnkit.fault_injection import EXIT_CODE, FAULT_ENV, InjectedFault
-from gnnkit.resume import RUN_DIR_ENV, ResumeError, epochs_done, parse_run_args, plan_run, trim_metrics
+from gnnkit.resume import (RUN_DIR_ENV, ResumeError, claimed_run_dir, epochs_done, parse_run_args, plan_run,
+                           trim_metrics)
 from gnnkit.run import run
 
 REPO = Path(__file__).parents[2]
@@ -146,6 +150,40 @@ def test_bad_resume_requests_are_one_line(argv, message, tmp_path, monkeypatch):
         plan_run(parse_run_args(argv))
     with pytest.raises(ResumeError, match=f"^{message}"):
         run(argv[0], argv[1:])
+
+
+def test_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path, monkeypatch):
+    """Two runs of one recipe in one second (a sweep's) made up the same runs/<recipe>-<time> and
+    shared it; and a run left GNNKIT_RUN_DIR set, so the next run() of the process took its folder."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(RUN_DIR_ENV)
+    monkeypatch.setattr(resume, "time", SimpleNamespace(strftime=lambda fmt: "20261128-010203"))
+    folders = [Path(run(QUICKSTART, ["--trainer.max_epochs", "1"])["best_checkpoint"]).parents[1] for _ in range(2)]
+    assert RUN_DIR_ENV not in os.environ
+    names = ["quickstart-20261128-010203", "quickstart-20261128-010203-2"]
+    assert [Path(f).name for f in folders] == names and sorted(p.name for p in (tmp_path / "runs").iterdir()) == names
+    assert all((tmp_path / "runs" / name / "report.json").is_file() for name in names)
+
+
+def test_a_made_up_run_folder_is_claimed_atomically_and_given_back_if_setting_up_fails(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(RUN_DIR_ENV)
+    monkeypatch.setattr(resume, "time", SimpleNamespace(strftime=lambda fmt: "T"))
+    plans = [plan_run(parse_run_args([QUICKSTART])) for _ in range(8)]
+    assert {p.run_dir for p in plans} == {Path("runs/quickstart-T")} and all(p.generated for p in plans)
+    claims = [claimed_run_dir(p) for p in plans]  # kept: a claim left unfinished gives its folder back
+    with ThreadPoolExecutor(8) as pool:  # mkdir is atomic: no two claims get one folder
+        claimed = list(pool.map(lambda claim: claim.__enter__(), claims))
+    assert sorted(p.name for p in claimed) == ["quickstart-T", *[f"quickstart-T-{n}" for n in range(2, 9)]]
+    assert [p.run_dir for p in plans] == claimed
+    failing = plan_run(parse_run_args([str(QUICKSTART)]))
+    with pytest.raises(SystemExit), claimed_run_dir(failing) as folder:  # e.g. --print_config's exit
+        assert folder.name == "quickstart-T-9" and folder.is_dir()
+        raise SystemExit(0)
+    assert not folder.exists() and (tmp_path / "runs").is_dir()  # runs/ was there before: kept
+    given = plan_run(parse_run_args([QUICKSTART, "--run_dir", "mine"]))
+    with claimed_run_dir(given) as folder:
+        assert folder == Path("mine") and not given.generated and not folder.exists()
 
 
 def test_trim_drops_the_rows_after_the_checkpoint_and_a_cut_row(tmp_path):
