@@ -97,12 +97,14 @@ def elastic_restart() -> int:
 
 def choose_run_dir(args: RunArgs) -> tuple[Path, bool]:
     """The run folder: ``--resume``, ``--run_dir``, ``$GNNKIT_RUN_DIR``, the torchrun rendezvous id,
-    or ``runs/<recipe>-<time>``, in that order; and whether it is the last, a name made up here
-    (the run claims it, :func:`claimed_run_dir`)."""
+    or ``runs/<recipe>-<time>``, in that order; and whether the run claims it
+    (:func:`claimed_run_dir`): a name made up here, outside torchrun (whose ranks each make it up
+    and share it)."""
     given = _given_run_dir(args)
     if given is not None:
         return given, False
-    return Path("runs") / f"{Path(args.recipe or 'run').stem}-{time.strftime('%Y%m%d-%H%M%S')}", True
+    made_up = Path("runs") / f"{Path(args.recipe or 'run').stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return made_up, not os.environ.get("TORCHELASTIC_RUN_ID")
 
 
 def _given_run_dir(args: RunArgs) -> Path | None:
@@ -136,7 +138,7 @@ def claimed_run_dir(plan: RunPlan) -> Iterator[Path]:
     fails (bad arguments, ``--print_config``'s exit), the claimed folder, and a ``runs/`` made for it,
     are removed again: a run that only parses writes nothing. A given folder is left to the caller.
     """
-    if not plan.generated:
+    if not plan.claim:
         yield plan.run_dir
         return
     made_parent = not plan.run_dir.parent.exists()
@@ -201,8 +203,8 @@ class RunPlan:
         overrides: LightningCLI overrides.
         ckpt_path: Checkpoint for ``fit(ckpt_path=...)`` (``None``: start afresh).
         resumed: Whether the run continues in an existing run folder.
-        generated: ``run_dir`` is a name made up from the recipe and the time, which the run
-            claims (:func:`claimed_run_dir`).
+        claim: ``run_dir`` is a name made up from the recipe and the time, outside torchrun, which
+            the run claims (:func:`claimed_run_dir`).
     """
 
     run_dir: Path
@@ -210,7 +212,7 @@ class RunPlan:
     overrides: list[str]
     ckpt_path: str | None
     resumed: bool
-    generated: bool = False
+    claim: bool = False
 
 
 def _checkpoint(run_dir: Path, ckpt_path: str | None, resumed: bool) -> str | None:
@@ -238,7 +240,7 @@ def plan_run(args: RunArgs) -> RunPlan:
             given for a new run.
     """
     restart = elastic_restart()
-    run_dir, generated = choose_run_dir(args)
+    run_dir, claim = choose_run_dir(args)
     resumed = args.resume is not None or (restart > 0 and (run_dir / CONFIG).is_file())
     if args.resume is not None and not (run_dir / CONFIG).is_file():
         raise ResumeError(f"gnnkit run --resume {run_dir}: no {CONFIG} there (expected a run folder written by "
@@ -255,7 +257,7 @@ def plan_run(args: RunArgs) -> RunPlan:
     ckpt = _checkpoint(run_dir, args.ckpt_path, resumed)
     if restart:
         log.info("torchrun restart %d: %s from %s", restart, run_dir, ckpt or "the start")
-    return RunPlan(run_dir, config, overrides, ckpt, resumed, generated)
+    return RunPlan(run_dir, config, overrides, ckpt, resumed, claim)
 
 
 def prepare_metrics(plan: RunPlan) -> None:

@@ -170,7 +170,7 @@ def test_a_made_up_run_folder_is_claimed_atomically_and_given_back_if_setting_up
     monkeypatch.delenv(RUN_DIR_ENV)
     monkeypatch.setattr(resume, "time", SimpleNamespace(strftime=lambda fmt: "T"))
     plans = [plan_run(parse_run_args([QUICKSTART])) for _ in range(8)]
-    assert {p.run_dir for p in plans} == {Path("runs/quickstart-T")} and all(p.generated for p in plans)
+    assert {p.run_dir for p in plans} == {Path("runs/quickstart-T")} and all(p.claim for p in plans)
     claims = [claimed_run_dir(p) for p in plans]  # kept: a claim left unfinished gives its folder back
     with ThreadPoolExecutor(8) as pool:  # mkdir is atomic: no two claims get one folder
         claimed = list(pool.map(lambda claim: claim.__enter__(), claims))
@@ -183,7 +183,9 @@ def test_a_made_up_run_folder_is_claimed_atomically_and_given_back_if_setting_up
     assert not folder.exists() and (tmp_path / "runs").is_dir()  # runs/ was there before: kept
     given = plan_run(parse_run_args([QUICKSTART, "--run_dir", "mine"]))
     with claimed_run_dir(given) as folder:
-        assert folder == Path("mine") and not given.generated and not folder.exists()
+        assert folder == Path("mine") and not given.claim and not folder.exists()
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")  # torchrun's ranks each make the name up and share it
+    assert not plan_run(parse_run_args([QUICKSTART])).claim
 
 
 def test_trim_drops_the_rows_after_the_checkpoint_and_a_cut_row(tmp_path):
