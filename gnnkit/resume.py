@@ -18,7 +18,6 @@ import itertools
 import os
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -128,13 +127,13 @@ def _given_run_dir(args: RunArgs) -> Path | None:
     return None
 
 
-@contextmanager
+@contextlib.contextmanager
 def claimed_run_dir(plan: RunPlan) -> Iterator[Path]:
     """The folder of a run being set up (the ``with`` block), made now if its name was made up.
 
     Such a name (``runs/<recipe>-<time>``) is claimed with an atomic ``mkdir``: if another run took it
-    (two runs started in the same second, as a sweep's are), the first free of ``-2``, ``-3``, ...
-    is, so no two runs share a folder. ``plan.run_dir`` becomes the claimed folder. If the block
+    (two runs started in the same second, as a sweep's are), the run takes the first free one of
+    ``-2``, ``-3``, ..., so no two runs share a folder. ``plan.run_dir`` becomes the claimed one. If the block
     fails (bad arguments, ``--print_config``'s exit), the claimed folder, and a ``runs/`` made for it,
     are removed again: a run that only parses writes nothing. A given folder is left to the caller.
     """
