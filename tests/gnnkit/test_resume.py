@@ -152,12 +152,17 @@ def test_bad_resume_requests_are_one_line(argv, message, tmp_path, monkeypatch):
         run(argv[0], argv[1:])
 
 
+def _one_second(monkeypatch: pytest.MonkeyPatch, folder: Path, now: str) -> None:
+    """Runs made in ``folder`` with no run folder given, all at the time ``now``."""
+    monkeypatch.chdir(folder)
+    monkeypatch.delenv(RUN_DIR_ENV)
+    monkeypatch.setattr(resume, "time", SimpleNamespace(strftime=lambda fmt: now))
+
+
 def test_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path, monkeypatch):
     """Two runs of one recipe in one second (a sweep's) made up the same runs/<recipe>-<time> and
     shared it; and a run left GNNKIT_RUN_DIR set, so the next run() of the process took its folder."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv(RUN_DIR_ENV)
-    monkeypatch.setattr(resume, "time", SimpleNamespace(strftime=lambda fmt: "20261128-010203"))
+    _one_second(monkeypatch, tmp_path, "20261128-010203")
     folders = [Path(run(QUICKSTART, ["--trainer.max_epochs", "1"])["best_checkpoint"]).parents[1] for _ in range(2)]
     assert RUN_DIR_ENV not in os.environ
     names = ["quickstart-20261128-010203", "quickstart-20261128-010203-2"]
@@ -166,9 +171,7 @@ def test_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path, monk
 
 
 def test_a_made_up_run_folder_is_claimed_atomically_and_given_back_if_setting_up_fails(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv(RUN_DIR_ENV)
-    monkeypatch.setattr(resume, "time", SimpleNamespace(strftime=lambda fmt: "T"))
+    _one_second(monkeypatch, tmp_path, "T")
     plans = [plan_run(parse_run_args([QUICKSTART])) for _ in range(8)]
     assert {p.run_dir for p in plans} == {Path("runs/quickstart-T")} and all(p.claim for p in plans)
     claims = [claimed_run_dir(p) for p in plans]  # kept: a claim left unfinished gives its folder back

@@ -77,20 +77,28 @@ def test_a_build_is_announced_with_its_folder_and_time_and_a_built_library_is_re
     assert capsys.readouterr().err == "" and len(builds) == 2
 
 
+def _pose_as_cuda_torch(monkeypatch: pytest.MonkeyPatch, home: Path | None, nvcc: bool, gpu: bool) -> None:
+    """This torch as a CUDA 13 build with the CUDA toolkit at ``home`` (none: ``None``), which has an
+    nvcc or not, and a GPU visible or not; ``GNNKIT_NATIVE_CUDA`` unset."""
+    import torch
+    from torch.utils import cpp_extension
+
+    if home is not None:
+        (home / "bin").mkdir()
+        if nvcc:
+            (home / "bin" / "nvcc").write_text("")
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", None if home is None else str(home))
+    monkeypatch.delenv("GNNKIT_NATIVE_CUDA", raising=False)
+
+
 @pytest.mark.parametrize("toolkit", ["none", "without nvcc", "with nvcc"])
 def test_cuda_kernels_join_the_build_only_with_a_cuda_compiler(monkeypatch, tmp_path, toolkit):
     """A pip-installed CUDA torch on a GPU machine, or a CUDA runtime image (a /usr/local/cuda
     without bin/nvcc), has no compiler: the build then stays CPU-only (the CPU kernels are kept)
     instead of failing as a whole."""
-    import torch
-    from torch.utils import cpp_extension
-
-    (tmp_path / "bin").mkdir()
-    if toolkit == "with nvcc":
-        (tmp_path / "bin" / "nvcc").write_text("")
-    monkeypatch.setattr(torch.version, "cuda", "13.0")
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(cpp_extension, "CUDA_HOME", None if toolkit == "none" else str(tmp_path))
+    _pose_as_cuda_torch(monkeypatch, None if toolkit == "none" else tmp_path, nvcc=toolkit == "with nvcc", gpu=True)
     built = toolkit == "with nvcc"
     assert loader.with_cuda() is built
     assert any(p.suffix == ".cu" for p in loader.sources()) is built
@@ -101,14 +109,7 @@ def test_cuda_kernels_join_the_build_only_with_a_cuda_compiler(monkeypatch, tmp_
 def test_gnnkit_native_cuda_builds_the_cuda_kernels_without_a_gpu_or_never(monkeypatch, tmp_path, mode, gpu, built):
     """GNNKIT_NATIVE_CUDA=1 builds the CUDA part where nvcc and a CUDA torch are but no GPU (a login
     node; TORCH_CUDA_ARCH_LIST names the GPUs), 0 never builds it; a bad value is one line."""
-    import torch
-    from torch.utils import cpp_extension
-
-    (tmp_path / "bin").mkdir()
-    (tmp_path / "bin" / "nvcc").write_text("")
-    monkeypatch.setattr(torch.version, "cuda", "13.0")
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
-    monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(tmp_path))
+    _pose_as_cuda_torch(monkeypatch, tmp_path, nvcc=True, gpu=gpu)
     monkeypatch.setenv("GNNKIT_NATIVE_CUDA", mode)
     assert loader.with_cuda() is built
     assert any(p.suffix == ".cu" for p in loader.sources()) is built
