@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -97,6 +97,7 @@ class GnnkitCLI(LightningCLI):
         )
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        counts_before_fractions(parser)
         add_reference_argument(parser)
         add_task_argument(parser)
         for source, target in (*SHARED_LINKS, *self.family.links):
@@ -124,6 +125,27 @@ class GnnkitCLI(LightningCLI):
         plugins = trainer_config.get("plugins") or []
         plugins = [*(plugins if isinstance(plugins, list) else [plugins]), AtomicCheckpointIO()]
         return super().instantiate_trainer(logger=logger, plugins=plugins, **kwargs)
+
+
+#: Trainer arguments whose int is a number of batches and whose float a fraction of them.
+BATCH_COUNTS = ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches")
+
+
+def counts_before_fractions(parser: LightningArgumentParser) -> None:
+    """Parse ``--trainer.limit_val_batches 1`` (and the other :data:`BATCH_COUNTS`) as the int 1, one
+    batch, as Lightning documents, not as 1.0, all of them (its footgun, Lightning-AI/pytorch-lightning#11950).
+
+    Lightning annotates them ``Union[int, float]``, but typing hands back a cached union that is equal
+    as a set and lists ``float`` first (``Optional[Union[float, int]]`` made elsewhere), and jsonargparse
+    tries a union's members in order and widens an int to a float: ``1`` became ``1.0`` (100% of the
+    batches) and ``20`` became ``20.0``, in the run and in its ``config.yaml``. A written float
+    (``0.5``, ``1.0``) stays a float.
+    """
+    for key in BATCH_COUNTS:
+        action = parser._option_string_actions.get(f"--trainer.{key}")
+        members = getattr(getattr(action, "_typehint", None), "__args__", ())
+        if int in members and float in members:
+            action._typehint = Union[(int, *(m for m in members if m is not int))]
 
 
 def _plain_spec(spec: Any) -> dict[str, Any] | None:

@@ -137,3 +137,23 @@ def test_a_graph_far_smaller_than_the_recipes_reference_gets_a_hint(tmp_path):
     assert ("[gnnkit] hint: synthetic-tiny has 3,000 nodes, 56x fewer than ogbn-arxiv (169,343), the graph gcn_arxiv.yaml's "
             f"hyper-parameters come from; {REPO / 'recipes' / 'gcn_citation.yaml'} is set for Cora (2,708 nodes)\n"
             in out.stderr), out.stderr[-3000:]
+
+
+def test_a_batch_limit_of_1_is_one_batch_and_a_written_float_a_fraction(tmp_path):
+    """`--trainer.limit_val_batches 1` is the int 1 (one batch), in the trainer and in config.yaml,
+    from the command line and from a recipe; jsonargparse had widened it to 1.0 (every batch)."""
+    from gnnkit.run import GnnkitCLI
+
+    recipe = tmp_path / "recipe.yaml"
+    config = yaml.safe_load(QUICKSTART.read_text())
+    config["trainer"]["limit_predict_batches"] = 1
+    recipe.write_text(yaml.safe_dump(config))
+    cli = GnnkitCLI(tmp_path / "run", ["--config", str(recipe), "--trainer.limit_val_batches", "1",
+                                       "--trainer.limit_train_batches", "20", "--trainer.limit_test_batches", "1.0"])
+    trainer = cli.trainer
+    assert (trainer.limit_val_batches, trainer.limit_train_batches) == (1, 20)
+    assert type(trainer.limit_val_batches) is int and type(trainer.limit_predict_batches) is int
+    assert type(trainer.limit_test_batches) is float  # 1.0: all of them, as written
+    saved = cli.config["trainer"]
+    assert (saved["limit_val_batches"], saved["limit_predict_batches"]) == (1, 1)
+    assert type(saved["limit_val_batches"]) is int and type(saved["limit_train_batches"]) is int
