@@ -21,6 +21,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+#: What ``gnnkit --help`` says above the commands (plain text: argparse prints it as written).
+DESCRIPTION = ("Train graph neural networks on OGB graphs (or a folder in OGB's layout) with PyTorch Lightning: "
+               "run a recipe, prepare and inspect datasets and their cache, tune SpMM formats and gradient "
+               "communication, check the installation.")
+
+
 def _command(argv: list[str]) -> str | None:
     """The subcommand ``argv`` names (the top-level parser has no options but ``-h``)."""
     first = next((a for a in argv if not a.startswith("-")), None)
@@ -33,7 +39,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     Args:
         argv: The arguments to be parsed (default ``sys.argv[1:]``); ``[]`` lists every command.
     """
-    parser = argparse.ArgumentParser(prog="gnnkit", description=__doc__)
+    parser = argparse.ArgumentParser(prog="gnnkit", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
     command = _command(sys.argv[1:] if argv is None else argv)
     if command is not None:

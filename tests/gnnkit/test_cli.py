@@ -56,6 +56,7 @@ def test_bad_folder_is_one_clear_line(capsys, make_ogb_folder):
 def test_console_script_help():
     out = subprocess.run([sys.executable, "-m", "gnnkit.cli", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "preprocess" in out.stdout
+    assert "``" not in out.stdout  # plain text, not the module docstring's reST
 
 
 def test_cache_commands_cover_batch_caches(capsys, monkeypatch, tmp_path):
