@@ -9,7 +9,9 @@ on leaving, so a user's own code and process settings are never changed, and fil
 the block installed for the process stay (ogb's import turns off the warnings of its background
 version check, which fails after the block on a machine without internet). A resumed run also
 hides, with :func:`resuming`, Lightning's warning that its checkpoint folder is not empty: it
-continues in its own folder by design.
+continues in its own folder by design. A run without validation (``--trainer.limit_val_batches 0``)
+hides, with :func:`unvalidated`, Lightning's warning that the best checkpoint's metric was never
+logged: the run log says instead that the test takes the last weights.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ WARNINGS: tuple[tuple[str, type[Warning]], ...] = (
 
 #: Lightning's warning when a run's checkpoint folder already holds checkpoints.
 RESUME_WARNING = r"Checkpoint directory .* exists and is not empty"
+
+#: Lightning's warning, every epoch of a run without validation, that the best checkpoint's metric
+#: (gnnkit's ``val_metric``) was never logged.
+UNVALIDATED_WARNING = r"`ModelCheckpoint\(monitor='val_metric'\)` could not find the monitored key"
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -94,6 +100,14 @@ def resuming() -> Iterator[None]:
     """Hide Lightning's "checkpoint directory exists and is not empty" warning inside the block: a
     resumed run writes its checkpoints beside the ones it resumes from."""
     with ignoring(((RESUME_WARNING, Warning),)):
+        yield
+
+
+@contextmanager
+def unvalidated() -> Iterator[None]:
+    """Hide Lightning's "could not find the monitored key" warning inside the block: a run that skips
+    validation has no metric to pick a best checkpoint by, and says so in its log."""
+    with ignoring(((UNVALIDATED_WARNING, Warning),)):
         yield
 
 

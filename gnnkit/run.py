@@ -30,7 +30,7 @@ from gnnkit.fault_injection import FaultInjection, fault_from_env
 from gnnkit.hints import add_reference_argument, size_hint
 from gnnkit.last_checkpoint import LastCheckpoint
 from gnnkit.optim import GaLoreAdamW  # noqa: F401  (a known Optimizer subclass: `--optimizer GaLoreAdamW`)
-from gnnkit.quiet import quietly, resuming
+from gnnkit.quiet import quietly, resuming, unvalidated
 from gnnkit.report import EpochTimer, write_report
 from gnnkit.resume import (RUN_DIR_ENV, ResumeError, RunPlan, claimed_run_dir, parse_run_args, plan_run,
                            prepare_metrics)
@@ -242,7 +242,11 @@ def _train_and_test(plan: RunPlan, cli: GnnkitCLI, task: str) -> dict[str, Any]:
         data.describe()["num_nodes"])
     if hint and trainer.is_global_zero:
         log.info(hint)
-    with resuming() if plan.ckpt_path is not None else contextlib.nullcontext():
+    validating = trainer.limit_val_batches != 0
+    if not validating and trainer.is_global_zero:
+        log.info("validation off (limit_val_batches 0): no best checkpoint, the test takes the last weights")
+    with (resuming() if plan.ckpt_path is not None else contextlib.nullcontext(),
+          contextlib.nullcontext() if validating else unvalidated()):
         trainer.fit(model, datamodule=data, ckpt_path=plan.ckpt_path)
     ckpt = "best" if trainer.checkpoint_callback and trainer.checkpoint_callback.best_model_path else None
     results = trainer.test(model, datamodule=data, ckpt_path=ckpt, verbose=False)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 import warnings
 
+import pytest
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
-from gnnkit.quiet import LIGHTNING_LOGGERS, quiet, quietly, resuming
+from gnnkit.quiet import LIGHTNING_LOGGERS, quiet, quietly, resuming, unvalidated
 
 LEAF = "`isinstance(treespec, LeafSpec)` is deprecated, use `isinstance(treespec, TreeSpec) and treespec.is_leaf()` instead."
 TIP = ("💡 Tip: For seamless cloud logging and experiment tracking, try installing "
@@ -64,16 +65,24 @@ def test_the_decorator_restores_filters_when_the_function_raises():
     assert all(not logging.getLogger(name).filters for name in LIGHTNING_LOGGERS)
 
 
-def test_a_resumed_runs_not_empty_checkpoint_folder_is_not_warned_of_inside_only():
-    not_empty = "Checkpoint directory /runs/r/checkpoints exists and is not empty."
+NOT_EMPTY = "Checkpoint directory /runs/r/checkpoints exists and is not empty."
+NO_VAL_METRIC = ("`ModelCheckpoint(monitor='val_metric')` could not find the monitored key in the returned metrics: "
+                 "['train_loss', 'epoch', 'step']. HINT: Did you call `log('val_metric', value)` in the `LightningModule`?")
+
+
+@pytest.mark.parametrize(("block", "hidden", "kept"), [
+    (resuming, NOT_EMPTY, "Checkpoint directory /x is odd"),  # a resumed run's own checkpoint folder
+    (unvalidated, NO_VAL_METRIC, "`ModelCheckpoint(monitor='val_loss')` could not find the monitored key"),
+], ids=["resuming", "unvalidated"])
+def test_a_runs_expected_lightning_warning_is_hidden_inside_only(block, hidden, kept):
     before = list(warnings.filters)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with resuming():
-            warnings.warn(not_empty, UserWarning)
-            warnings.warn("Checkpoint directory /x is odd", UserWarning)
-        warnings.warn(not_empty, UserWarning)
-    assert [str(w.message) for w in caught] == ["Checkpoint directory /x is odd", not_empty]
+        with block():
+            warnings.warn(hidden, UserWarning)
+            warnings.warn(kept, UserWarning)
+        warnings.warn(hidden, UserWarning)
+    assert [str(w.message) for w in caught] == [kept, hidden]
     assert warnings.filters == before
 
 

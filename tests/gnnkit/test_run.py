@@ -157,3 +157,17 @@ def test_a_batch_limit_of_1_is_one_batch_and_a_written_float_a_fraction(tmp_path
     saved = cli.config["trainer"]
     assert (saved["limit_val_batches"], saved["limit_predict_batches"]) == (1, 1)
     assert type(saved["limit_val_batches"]) is int and type(saved["limit_train_batches"]) is int
+
+
+def test_a_run_without_validation_says_so_once_and_tests_the_last_weights(tmp_path):
+    """`--trainer.limit_val_batches 0`: one log line instead of Lightning's warning that the
+    best checkpoint's metric was never logged (with a hint to call `log('val_metric', ...)`)."""
+    out = _gnnkit("run", QUICKSTART, "--trainer.max_epochs", "2", "--trainer.limit_val_batches", "0",
+                  "--run_dir", tmp_path / "r", cwd=tmp_path, env=NATIVE_OFF)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "could not find the monitored key" not in out.stderr
+    assert out.stderr.count("validation off (limit_val_batches 0)") == 1
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert report["val"] is None and report["test"] is not None
+    assert out.stdout.splitlines()[-2] == f"test acc: {report['test']:.4f}"
+    assert not (tmp_path / "r" / "checkpoints" / "best.ckpt").exists()
