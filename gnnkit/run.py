@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Union
 
 import torch
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import ModelCheckpoint
 from jsonargparse import DefaultHelpFormatter
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, LRSchedulerTypeTuple
@@ -206,10 +207,24 @@ def run(recipe: str, overrides: list[str]) -> dict[str, Any]:
     except ValueError as err:  # reported like gnnkit's other run arguments: one line, exit 2
         raise ResumeError(str(err)) from None
     with claimed_run_dir(plan) as run_dir:  # a new folder of its own, removed again if parsing fails
-        cli = _cli(run_dir, ["--config", plan.config, *plan.overrides], resumed=plan.resumed, task=task)
+        try:
+            cli = _cli(run_dir, ["--config", plan.config, *plan.overrides], resumed=plan.resumed, task=task)
+        except (ValueError, MisconfigurationException) as err:  # a setting the classes refused: one line
+            raise ResumeError(_refused(err)) from err
     run_dir.mkdir(parents=True, exist_ok=True)  # only now: a run that only parses writes nothing
     with _environment(RUN_DIR_ENV, str(run_dir)):  # the ranks Lightning starts use this folder too
         return _train_and_test(plan, cli, task)
+
+
+def _refused(err: Exception) -> str:
+    """The line for a setting that the model, the data module or Lightning's ``Trainer`` refused when
+    built (gnnkit's checks name the field; Lightning's ``No supported gpu backend found!`` is told
+    what this torch sees)."""
+    message = " ".join(str(err).split())
+    if "gpu" in message.lower() and not torch.cuda.is_available():
+        build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+        message += f" (torch {torch.__version__}, {build}, sees no GPU)"
+    return message
 
 
 @contextlib.contextmanager

@@ -171,3 +171,24 @@ def test_a_run_without_validation_says_so_once_and_tests_the_last_weights(tmp_pa
     assert report["val"] is None and report["test"] is not None
     assert out.stdout.splitlines()[-2] == f"test acc: {report['test']:.4f}"
     assert not (tmp_path / "r" / "checkpoints" / "best.ckpt").exists()
+
+
+@pytest.mark.parametrize(("setting", "line"), [
+    (["--model.dropout", "3"], "dropout: expected a probability in [0, 1), got 3.0"),  # gnnkit's check
+    (["--data.sampler_device", "tpu"], "data.sampler_device: expected one of ['auto', 'cpu', 'cuda'], got 'tpu'"),
+    (["--trainer.max_epochs", "-5"], "`max_epochs` must be a non-negative integer or -1. You passed in -5."),
+    (["--trainer.accelerator", "gpu"], "No supported gpu backend found! (torch "),  # Lightning's, on a CPU machine
+], ids=["model", "data", "trainer", "no-gpu"])
+def test_a_setting_the_classes_refuse_is_one_line_and_leaves_no_run_folder(tmp_path, monkeypatch, setting, line):
+    import torch
+
+    from gnnkit.resume import ResumeError
+    from gnnkit.run import run
+
+    if setting[-1] == "gpu" and torch.cuda.is_available():
+        pytest.skip("a GPU is there: the accelerator is not refused")
+    monkeypatch.setenv("GNNKIT_NATIVE", "0")
+    with pytest.raises(ResumeError) as refused:
+        run(str(QUICKSTART), [*setting, "--run_dir", str(tmp_path / "r")])
+    assert str(refused.value).startswith(line) and "\n" not in str(refused.value)
+    assert not (tmp_path / "r").exists()
