@@ -60,11 +60,44 @@ class Stages:
                 self(f"{desc} {i}/{total}")
 
 
+#: Environment variables that give a process's rank in a multi-process job, in the order Lightning
+#: reads them (torchrun's ``RANK``, Lightning's own launcher's ``LOCAL_RANK``, SLURM, LSF).
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
+
+
+def process_rank() -> int:
+    """This process's rank in a multi-process job (0 alone), read from :data:`RANK_VARIABLES` now:
+    Lightning's launcher starts the other ranks as copies of the command with them set."""
+    for name in RANK_VARIABLES:
+        try:
+            return int(os.environ[name])
+        except (KeyError, ValueError):
+            continue
+    return 0
+
+
+#: ``extra=`` of a log line that every rank tells (its own partition, its own share of the seeds).
+EVERY_RANK = {"every_rank": True}
+
+
+class _RankLines(logging.Filter):
+    """Info lines from rank 0 only, as Lightning's ``rank_zero_info``: every rank of a run logged
+    the same data, run and epoch lines. A line every rank should tell (its own share of something)
+    is logged with ``extra=EVERY_RANK``; warnings and errors come from every rank. A line
+    from another rank is marked ``[gnnkit rank N]``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        rank = process_rank()
+        record.gnnkit_prefix = "[gnnkit]" if rank == 0 else f"[gnnkit rank {rank}]"
+        return rank == 0 or record.levelno >= logging.WARNING or getattr(record, "every_rank", False)
+
+
 def setup_logging(level: int = logging.INFO) -> None:
-    """Send gnnkit's log lines to stderr (idempotent)."""
+    """Send gnnkit's log lines to stderr (idempotent), info lines from rank 0 only (:class:`_RankLines`)."""
     if not log.handlers:
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("[gnnkit] %(message)s"))
+        handler.setFormatter(logging.Formatter("%(gnnkit_prefix)s %(message)s"))
+        handler.addFilter(_RankLines())
         log.addHandler(handler)
     log.setLevel(level)
     log.propagate = False

@@ -34,7 +34,7 @@ from gnnkit.partitioned.seed_balance import rank_seeds
 from gnnkit.partitioned.stale_halo import StaleHalo
 from gnnkit.rank_state import gather_ranks, my_rank_state
 from gnnkit.sparse import Adjacency
-from pipeline import CacheEntry, CanonicalGraph, log, resolve
+from pipeline import EVERY_RANK, CacheEntry, CanonicalGraph, log, resolve
 from pipeline import preprocess as preprocess_dataset
 
 SPLIT_OF_STAGE = {"train": "train", "val": "valid", "test": "test"}
@@ -296,7 +296,7 @@ class GraphDataModule(pl.LightningDataModule):
         self._stop_prefetching()
         if self._remote is not None:
             log.info("partition %d of %d, after %s: %s", self._partition.part, self._partition.parts,
-                     getattr(stage, "value", stage), describe_fetches(self._remote.stats))
+                     getattr(stage, "value", stage), describe_fetches(self._remote.stats), extra=EVERY_RANK)
 
     def on_exception(self, exception: BaseException) -> None:
         """A failed or interrupted fit (Lightning calls this, not :meth:`teardown`): stop prefetching."""
@@ -325,7 +325,8 @@ class GraphDataModule(pl.LightningDataModule):
                                               dtype=self.hparams.remote_dtype)
                 log.info("partition %d of %d: %d nodes, %d halo nodes, cache of %d remote rows (%.1f MB)",
                          self._partition.part, self.partitions, self._partition.owned.numel(),
-                         self._partition.halo.numel(), self._remote.stats.cache_rows, self._remote.stats.cache_bytes / 2**20)
+                         self._partition.halo.numel(), self._remote.stats.cache_rows, self._remote.stats.cache_bytes / 2**20,
+                         extra=EVERY_RANK)
 
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to continue exactly, saved in checkpoints: the reuse counters

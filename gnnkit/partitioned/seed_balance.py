@@ -21,7 +21,7 @@ from torch import Tensor
 from gnnkit.partitioned.halo import all_to_all_rows
 from gnnkit.partitioned.node_directory import NodeDirectory
 from gnnkit.rank_state import gather_ranks
-from pipeline import log
+from pipeline import EVERY_RANK, log
 from pipeline.partitioned import Partition
 
 
@@ -112,7 +112,7 @@ def balance_seeds(part: Partition, directory: NodeDirectory, seeds: Tensor, labe
     new_seeds = all_to_all_rows(seeds[order], received, sent, group)
     new_labels = all_to_all_rows(labels[order], received, sent, group)
     log.info("partition %d of %d, %s: %d seeds (%d of its own handed over, %d received)", rank, len(counts), stage,
-             counts[rank] - sum(sent) + sum(received), sum(sent), sum(received))
+             counts[rank] - sum(sent) + sum(received), sum(sent), sum(received), extra=EVERY_RANK)
     return torch.cat([seeds[keep], new_seeds]), torch.cat([labels[keep], new_labels])
 
 

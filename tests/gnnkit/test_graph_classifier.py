@@ -194,10 +194,14 @@ def test_short_fit_through_gnnkit_run(tmp_path):
 def test_gnnkit_strategy_trains_graph_batches_on_two_ranks(tmp_path):
     """Two gloo ranks under GnnkitStrategy: each takes half of every epoch's graph batches, and the
     epoch metric covers the whole split (gathered over ranks)."""
-    _, run_dir = _run(tmp_path, "--trainer.devices", "2", "--trainer.accelerator", "cpu",
-                      "--trainer.strategy.class_path", "gnnkit.comm.GnnkitStrategy")
+    out, run_dir = _run(tmp_path, "--trainer.devices", "2", "--trainer.accelerator", "cpu",
+                        "--trainer.strategy.class_path", "gnnkit.comm.GnnkitStrategy")
     report = json.loads((run_dir / "report.json").read_text())
     assert report["comm"]["world_size"] == 2 and report["metric"] == "rocauc" and 0.0 <= report["test"] <= 1.0
+    lines = out.stderr.splitlines()  # rank 1 (Lightning starts it as a copy of the command) tells nothing again
+    assert [line.split(" train_loss")[0] for line in lines if " epoch " in line] == ["[gnnkit] epoch 1/2",
+                                                                                    "[gnnkit] epoch 2/2"]
+    assert sum(line.startswith("[gnnkit] run ") for line in lines) == 1 and "[gnnkit rank 1]" not in out.stderr
 
 
 def test_featureless_graphs_with_float_edge_features_like_ogbg_ppa(graphs, monkeypatch):
