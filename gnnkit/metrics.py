@@ -58,6 +58,8 @@ def evaluate(evaluator: Evaluator, y_true: Tensor, logits: Tensor) -> float:
         y_true = y_true.view(-1, 1)
     else:
         y_pred = logits.float()  # mixed precision gives 16-bit scores, which numpy (and OGB) cannot read
+        if y_true.is_floating_point():  # so do binary labels of a bfloat16 batch (--trainer.precision bf16-true)
+            y_true = y_true.float()
     if y_true.numel() == 0:
         return float("nan")
     result = evaluator.eval({"y_true": y_true.cpu(), "y_pred": y_pred.detach().cpu()})

@@ -37,6 +37,9 @@ RUNS = {
     "sampled_gnnkit_auto": ("sage_synthetic_products.yaml", (*TINY, *SAMPLED, "--data.num_workers", "0",
                                                              "--model.aggregation", "gnnkit", "--model.format", "auto")),
     "sampled_pyg": ("sage_synthetic_products.yaml", (*TINY, *SAMPLED, "--data.num_workers", "0")),
+    # a bfloat16 model: the batches gathered on the device are converted too, the CUDA SpMM takes bf16
+    "sampled_gnnkit_bf16_true": ("sage_synthetic_products.yaml", (*TINY, *SAMPLED, "--model.aggregation",
+                                                                  "gnnkit", "--trainer.precision", "bf16-true")),
     "sampled_cpu_sampler": ("sage_synthetic_products.yaml", (*TINY, *SAMPLED, "--data.sampler_device", "cpu")),
     "tt": ("tt_synthetic_arxiv.yaml", TINY),
     # epochs cut short while batches are made ahead: the recording holds the batches trained on

@@ -35,3 +35,12 @@ def test_16bit_scores_of_mixed_precision_are_evaluated(metric):
     scores = torch.randn(40, 1 if metric == "rocauc" else 3)
     evaluator = make_evaluator("x", metric, 1)
     assert evaluate(evaluator, y, scores.bfloat16()) == pytest.approx(evaluate(evaluator, y, scores.bfloat16().float()))
+
+
+def test_bfloat16_labels_of_a_bf16_true_batch_are_evaluated():
+    """Under `--trainer.precision bf16-true` a batch's float labels (binary tasks) are bfloat16 too."""
+    torch.manual_seed(2)
+    y, scores = torch.randint(0, 2, (40, 1)).float(), torch.randn(40, 1)
+    evaluator = make_evaluator("x", "rocauc", 1)
+    assert evaluate(evaluator, y.bfloat16(), scores.bfloat16()) == pytest.approx(
+        evaluate(evaluator, y, scores.bfloat16().float()))

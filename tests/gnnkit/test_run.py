@@ -192,3 +192,12 @@ def test_a_setting_the_classes_refuse_is_one_line_and_leaves_no_run_folder(tmp_p
         run(str(QUICKSTART), [*setting, "--run_dir", str(tmp_path / "r")])
     assert str(refused.value).startswith(line) and "\n" not in str(refused.value)
     assert not (tmp_path / "r").exists()
+
+
+def test_a_bfloat16_model_trains_on_bfloat16_batches(tmp_path):
+    """`--trainer.precision bf16-true` puts the weights in bfloat16; the PyG batch's features follow
+    (they stayed float32: `mat1 and mat2 must have the same dtype`)."""
+    out = _gnnkit("run", QUICKSTART, "--trainer.max_epochs", "10", "--trainer.precision", "bf16-true",
+                  "--model.aggregation", "gnnkit", "--run_dir", tmp_path / "r", cwd=tmp_path, env=NATIVE_OFF)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads((tmp_path / "r" / "report.json").read_text())["test"] > 0.5
