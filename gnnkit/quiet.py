@@ -41,8 +41,8 @@ WARNINGS: tuple[tuple[str, type[Warning]], ...] = (
 #: Lightning's warning when a run's checkpoint folder already holds checkpoints.
 RESUME_WARNING = r"Checkpoint directory .* exists and is not empty"
 
-#: Lightning's warning, every epoch of a run without validation, that the best checkpoint's metric
-#: (gnnkit's ``val_metric``) was never logged.
+#: Lightning's warning, when a run without validation saves its checkpoints, that the best
+#: checkpoint's metric (gnnkit's ``val_metric``) was never logged.
 UNVALIDATED_WARNING = r"`ModelCheckpoint\(monitor='val_metric'\)` could not find the monitored key"
 
 P = ParamSpec("P")

@@ -35,7 +35,8 @@ METRICS = "metrics.csv"
 
 
 class ResumeError(ValueError):
-    """A resume request that cannot be honoured (one line naming the path and what was expected)."""
+    """A run that cannot start as asked: a resume request that cannot be honoured, or a setting that
+    the run's classes refuse (one line naming the path or field and what was expected; exit 2)."""
 
 
 @dataclass
