@@ -61,10 +61,13 @@ class LastCheckpoint(pl.Callback):
 
     Args:
         dirpath: Folder of the checkpoint (the run's ``checkpoints/``).
+        save: Write it (``False`` under ``--trainer.enable_checkpointing false``: no file, while the
+            sanity check's batches are still given back and a checkpoint restored still continues).
     """
 
-    def __init__(self, dirpath: Path | str) -> None:
+    def __init__(self, dirpath: Path | str, save: bool = True) -> None:
         self.dirpath = Path(dirpath)
+        self.save = save
         self._restored: dict[str, Any] | None = None
         self._fit_started = False
         self._skip_save = False
@@ -119,7 +122,7 @@ class LastCheckpoint(pl.Callback):
         if self._skip_save:  # the boundary this run resumed from: nothing new to save
             self._skip_save = False
             return
-        if trainer.current_epoch > 0:
+        if trainer.current_epoch > 0 and self.save:
             self._at_epoch_start = True
             try:
                 trainer.save_checkpoint(self.path, weights_only=False)  # said: Lightning logs its default
@@ -144,4 +147,5 @@ class LastCheckpoint(pl.Callback):
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._skip_save = False
-        trainer.save_checkpoint(self.path, weights_only=False)  # said: Lightning logs its default
+        if self.save:
+            trainer.save_checkpoint(self.path, weights_only=False)  # said: Lightning logs its default

@@ -122,6 +122,11 @@ def read_metrics(path: Path) -> list[dict[str, float]]:
     return [by_epoch[e] for e in sorted(by_epoch)]
 
 
+def _last(rows: list[dict[str, float]], key: str) -> float | None:
+    """The latest value of ``key`` in ``metrics.csv``'s rows (``None`` if none has it)."""
+    return next((row[key] for row in reversed(rows) if key in row), None)
+
+
 def plot_curves(rows: list[dict[str, float]], metric: str, path: Path) -> None:
     """Loss and metric per epoch (train and validation) as a two-panel PNG."""
     import matplotlib
@@ -162,7 +167,8 @@ def write_report(
     metric = model.evaluator.eval_metric
     rows = read_metrics(run_dir / "metrics.csv") if (run_dir / "metrics.csv").is_file() else []
     checkpoint = trainer.checkpoint_callback
-    best = checkpoint.best_model_score if checkpoint is not None else None
+    # the validation metric of the weights tested: the best checkpoint's, or without checkpoints the last epoch's
+    best = checkpoint.best_model_score if checkpoint is not None else _last(rows, "val_metric")
     report = {
         "dataset": datamodule.describe()["name"],
         "model": model.hparams.model,

@@ -117,8 +117,16 @@ class GnnkitCLI(LightningCLI):
                 parser.link_arguments(key, link_to, compute_fn=_plain_spec)
 
     def instantiate_trainer(self, **kwargs: Any):
-        """The configured trainer, plus the run's CSV log and atomic checkpoint writes."""
+        """The configured trainer, plus the run's CSV log and atomic checkpoint writes; under
+        ``--trainer.enable_checkpointing false`` without gnnkit's checkpoints (Lightning refuses a
+        ``ModelCheckpoint`` then, and ``last.ckpt`` is not written)."""
         trainer_config = self._get(self.config_init, "trainer", default={})
+        if trainer_config.get("enable_checkpointing") is False:
+            callbacks = [c for c in self.trainer_defaults["callbacks"] if not isinstance(c, ModelCheckpoint)]
+            for callback in callbacks:
+                if isinstance(callback, LastCheckpoint):
+                    callback.save = False
+            self.trainer_defaults["callbacks"] = callbacks
         logger: Any = RunCSVLogger(self.run_dir)
         configured = trainer_config.get("logger")
         if configured not in (None, True, False):
@@ -258,7 +266,10 @@ def _train_and_test(plan: RunPlan, cli: GnnkitCLI, task: str) -> dict[str, Any]:
     if hint and trainer.is_global_zero:
         log.info(hint)
     validating = trainer.limit_val_batches != 0
-    if not validating and trainer.is_global_zero:
+    if not trainer.checkpoint_callback and trainer.is_global_zero:
+        log.info("checkpointing off (enable_checkpointing false): no checkpoints, so the run cannot be resumed; "
+                 "the test takes the last weights")
+    elif not validating and trainer.is_global_zero:
         log.info("validation off (limit_val_batches 0): no best checkpoint, the test takes the last weights")
     with (resuming() if plan.ckpt_path is not None else contextlib.nullcontext(),
           contextlib.nullcontext() if validating else unvalidated()):

@@ -201,3 +201,16 @@ def test_a_bfloat16_model_trains_on_bfloat16_batches(tmp_path):
                   "--model.aggregation", "gnnkit", "--run_dir", tmp_path / "r", cwd=tmp_path, env=NATIVE_OFF)
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads((tmp_path / "r" / "report.json").read_text())["test"] > 0.5
+
+
+def test_a_run_without_checkpointing_writes_none_and_reports_the_last_epochs_validation(tmp_path):
+    """`--trainer.enable_checkpointing false` (Lightning refused gnnkit's ModelCheckpoint: one error
+    line): no checkpoint is written, the test takes the last weights and reports their validation."""
+    out = _gnnkit("run", QUICKSTART, "--trainer.max_epochs", "3", "--trainer.enable_checkpointing", "false",
+                  "--run_dir", tmp_path / "r", cwd=tmp_path, env=NATIVE_OFF)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stderr.count("checkpointing off (enable_checkpointing false)") == 1
+    assert not (tmp_path / "r" / "checkpoints").exists()
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    last_val = float(out.stderr.split("epoch 3/3 ")[1].split("val_metric=")[1].split()[0])
+    assert report["best_checkpoint"] is None and report["val"] == pytest.approx(last_val, abs=1e-4)
