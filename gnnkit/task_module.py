@@ -8,15 +8,11 @@ matrices outlive a step (full graphs) also mix in :class:`RunLengthHooks`.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.plugins.precision import Precision
-from lightning_utilities.core.apply_func import apply_to_collection
 from torch import Tensor
-from torch_geometric.data.data import BaseData
 
 from gnnkit.metrics import evaluate
 from gnnkit.sparse.decision import RunLength, set_run_length
@@ -66,17 +62,6 @@ class TaskModule(pl.LightningModule):
 
     evaluator: Any
     _outputs: dict[str, list[tuple[Tensor, Tensor]]]
-
-    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """The floating tensors of PyG batches in the precision's input dtype (``--trainer.precision
-        bf16-true``, ``16-true``, ``64-true``), as Lightning converts plain tensors and collections of
-        them before the transfer: a ``Data`` is neither, so its features stayed float32 for a model
-        in bfloat16 (``mat1 and mat2 must have the same dtype``). The batch is copied, not changed: a
-        full graph's loader hands out the same ``Data`` every epoch."""
-        plugin = self._trainer.precision_plugin if self._trainer is not None else None
-        if plugin is None or type(plugin).convert_input is Precision.convert_input:  # 32-true, *-mixed
-            return batch
-        return apply_to_collection(batch, BaseData, lambda data: copy.copy(data).apply(plugin.convert_input))
 
     @property
     def num_params(self) -> int:

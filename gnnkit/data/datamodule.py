@@ -8,12 +8,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import lightning.pytorch as pl
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 from torch_geometric.data import Data
 
+from gnnkit.data.batch_precision import PrecisionBatches
 from gnnkit.data.device_sampling import (SamplingPlacement, check_sampler_device, host_fallback, place,
                                          plan_placement, resolve_sampler_device)
 from gnnkit.data.preprocessing import PreprocessOverrides, describe_line, graph_facts, resolve_options
@@ -83,7 +83,7 @@ def batches_wanted(trainer: Any) -> float:
     return count
 
 
-class GraphDataModule(pl.LightningDataModule):
+class GraphDataModule(PrecisionBatches):
     """A registry dataset (or OGB-format folder) as Lightning dataloaders.
 
     The dataset is preprocessed on construction (a cache hit after the first time) and opened

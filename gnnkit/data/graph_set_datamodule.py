@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader
 
+from gnnkit.data.batch_precision import PrecisionBatches
 from pipeline import log, resolve
 from pipeline import preprocess as preprocess_dataset
 from pipeline.graph_layout import GraphSet, open_entry
@@ -16,7 +16,7 @@ from pipeline.graph_layout import GraphSet, open_entry
 SPLIT_OF_STAGE = {"train": "train", "val": "valid", "test": "test"}
 
 
-class GraphSetDataModule(pl.LightningDataModule):
+class GraphSetDataModule(PrecisionBatches):
     """A graph-property registry dataset (``ogbg-*``, ``synthetic-molhiv``) as loaders of graph batches.
 
     The dataset is preprocessed on construction (a cache hit after the first time) and opened

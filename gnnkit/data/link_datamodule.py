@@ -28,11 +28,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import lightning.pytorch as pl
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from gnnkit.data.batch_precision import PrecisionBatches
 from gnnkit.data.preprocessing import PreprocessOverrides, resolve_options
 from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats
 from gnnkit.sparse import Adjacency
@@ -161,7 +161,7 @@ class LinkBatches:
         return -(-(edges + split["edge_neg"].shape[0]) // self.batch_size)
 
 
-class LinkDataModule(pl.LightningDataModule):
+class LinkDataModule(PrecisionBatches):
     """A registry link dataset (``ogbl-*``, ``synthetic-collab``) as Lightning dataloaders.
 
     The dataset is preprocessed on construction (a cache hit after the first time) and opened

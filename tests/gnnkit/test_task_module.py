@@ -35,22 +35,3 @@ def test_num_params_counts_the_trainable_ones_and_one_process_gathers_itself():
     t = torch.arange(6).view(3, 2)
     assert gather_rows(t) is t
 
-
-@pytest.mark.parametrize(("precision", "dtype"), [("bf16-true", torch.bfloat16), ("64-true", torch.float64),
-                                                  ("32-true", None), ("bf16-mixed", None)])
-def test_a_pyg_batch_gets_the_true_precisions_float_dtype_and_is_copied(precision, dtype):
-    """Lightning converts plain tensors (and collections of them) for `*-true` precisions before the
-    transfer, but not a PyG `Data`; the module does, on a copy (a full graph's loader repeats it)."""
-    import lightning.pytorch as pl
-    from torch_geometric.data import Data
-
-    probe = Probe()
-    probe.trainer = pl.Trainer(precision=precision, accelerator="cpu", logger=False, enable_progress_bar=False)
-    batch = Data(x=torch.randn(4, 3), edge_index=torch.tensor([[0, 1], [1, 2]]), y=torch.tensor([0.0, 1.0, 1.0, 0.0]))
-    out = probe.on_before_batch_transfer({"graph": batch}, 0)["graph"]
-    if dtype is None:
-        assert out is batch
-        return
-    assert out is not batch and batch.x.dtype == batch.y.dtype == torch.float32  # the loader's batch untouched
-    assert out.x.dtype == out.y.dtype == dtype and out.edge_index.dtype == torch.int64
-    assert torch.equal(out.x, batch.x.to(dtype))
