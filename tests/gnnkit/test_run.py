@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,7 @@ def test_quickstart_writes_a_complete_run_folder(tmp_path):
     assert lines[-2].startswith("test acc: ")
     for noise in ("GPU available", "TPU available", "litlogger", "LeafSpec", "weights_only", "round-trip"):  # gnnkit.quiet
         assert noise not in out.stderr, noise
+    assert re.search(r"\.py:\d+: ", out.stderr) is None, out.stderr  # no warning at all (path:line: message)
     for name in ("config.yaml", "metrics.csv", "curves.png", "report.json", "checkpoints/best.ckpt"):
         assert (run_dir / name).is_file(), name
     report = json.loads((run_dir / "report.json").read_text())
