@@ -2,8 +2,9 @@
 
 A ``gnnkit run`` printed, besides its own lines, Lightning's ``GPU available: ...`` and ``TPU
 available: ...`` lines, its litlogger tip, its "``Trainer.fit`` stopped: ``max_epochs=N`` reached"
-(before gnnkit's line of that last epoch), and torch's ``LeafSpec`` deprecation warning (raised
-from Lightning's pytree helpers, twice per run). :func:`quiet` hides exactly these inside a
+(or ``max_steps``; before gnnkit's line of that last epoch, which says why it stopped), and torch's
+``LeafSpec`` deprecation warning (raised from Lightning's pytree helpers, twice per run).
+:func:`quiet` hides exactly these inside a
 ``with`` block (or around a decorated function) and takes its own warning and log filters away
 on leaving, so a user's own code and process settings are never changed, and filters that code in
 the block installed for the process stay (ogb's import turns off the warnings of its background
@@ -27,9 +28,11 @@ from typing import ParamSpec, TypeVar
 #: Loggers Lightning's ``rank_zero_info`` writes through (pytorch and fabric flavours).
 LIGHTNING_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
 #: Log lines dropped: hardware availability (the run log names the device), the litlogger tip, and
-#: the end of a fit at ``max_epochs`` (it came before gnnkit's line of the last epoch, "epoch N/N ...",
-#: which says the same; a stop at ``max_steps`` or for want of batches is still told).
-LOG_LINES = re.compile(r"(GPU|TPU|HPU) available: |💡 Tip: .*litlogger|`Trainer.fit` stopped: `max_epochs=\d+` reached")
+#: the end of a fit at ``max_epochs`` or ``max_steps`` (it came before gnnkit's line of the last
+#: epoch, "epoch N/M ...", which says the same: ``; stopped: max_steps=S reached``; a stop for want
+#: of batches is still told).
+LOG_LINES = re.compile(r"(GPU|TPU|HPU) available: |💡 Tip: .*litlogger|"
+                       r"`Trainer.fit` stopped: `max_(epochs|steps)=\d+` reached")
 #: Warning messages dropped (regexes matched at the start of the message) and their categories.
 WARNINGS: tuple[tuple[str, type[Warning]], ...] = (
     (r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning),

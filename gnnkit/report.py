@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+from lightning.pytorch.callbacks import EarlyStopping, Timer
 
 from gnnkit.device_clock import device_clock
 from gnnkit.optim.state import describe_optimizers
@@ -89,13 +90,31 @@ class EpochTimer(pl.Callback):
         self.peak_train_gpu_mb = peak_gpu(pl_module).get("peak_gpu_mb")  # before testing's larger batches
 
     def _log_epoch(self, trainer: pl.Trainer, epoch: int, force: bool = False) -> None:
-        """Log the metrics of the epoch just finished (every ~5% of the run, and the last)."""
+        """Log the metrics of the epoch just finished (every ~5% of the run, and the last, with why
+        training stopped before ``max_epochs``)."""
         every = max(1, (trainer.max_epochs or 20) // 20)
         if not self.log_lines or not self.times or not (force or epoch % every == 0):
             return
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.endswith(("_loss", "_metric"))}
         shown = " ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items()))
-        log.info("epoch %d/%s %s (%.2fs)", epoch, trainer.max_epochs, shown, self.times[-1])
+        reason = stop_reason(trainer) if force else None
+        log.info("epoch %d/%s %s (%.2fs)%s", epoch, trainer.max_epochs, shown, self.times[-1],
+                 f"; stopped: {reason}" if reason else "")
+
+
+def stop_reason(trainer: pl.Trainer) -> str | None:
+    """Why a fit ended before ``max_epochs``: ``max_steps``, ``max_time`` or an ``EarlyStopping``
+    callback (``None`` when it ran its epochs). Lightning tells only the first (and ``max_epochs``),
+    in a line that came before gnnkit's last epoch line, which says it instead."""
+    if trainer.max_steps not in (None, -1) and trainer.global_step >= trainer.max_steps:
+        return f"max_steps={trainer.max_steps} reached"
+    for callback in trainer.callbacks:
+        if isinstance(callback, Timer) and (callback.time_remaining() or 0.0) <= 0.0 and callback._duration:
+            return f"max_time ({callback._duration:.0f}s) reached"
+        if isinstance(callback, EarlyStopping) and callback.stopped_epoch:
+            return (f"early, {callback.monitor} did not improve for {callback.wait_count} validations "
+                    f"(patience {callback.patience})")
+    return None
 
 
 def peak_gpu(model: pl.LightningModule) -> dict[str, float]:

@@ -29,7 +29,7 @@ def test_known_warnings_are_hidden_inside_only_and_the_filters_restored():
     assert warnings.filters == before
 
 
-def test_lightnings_hardware_lines_tip_and_max_epochs_stop_are_dropped_inside_only():
+def test_lightnings_hardware_lines_tip_and_max_epochs_or_steps_stop_are_dropped_inside_only():
     seen: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
@@ -41,12 +41,13 @@ def test_lightnings_hardware_lines_tip_and_max_epochs_stop_are_dropped_inside_on
             rank_zero_info("TPU available: False, using: 0 TPU cores")
             rank_zero_info(TIP)
             rank_zero_info("`Trainer.fit` stopped: `max_epochs=12` reached.")  # gnnkit's "epoch 12/12" says it
-            rank_zero_info("`Trainer.fit` stopped: `max_steps=40` reached.")
+            rank_zero_info("`Trainer.fit` stopped: `max_steps=40` reached.")  # "...; stopped: max_steps=40 reached"
+            rank_zero_info("`Trainer.fit` stopped: No training batches.")
         assert all(not logging.getLogger(name).filters for name in LIGHTNING_LOGGERS)
         rank_zero_info("GPU available: False, used: False")
     finally:
         log.removeHandler(handler)
-    assert seen == ["`Trainer.fit` stopped: `max_steps=40` reached.", "GPU available: False, used: False"]
+    assert seen == ["`Trainer.fit` stopped: No training batches.", "GPU available: False, used: False"]
 
 
 def test_the_decorator_restores_filters_when_the_function_raises():
@@ -66,8 +67,9 @@ def test_the_decorator_restores_filters_when_the_function_raises():
 
 
 NOT_EMPTY = "Checkpoint directory /runs/r/checkpoints exists and is not empty."
-NO_VAL_METRIC = ("`ModelCheckpoint(monitor='val_metric')` could not find the monitored key in the returned metrics: "
-                 "['train_loss', 'epoch', 'step']. HINT: Did you call `log('val_metric', value)` in the `LightningModule`?")
+NO_VAL_METRIC = ("`ModelCheckpoint(monitor='val_metric')` could not find the monitored key in the returned "
+                 "metrics: ['train_loss', 'epoch', 'step']. HINT: Did you call `log('val_metric', value)` in the "
+                 "`LightningModule`?")
 
 
 @pytest.mark.parametrize(("block", "hidden", "kept"), [

@@ -1,5 +1,6 @@
 """report.json and curves.png: written by global rank 0 only, since all ranks share the run folder."""
 
+import logging
 import warnings
 from types import SimpleNamespace
 
@@ -85,3 +86,39 @@ def test_epoch_timer_waits_for_the_gpu_at_each_boundary(monkeypatch):
         timer.on_validation_end(trainer, module)
         timer.on_train_epoch_end(trainer, module)
         assert synced == [device] * expected
+
+
+def test_the_last_epoch_line_says_why_training_stopped_before_max_epochs():
+    """max_steps, max_time and EarlyStopping end a fit early; Lightning told only max_steps, in a line
+    printed before gnnkit's last epoch line."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    from gnnkit.report import stop_reason
+
+    trainer = pl.Trainer(max_epochs=9, max_steps=5, logger=False, enable_progress_bar=False)
+    assert stop_reason(trainer) is None  # no step yet
+    trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress.total.completed = 5
+    trainer.fit_loop.epoch_loop.automatic_optimization.optim_progress.optimizer.step.total.completed = 5
+    assert stop_reason(trainer) == "max_steps=5 reached"
+    stopper = EarlyStopping(monitor="val_metric", mode="max", patience=2)
+    stopper.stopped_epoch, stopper.wait_count = 4, 2
+    trainer = pl.Trainer(max_epochs=9, callbacks=[stopper], logger=False, enable_progress_bar=False)
+    assert stop_reason(trainer) == "early, val_metric did not improve for 2 validations (patience 2)"
+    timer = EpochTimer(log_lines=True)
+    timer.times = [0.5]
+    trainer.callback_metrics["train_loss"] = 0.25
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    log = logging.getLogger("gnnkit")  # its own handler may be set, without propagation (setup_logging)
+    level = log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        timer._log_epoch(trainer, 5, force=True)
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+    assert seen == [("epoch 5/9 train_loss=0.2500 (0.50s); stopped: early, val_metric did not improve for 2 "
+                     "validations (patience 2)")]
