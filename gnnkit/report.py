@@ -106,6 +106,8 @@ def stop_reason(trainer: pl.Trainer) -> str | None:
     """Why a fit ended before ``max_epochs``: ``max_steps``, ``max_time`` or an ``EarlyStopping``
     callback (``None`` when it ran its epochs). Lightning tells only the first (and ``max_epochs``),
     in a line that came before gnnkit's last epoch line, which says it instead."""
+    if trainer.max_epochs not in (None, -1) and trainer.current_epoch >= trainer.max_epochs:
+        return None  # it did run them
     if trainer.max_steps not in (None, -1) and trainer.global_step >= trainer.max_steps:
         return f"max_steps={trainer.max_steps} reached"
     for callback in trainer.callbacks:
