@@ -111,10 +111,10 @@ def stop_reason(trainer: pl.Trainer) -> str | None:
     if trainer.max_steps not in (None, -1) and trainer.global_step >= trainer.max_steps:
         return f"max_steps={trainer.max_steps} reached"
     for callback in trainer.callbacks:
-        if isinstance(callback, Timer) and (callback.time_remaining() or 0.0) <= 0.0 and callback._duration:
+        if isinstance(callback, Timer) and callback._duration is not None and callback.time_remaining() <= 0:
             return f"max_time ({callback._duration:.0f}s) reached"
         if isinstance(callback, EarlyStopping) and callback.stopped_epoch:
-            return (f"early, {callback.monitor} did not improve for {callback.wait_count} validations "
+            return (f"early, {callback.monitor} did not improve for {callback.wait_count} checks "
                     f"(patience {callback.patience})")
     return None
 

@@ -104,7 +104,7 @@ def test_the_last_epoch_line_says_why_training_stopped_before_max_epochs():
     stopper = EarlyStopping(monitor="val_metric", mode="max", patience=2)
     stopper.stopped_epoch, stopper.wait_count = 4, 2
     trainer = pl.Trainer(max_epochs=9, callbacks=[stopper], logger=False, enable_progress_bar=False)
-    assert stop_reason(trainer) == "early, val_metric did not improve for 2 validations (patience 2)"
+    assert stop_reason(trainer) == "early, val_metric did not improve for 2 checks (patience 2)"
     timer = EpochTimer(log_lines=True)
     timer.times = [0.5]
     trainer.callback_metrics["train_loss"] = 0.25
@@ -121,4 +121,4 @@ def test_the_last_epoch_line_says_why_training_stopped_before_max_epochs():
         log.removeHandler(handler)
         log.setLevel(level)
     assert seen == [("epoch 5/9 train_loss=0.2500 (0.50s); stopped: early, val_metric did not improve for 2 "
-                     "validations (patience 2)")]
+                     "checks (patience 2)")]
