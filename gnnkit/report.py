@@ -89,6 +89,13 @@ class EpochTimer(pl.Callback):
         self._log_epoch(trainer, trainer.current_epoch, force=True)
         self.peak_train_gpu_mb = peak_gpu(pl_module).get("peak_gpu_mb")  # before testing's larger batches
 
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """With a progress bar (no epoch lines), why training stopped before ``max_epochs``, on a line of
+        its own: the bar has closed by now (at ``on_train_end`` the line would continue the bar's)."""
+        reason = None if self.log_lines else stop_reason(trainer)
+        if reason:
+            log.info("training stopped at epoch %d/%s: %s", trainer.current_epoch, trainer.max_epochs, reason)
+
     def _log_epoch(self, trainer: pl.Trainer, epoch: int, force: bool = False) -> None:
         """Log the metrics of the epoch just finished (every ~5% of the run, and the last, with why
         training stopped before ``max_epochs``)."""

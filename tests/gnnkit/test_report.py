@@ -122,3 +122,23 @@ def test_the_last_epoch_line_says_why_training_stopped_before_max_epochs():
         log.setLevel(level)
     assert seen == [("epoch 5/9 train_loss=0.2500 (0.50s); stopped: early, val_metric did not improve for 2 "
                      "checks (patience 2)")]
+
+
+def test_with_a_progress_bar_the_stop_reason_has_a_line_of_its_own(monkeypatch):
+    """On a terminal (a progress bar, no epoch lines) the reason is still told, once training ends."""
+    import gnnkit.report as report
+
+    lines: list[str] = []
+    monkeypatch.setattr(report.log, "info", lambda message, *args: lines.append(message % args))
+    monkeypatch.setattr(report, "stop_reason", lambda trainer: "max_steps=7 reached")
+    monkeypatch.setattr(report, "peak_gpu", lambda module: {})
+    trainer = SimpleNamespace(current_epoch=3, max_epochs=9)
+    EpochTimer(log_lines=False).on_fit_end(trainer, None)
+    assert lines == ["training stopped at epoch 3/9: max_steps=7 reached"]
+    lines.clear()
+    timer = EpochTimer(log_lines=True)  # the last epoch line says it instead
+    timer.times = [0.5]
+    trainer.callback_metrics = {}
+    timer.on_train_end(trainer, None)
+    timer.on_fit_end(trainer, None)
+    assert lines == ["epoch 3/9  (0.50s); stopped: max_steps=7 reached"]
