@@ -126,7 +126,7 @@ def test_the_last_epoch_line_says_why_training_stopped_before_max_epochs():
 
 def test_with_a_progress_bar_the_stop_reason_has_a_line_of_its_own(monkeypatch):
     """On a terminal (a progress bar, no epoch lines) the reason is still told, once training ends."""
-    import gnnkit.report as report
+    from gnnkit import report
 
     lines: list[str] = []
     monkeypatch.setattr(report.log, "info", lambda message, *args: lines.append(message % args))
