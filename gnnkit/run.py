@@ -258,18 +258,18 @@ def _train_and_test(plan: RunPlan, cli: GnnkitCLI, task: str) -> dict[str, Any]:
     log.info("run %s: %s on %s (%s), %d parameters", run_dir, getattr(model, "gnn", type(model).__name__),
              data.describe()["name"],
              data.describe()["loader"], model.num_params)
-    if plan.ckpt_path is not None and trainer.is_global_zero:
+    if plan.ckpt_path is not None:  # log lines come from rank 0 alone (pipeline.progress)
         log.info("resume: %s continues from %s", run_dir, plan.ckpt_path)
     hint = None if plan.resumed or task != DEFAULT_TASK else size_hint(
         Path(plan.config), cli.config_init.get("reference"), model.gnn.model, data.describe()["name"],
         data.describe()["num_nodes"])
-    if hint and trainer.is_global_zero:
+    if hint:
         log.info(hint)
     validating = trainer.limit_val_batches != 0
-    if not trainer.checkpoint_callback and trainer.is_global_zero:
+    if not trainer.checkpoint_callback:
         log.info("checkpointing off (enable_checkpointing false): no checkpoints, so the run cannot be resumed; "
                  "the test takes the last weights")
-    elif not validating and trainer.is_global_zero:
+    elif not validating:
         log.info("validation off (limit_val_batches 0): no best checkpoint, the test takes the last weights")
     with (resuming() if plan.ckpt_path is not None else contextlib.nullcontext(),
           contextlib.nullcontext() if validating else unvalidated()):
