@@ -67,13 +67,16 @@ RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
 
 def process_rank() -> int:
     """This process's rank in a multi-process job (0 alone), read from :data:`RANK_VARIABLES` now:
-    Lightning's launcher starts the other ranks as copies of the command with them set."""
+    torchrun, SLURM and Lightning's launcher (which starts the other ranks as copies of the command)
+    set them. Without them, the rank Lightning's strategy has given ``rank_zero_only``: the ranks
+    ``ddp_spawn`` and ``ddp_fork`` start as processes of their own are told theirs that way only."""
     for name in RANK_VARIABLES:
         try:
             return int(os.environ[name])
         except (KeyError, ValueError):
             continue
-    return 0
+    rank_zero = sys.modules.get("lightning_utilities.core.rank_zero")  # never imported for this
+    return int(getattr(getattr(rank_zero, "rank_zero_only", None), "rank", 0) or 0)
 
 
 #: ``extra=`` of a log line that every rank tells (its own partition, its own share of the seeds).

@@ -33,3 +33,20 @@ def test_rank_zero_and_a_lone_process_tell_every_line(env):
                          ids=["torchrun", "lightning's launcher", "slurm"])
 def test_other_ranks_tell_their_own_lines_and_warnings_only_marked_with_the_rank(env, rank):
     assert _lines(env) == [f"[gnnkit rank {rank}] partition 7: 10 nodes", f"[gnnkit rank {rank}] resume: starts afresh"]
+
+
+def test_without_rank_variables_the_rank_lightnings_strategy_set_counts(monkeypatch):
+    """ddp_spawn's ranks have no rank variable: the strategy tells them theirs through rank_zero_only."""
+    from lightning_utilities.core.rank_zero import rank_zero_only
+
+    from pipeline.progress import process_rank
+
+    for name in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(rank_zero_only, "rank", 1, raising=False)
+    assert process_rank() == 1
+    monkeypatch.setenv("LOCAL_RANK", "0")  # a variable, where set, is read first
+    assert process_rank() == 0
+    monkeypatch.delenv("LOCAL_RANK")
+    monkeypatch.setattr(rank_zero_only, "rank", 0)
+    assert process_rank() == 0
