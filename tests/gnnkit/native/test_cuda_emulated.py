@@ -1,6 +1,6 @@
 """The CUDA kernels' arithmetic, checked without a GPU: every ``cuda/gpu/*.cu`` file is compiled as
 C++ against a CPU stand-in for the CUDA runtime (``cuda_emu/cuda_runtime.h``: blocks in turn, a
-block's threads as OS threads with real barriers) and run by ``cuda_emu/harness.cpp`` against
+block's threads as fibers that meet at real barriers) and run by ``cuda_emu/harness.cpp`` against
 simple references (SpMM over CSR and SELL, a sampling hop, the fused TT lookup and its gradients).
 
 This checks indexing, work splitting, shared-memory staging and atomics, not speed, and not
@@ -56,7 +56,7 @@ def harness_output(tmp_path_factory: pytest.TempPathFactory) -> str:
     binary = work / "harness"
     # -I gpu/ finds kernels.h and, through "../rng.h", the shared random stream; a grid of at most
     # 2 feature tiles makes the SpMM kernels loop over the further ones
-    cmd = [compiler, "-std=c++20", "-O1", "-pthread", "-DGNNKIT_MAX_GRID_Y=2", "-I", str(EMULATOR),
+    cmd = [compiler, "-std=c++20", "-O1", "-DGNNKIT_MAX_GRID_Y=2", "-I", str(EMULATOR),
            "-I", str(source_dir() / "gpu"), str(EMULATOR / "harness.cpp"), *sources, "-o", str(binary)]
     built = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, f"{' '.join(cmd)}\n{built.stderr[-4000:]}"
