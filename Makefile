@@ -7,6 +7,9 @@ PYTHON     ?= python3
 VENV       ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
+# pytest-xdist workers: one per core, at most 4 (most tests start processes that import torch,
+# Lightning and PyG; a 2-rank test starts two). PYTEST_WORKERS=0 runs in this process.
+PYTEST_WORKERS ?= auto
 BIN        := $(VENV)/bin
 
 .PHONY: quickstart test venv clean
@@ -31,7 +34,7 @@ quickstart: $(VENV)/.installed
 	$(BIN)/gnnkit run recipes/quickstart.yaml
 
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --maxprocesses 4 $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

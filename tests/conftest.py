@@ -16,7 +16,9 @@ NO_CUDA_REASON = "needs CUDA: the GPU tier (pytest -m gpu) runs on a GPU machine
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``gpu`` are skipped, with the reason, where torch sees no CUDA device."""
+    """Modules with ``slow`` tests run first (:func:`_slow_modules_first`); tests marked ``gpu`` are
+    skipped, with the reason, where torch sees no CUDA device."""
+    _slow_modules_first(items)
     marked = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not marked:
         return
@@ -27,12 +29,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=NO_CUDA_REASON))
 
 
+def _slow_modules_first(items: list[pytest.Item]) -> None:
+    """Moves the modules that hold a ``slow`` test (multi-process and end-to-end runs) to the front,
+    each whole and in its own order: pytest-xdist hands tests out in this order, so the long ones
+    start early instead of leaving one worker busy at the end while the others wait."""
+    slow = {item.module for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.module not in slow)  # stable: the order within each group stays
+
+
+def _xdist_session_folder(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
+    """The temporary folder all pytest-xdist workers of this session share, or ``None`` without xdist."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return None
+    return tmp_path_factory.getbasetemp().parent  # each worker's basetemp is <session>/popen-gwN
+
+
 @pytest.fixture(scope="session", autouse=True)
 def gnnkit_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Every test session gets its own data and cache folders (never the user's)."""
     home = tmp_path_factory.mktemp("gnnkit-home")
-    old = {k: os.environ.get(k) for k in ("GNNKIT_HOME", "GNNKIT_DATA_ROOT", "GNNKIT_CACHE", "GNNKIT_BATCHES", "GNNKIT_REGISTRY")}
+    old = {k: os.environ.get(k) for k in ("GNNKIT_HOME", "GNNKIT_DATA_ROOT", "GNNKIT_CACHE", "GNNKIT_BATCHES", "GNNKIT_REGISTRY",
+                                          "GNNKIT_NATIVE_CACHE")}
     os.environ["GNNKIT_HOME"] = str(home)
+    shared = _xdist_session_folder(tmp_path_factory)
+    if shared is not None and old["GNNKIT_NATIVE_CACHE"] is None:
+        # the workers of one session build the native kernels once (the build holds an flock)
+        os.environ["GNNKIT_NATIVE_CACHE"] = str(shared / "gnnkit-native")
     for key in ("GNNKIT_DATA_ROOT", "GNNKIT_CACHE", "GNNKIT_BATCHES", "GNNKIT_REGISTRY"):
         os.environ.pop(key, None)
     yield home
