@@ -145,6 +145,7 @@ def test_cuda_without_a_gpu_is_one_clear_line(tmp_path):
     assert result.returncode == 2 and "--device cuda: no CUDA device here" in result.stderr
 
 
+@pytest.mark.slow
 def test_one_family_end_to_end_on_the_cpu(tmp_path):
     out = tmp_path / "gpu.json"
     result = subprocess.run([sys.executable, str(BENCH / "gpu.py"), "--device", "cpu", "--families", "gcn",

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
@@ -56,6 +58,7 @@ def test_sampled_summary_takes_accuracy_from_the_loopback_runs(bench):
     assert summary["sampled_acc_gap_vs_batch8"] == 3.0
 
 
+@pytest.mark.slow
 def test_two_ranks_on_a_small_graph(tmp_path):
     out = tmp_path / "scale.json"
     result = subprocess.run([sys.executable, str(BENCH / "scale.py"), "--dataset", "synthetic-tiny", "--epochs", "2",

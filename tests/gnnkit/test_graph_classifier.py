@@ -182,6 +182,7 @@ def _run(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, Path
     return out, run_dir
 
 
+@pytest.mark.slow
 def test_short_fit_through_gnnkit_run(tmp_path):
     """`gnnkit run` on the small twin with gnnkit aggregation: report.json names OGB's metric."""
     out, run_dir = _run(tmp_path, "--model.virtual_node", "true")
@@ -191,6 +192,7 @@ def test_short_fit_through_gnnkit_run(tmp_path):
     assert out.stdout.strip().splitlines()[-2].startswith("test rocauc: ")
 
 
+@pytest.mark.slow
 def test_gnnkit_strategy_trains_graph_batches_on_two_ranks(tmp_path):
     """Two gloo ranks under GnnkitStrategy: each takes half of every epoch's graph batches, and the
     epoch metric covers the whole split (gathered over ranks)."""

@@ -132,6 +132,7 @@ def test_featureless_graphs_need_an_embedding():
     assert module.embedding.weight.shape == (10, 4)
 
 
+@pytest.mark.slow
 def test_gnnkit_run_trains_a_link_recipe_with_gnnkit_aggregation(tmp_path):
     """`gnnkit run` with task: link, aggregation: gnnkit, format: auto: report.json names Hits@50."""
     recipe = tmp_path / "link.yaml"
@@ -192,6 +193,7 @@ def test_ranks_deal_the_training_edges_like_a_distributed_sampler():
     assert torch.equal(rank_share(order, 0, 1), order)
 
 
+@pytest.mark.slow
 def test_gnnkit_strategy_trains_a_link_recipe_on_two_ranks(tmp_path):
     out = subprocess.run([sys.executable, "-m", "gnnkit.cli", "run", str(REPO / "recipes" / "sage_synthetic_collab.yaml"),
                           "--data.dataset", TINY, "--data.batch_size", "4096", "--trainer.max_epochs", "2",

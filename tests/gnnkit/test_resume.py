@@ -218,6 +218,7 @@ def _gnnkit(args: list[str], env: dict[str, str], log: Path, timeout: float = 30
     assert rc == 0, log.read_text()[-3000:]
 
 
+@pytest.mark.slow
 def test_a_run_killed_with_sigkill_resumes_with_the_same_losses(tmp_path):
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     run(QUICKSTART, ["--trainer.max_epochs", str(EPOCHS), "--run_dir", str(straight)])
@@ -257,6 +258,7 @@ def _torchrun(run_dir: Path, log: Path, env: dict[str, str], mode: list[str] = S
     assert rc == 0, log.read_text()[-4000:]
 
 
+@pytest.mark.slow
 def test_torchrun_restarts_a_lost_rank_and_resumes_from_last_ckpt(tmp_path):
     """Rank 1 exits in epoch 1 on the first attempt; torchrun --max-restarts 1 starts both ranks
     again, they resume from last.ckpt by themselves (sampler, random, signSGD momentum and residual state
@@ -287,6 +289,7 @@ def test_help_documents_resume_and_ckpt_path(capsys):
     assert "gnnkit run --resume" in readme and "--ckpt_path" in readme
 
 
+@pytest.mark.slow
 def test_torchrun_restart_of_a_top_k_run_takes_the_same_steps(tmp_path):
     """topk_a2a picks the largest entries of each DDP bucket: the strategy keeps DDP's first
     bucket grouping (fixed_buckets), so the restarted run, whose DDP is new, groups as the

@@ -23,6 +23,7 @@ def _gnnkit(*args, cwd, env=None):
 NATIVE_OFF = {"GNNKIT_NATIVE": "0"}
 
 
+@pytest.mark.slow
 def test_quickstart_writes_a_complete_run_folder(tmp_path):
     out = _gnnkit("run", QUICKSTART, "--trainer.max_epochs", "15", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -45,12 +46,14 @@ def test_quickstart_writes_a_complete_run_folder(tmp_path):
     assert (run_dir / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_recipe_typo_gets_lightningclis_error(tmp_path):
     out = _gnnkit("run", QUICKSTART, "--model.hiden_channels", "8", "--run_dir", tmp_path / "r", cwd=tmp_path)
     assert out.returncode != 0
     assert "hiden_channels" in out.stderr
 
 
+@pytest.mark.slow
 def test_print_config_and_bad_arguments_write_no_run_folder(tmp_path):
     out = _gnnkit("run", QUICKSTART, "--trainer.max_epochs", "2", "--print_config", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -60,12 +63,14 @@ def test_print_config_and_bad_arguments_write_no_run_folder(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_unknown_dataset_in_recipe_is_one_clear_line(tmp_path):
     out = _gnnkit("run", QUICKSTART, "--data.dataset", "synthetic-tinny", "--run_dir", tmp_path / "r", cwd=tmp_path)
     assert out.returncode == 2
     assert "gnnkit: error: dataset: unknown dataset 'synthetic-tinny'; did you mean 'synthetic-tiny'?" in out.stderr
 
 
+@pytest.mark.slow
 def test_a_users_ogb_folder_trains_with_only_the_dataset_changed(tmp_path, make_ogb_folder):
     folder = make_ogb_folder()
     recipe = yaml.safe_load(QUICKSTART.read_text())
@@ -132,6 +137,7 @@ def test_citation_recipes_run_as_shipped(tmp_path, recipe):
     assert (data["graph"], data["normalize_features"]) == ("symmetrised", "row")
 
 
+@pytest.mark.slow
 def test_a_graph_far_smaller_than_the_recipes_reference_gets_a_hint(tmp_path):
     out = _gnnkit("run", REPO / "recipes" / "gcn_arxiv.yaml", "--data.dataset", "synthetic-tiny", "--trainer.max_epochs",
                   "1", "--model.hidden_channels", "8", "--run_dir", tmp_path / "r", cwd=tmp_path, env=NATIVE_OFF)
@@ -161,6 +167,7 @@ def test_a_batch_limit_of_1_is_one_batch_and_a_written_float_a_fraction(tmp_path
     assert type(saved["limit_val_batches"]) is int and type(saved["limit_train_batches"]) is int
 
 
+@pytest.mark.slow
 def test_a_run_without_validation_says_so_once_and_tests_the_last_weights(tmp_path):
     """`--trainer.limit_val_batches 0`: one log line instead of Lightning's warning that the
     best checkpoint's metric was never logged (with a hint to call `log('val_metric', ...)`)."""
@@ -196,6 +203,7 @@ def test_a_setting_the_classes_refuse_is_one_line_and_leaves_no_run_folder(tmp_p
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow
 def test_a_bfloat16_model_trains_on_bfloat16_batches(tmp_path):
     """`--trainer.precision bf16-true` puts the weights in bfloat16; the PyG batch's features follow
     (they stayed float32: `mat1 and mat2 must have the same dtype`)."""
@@ -205,6 +213,7 @@ def test_a_bfloat16_model_trains_on_bfloat16_batches(tmp_path):
     assert json.loads((tmp_path / "r" / "report.json").read_text())["test"] > 0.5
 
 
+@pytest.mark.slow
 def test_a_run_without_checkpointing_writes_none_and_reports_the_last_epochs_validation(tmp_path):
     """`--trainer.enable_checkpointing false` (Lightning refused gnnkit's ModelCheckpoint: one error
     line): no checkpoint is written, the test takes the last weights and reports their validation."""

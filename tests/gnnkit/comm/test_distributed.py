@@ -45,6 +45,7 @@ def run_scenario(name: str, tmp_path: Path) -> dict:
     return json.loads((tmp_path / "result.json").read_text())
 
 
+@pytest.mark.slow
 def test_strategy_trains_every_mode(tmp_path: Path) -> None:
     result = run_scenario("modes", tmp_path)
     for name in ("gnnkit", "gnnkit_multistream", "gnnkit_dear", "gnnkit_topk_a2a", "gnnkit_dear_16_mixed"):
@@ -57,6 +58,7 @@ def test_strategy_trains_every_mode(tmp_path: Path) -> None:
     assert result["node_classifier_steps"] == 2
 
 
+@pytest.mark.slow
 def test_resume_continues_with_the_same_residuals(tmp_path: Path) -> None:
     result = run_scenario("resume", tmp_path)
     assert result == {"steps_after_resume": 8, "global_step": 8, "steps_after_test": 8}
@@ -71,6 +73,7 @@ def test_resume_continues_with_the_same_residuals(tmp_path: Path) -> None:
     assert ckpt["gnnkit_comm"]["world_size"] == 2 and ckpt["gnnkit_comm"]["mode"] == "topk_a2a"
 
 
+@pytest.mark.slow
 def test_dead_rank_fails_the_others_with_a_clear_error(tmp_path: Path) -> None:
     proc = launch("lightning_worker.py", "die", str(tmp_path), timeout=120)
     assert proc.returncode != 0
@@ -78,6 +81,7 @@ def test_dead_rank_fails_the_others_with_a_clear_error(tmp_path: Path) -> None:
     assert not (tmp_path / "result.json").exists()
 
 
+@pytest.mark.slow
 def test_sampled_evaluation_covers_the_whole_split(tmp_path: Path) -> None:
     """Each rank tests its shard of the split; the metric gathers every rank's predictions."""
     result = run_scenario("sampled_eval", tmp_path)

@@ -29,6 +29,7 @@ def test_there_are_cuda_sources():
 
 @pytest.mark.skipif(nvcc() is None, reason="nvcc not found (PATH, /usr/local/cuda/bin): CUDA compile check skipped")
 @pytest.mark.parametrize("source", CU_FILES, ids=lambda p: p.name)
+@pytest.mark.slow
 def test_cu_file_compiles_for_sm80_and_sm90(source: Path, tmp_path: Path):
     obj = tmp_path / (source.stem + ".o")
     cmd = [nvcc(), "-c", "-O3", "-std=c++17", *ARCHS, "-I", str(source_dir()), str(source), "-o", str(obj)]
@@ -50,6 +51,7 @@ def _cuda_include() -> Path | None:
 
 @pytest.mark.skipif(_cuda_include() is None or shutil.which("g++") is None,
                     reason="needs g++ and the CUDA toolkit headers (next to nvcc)")
+@pytest.mark.slow
 def test_cuda_glue_passes_a_syntax_check(tmp_path: Path):
     """gpu/dispatch.cpp and the CUDA build's bindings.cpp are only built with a CUDA torch; check
     them against this torch's headers.

@@ -189,6 +189,7 @@ def test_pyg_convs_are_hooked_on_their_linear_maps(monkeypatch):
         assert any(not torch.equal(p, q) for p, q in zip(before, model.parameters()))
 
 
+@pytest.mark.slow
 def test_recipe_trains_through_the_node_classifier_on_two_ranks(tmp_path):
     """Two gloo ranks under GnnkitStrategy with pipelined factors (SPD-KFAC): bind() is collective
     there, and every rank's factor all-reduces must pair up with the other's."""

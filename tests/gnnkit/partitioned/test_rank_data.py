@@ -37,6 +37,7 @@ def _curve(run_dir: Path, column: str) -> list[float]:
 
 
 @pytest.mark.parametrize(("option", "value"), [("boundary_sampling", 0.5), ("stale_halo", True)])
+@pytest.mark.slow
 def test_sampled_or_stale_halos_train_and_evaluate_exactly(tmp_path, option, value):
     run = tmp_path / option
     result = _run(run, "--data.partitions", "2", "--trainer.devices", "2", f"--data.{option}", str(value).lower(),
@@ -56,6 +57,7 @@ def one_process(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("aggregate_input", [False, True])
+@pytest.mark.slow
 def test_two_partitions_train_as_one_process(tmp_path, one_process, aggregate_input):
     one, two = one_process, tmp_path / "two"
     result = _run(two, "--data.partitions", "2", "--trainer.devices", "2", "--data.aggregate_input",
@@ -72,6 +74,7 @@ def test_two_partitions_train_as_one_process(tmp_path, one_process, aggregate_in
     assert part["input_aggregated"] is aggregate_input and (part["input_bytes_sent_per_exchange"] == 0) is aggregate_input
 
 
+@pytest.mark.slow
 def test_partitions_need_one_rank_each_and_gnnkit_layers(tmp_path):
     result = _run(tmp_path / "r", "--data.partitions", "2")
     assert result.returncode != 0 and "data.partitions: 2 partitions need 2 ranks (one each)" in result.stderr
@@ -135,6 +138,7 @@ def machines():
 
 
 @pytest.mark.skipif(bool(_why_not()), reason=_why_not() or "runs")
+@pytest.mark.slow
 def test_two_machines_of_two_ranks_train_like_one_process(tmp_path, machines, one_process):
     one, four = one_process, tmp_path / "four"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GNNKIT_NATIVE": "0", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",

@@ -78,6 +78,7 @@ def straight(tmp_path_factory) -> Path:
     return run_dir
 
 
+@pytest.mark.slow
 def test_a_recipe_trains_on_two_partitions_and_reports_them(straight):
     report = json.loads((straight / "report.json").read_text())
     assert report["data"]["loader"] == "partitioned neighbor-sampled [5, 5] (2 parts)"
@@ -96,6 +97,7 @@ def test_a_recipe_trains_on_two_partitions_and_reports_them(straight):
     assert "partition 0 of 2, train: " in log and "handed over" in log  # data.balance_seeds (default)
 
 
+@pytest.mark.slow
 def test_a_lost_rank_resumes_with_the_uninterrupted_runs_losses(straight):
     restarted = straight.parent / "restarted"
     _torchrun(restarted, fault="exit@1:1")
