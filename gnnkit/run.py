@@ -18,9 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Union
 
+import lightning.pytorch as pl
 import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcessingLauncher
 from jsonargparse import DefaultHelpFormatter
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, LRSchedulerTypeTuple
 
@@ -133,7 +135,29 @@ class GnnkitCLI(LightningCLI):
             logger = [logger, *(configured if isinstance(configured, list) else [configured])]
         plugins = trainer_config.get("plugins") or []
         plugins = [*(plugins if isinstance(plugins, list) else [plugins]), AtomicCheckpointIO()]
-        return super().instantiate_trainer(logger=logger, plugins=plugins, **kwargs)
+        trainer = super().instantiate_trainer(logger=logger, plugins=plugins, **kwargs)
+        refuse_process_started_ranks(trainer, trainer_config.get("strategy"))
+        return trainer
+
+
+def refuse_process_started_ranks(trainer: pl.Trainer, configured: Any) -> None:
+    """Refuse a strategy that starts its ranks with ``multiprocessing`` (``ddp_spawn``, ``ddp_fork``,
+    ``ddp_notebook``, ``start_method`` ``spawn``/``fork``/``forkserver``): what those ranks measure
+    (epoch times, the best checkpoint's metric, hence the report) stays in them, and a spawned rank
+    has neither gnnkit's log lines nor its filters. ``ddp`` trains the same, each rank a copy of the
+    command (Lightning's launcher), as under ``torchrun``.
+
+    Raises:
+        ValueError: one line naming the strategy and what to use instead.
+    """
+    launcher = getattr(trainer.strategy, "launcher", None)
+    if not isinstance(launcher, _MultiProcessingLauncher):
+        return
+    method = getattr(launcher, "_start_method", "spawn")
+    name = configured if isinstance(configured, str) else f"{type(trainer.strategy).__name__}(start_method={method!r})"
+    raise ValueError(f"trainer.strategy: {name} starts its ranks with multiprocessing ({method!r}), and their epoch "
+                     "times and validation metric (the report) never reach this process; use --trainer.strategy ddp "
+                     "(the same training, each rank a copy of the command) or torchrun")
 
 
 #: Trainer arguments whose int is a number of batches and whose float a fraction of them.

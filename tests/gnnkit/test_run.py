@@ -187,7 +187,12 @@ def test_a_run_without_validation_says_so_once_and_tests_the_last_weights(tmp_pa
     (["--data.sampler_device", "tpu"], "data.sampler_device: expected one of ['auto', 'cpu', 'cuda'], got 'tpu'"),
     (["--trainer.max_epochs", "-5"], "`max_epochs` must be a non-negative integer or -1. You passed in -5."),
     (["--trainer.accelerator", "gpu"], "No supported gpu backend found! (torch "),  # Lightning's, on a CPU machine
-], ids=["model", "data", "trainer", "no-gpu"])
+    (["--trainer.strategy", "ddp_spawn", "--trainer.devices", "2", "--trainer.accelerator", "cpu"],
+     "trainer.strategy: ddp_spawn starts its ranks with multiprocessing ('spawn'), and their epoch times"),
+    (["--trainer.strategy.class_path", "lightning.pytorch.strategies.DDPStrategy", "--trainer.strategy.init_args."
+      "start_method", "fork", "--trainer.devices", "2", "--trainer.accelerator", "cpu"],
+     "trainer.strategy: DDPStrategy(start_method='fork') starts its ranks with multiprocessing ('fork')"),
+], ids=["model", "data", "trainer", "no-gpu", "ddp_spawn", "fork"])
 def test_a_setting_the_classes_refuse_is_one_line_and_leaves_no_run_folder(tmp_path, monkeypatch, setting, line):
     import torch
 
