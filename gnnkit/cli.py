@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 
 #: Subcommand -> (module that defines it with ``add_parser(subparsers)``, help shown by ``--help``).
@@ -59,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(argv).parse_args(argv)
     try:
         return args.func(args)
+    except BrokenPipeError:  # `gnnkit datasets | head`: the reader left, as for any Unix tool
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        return 128 + signal.SIGPIPE
     except DatasetError as err:
         print(f"gnnkit: error: {err}", file=sys.stderr)
         return 2

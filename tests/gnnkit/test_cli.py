@@ -1,6 +1,8 @@
 import argparse
 import importlib
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -92,7 +94,7 @@ def test_the_parser_is_complete_for_the_invoked_command_only():
         build_parser(["--help"]).parse_args(["preprocess", "x"])
 
 
-def test_dataset_commands_import_neither_torch_nor_lightning(make_ogb_folder):
+def test_dataset_commands_and_comm_plan_import_neither_torch_nor_lightning(make_ogb_folder):
     folder = make_ogb_folder()
     assert main(["preprocess", str(folder)]) == 0  # the hits below must not build
     assert main(["partition", str(folder), "--parts", "2"]) == 0
@@ -100,7 +102,7 @@ def test_dataset_commands_import_neither_torch_nor_lightning(make_ogb_folder):
 import contextlib, io, sys
 from gnnkit.cli import main
 for argv in ([], ["datasets"], ["preprocess", {str(folder)!r}], ["partition", {str(folder)!r}, "--parts", "2"],
-             ["cache", "verify"], ["cache", "list"]):
+             ["cache", "verify"], ["cache", "list"], ["comm", "plan", "--params", "1e6", "--ranks", "4"]):
     with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
         assert main(argv or ["--help"]) == 0, argv
     heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "lightning", "pandas"))
@@ -109,6 +111,18 @@ print("ok")
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+
+
+def test_a_reader_that_leaves_the_pipe_ends_the_command_quietly():
+    """`gnnkit datasets | head -1`: the output's reader is gone; no BrokenPipeError traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run([sys.executable, "-m", "gnnkit.cli", "datasets"], stdout=write_end,
+                                stderr=subprocess.PIPE, text=True, timeout=120, cwd=ROOT)
+    finally:
+        os.close(write_end)
+    assert result.returncode == 128 + signal.SIGPIPE and result.stderr == "", result.stderr[-2000:]
 
 
 def test_lost_rank_is_one_line_and_exit_1(capsys, monkeypatch):
