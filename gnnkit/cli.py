@@ -12,7 +12,7 @@ import sys
 #: A module is imported only when one of its commands runs, so ``gnnkit --help`` and the dataset
 #: commands never import torch or Lightning. A test keeps the help lines equal to the modules'.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("gnnkit.run", "train and test a recipe (LightningCLI arguments follow)"),
+    "run": ("gnnkit.run_command", "train and test a recipe (LightningCLI arguments follow)"),
     "datasets": ("gnnkit.data.cli", "list registry entries and their cache state"),
     "preprocess": ("gnnkit.data.cli", "build (or find) the cache entry of a dataset"),
     "partition": ("gnnkit.data.cli", "split a node dataset into P METIS partition entries in the cache"),

@@ -318,21 +318,3 @@ def _release_process_group() -> None:
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
-
-
-def _run_command(args: Any) -> int:
-    try:
-        run(args.recipe, args.overrides)
-    except ResumeError as err:
-        print(f"gnnkit: error: {err}", file=sys.stderr)
-        return 2
-    return 0
-
-
-def add_parser(subparsers: Any) -> None:
-    """Add ``gnnkit run`` to the ``gnnkit`` command."""
-    p = subparsers.add_parser("run", help="train and test a recipe (LightningCLI arguments follow)",
-                              prefix_chars="\0")  # pass every --flag through to LightningCLI
-    p.add_argument("recipe")
-    p.add_argument("overrides", nargs="...")  # argparse.REMAINDER
-    p.set_defaults(func=_run_command)

@@ -21,7 +21,10 @@ _HOMES = {
     "TopKAllGather": "gnnkit.comm.topk_allgather",
 }
 
-__all__ = sorted(_HOMES)
+__all__ = [
+    "AllReduce", "CommHook", "Communicator", "DeAR", "FusionTuner", "GnnkitStrategy", "MODES",
+    "MultiStreamAllReduce", "PowerSGD", "SignSGD", "Slot", "TopKA2A", "TopKAllGather", "resolve_mode",
+]
 
 
 def __getattr__(name: str) -> Any:

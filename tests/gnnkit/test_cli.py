@@ -94,7 +94,7 @@ def test_the_parser_is_complete_for_the_invoked_command_only():
         build_parser(["--help"]).parse_args(["preprocess", "x"])
 
 
-def test_dataset_commands_and_comm_plan_import_neither_torch_nor_lightning(make_ogb_folder):
+def test_dataset_commands_comm_plan_and_a_missing_recipe_import_neither_torch_nor_lightning(make_ogb_folder):
     folder = make_ogb_folder()
     assert main(["preprocess", str(folder)]) == 0  # the hits below must not build
     assert main(["partition", str(folder), "--parts", "2"]) == 0
@@ -107,10 +107,28 @@ for argv in ([], ["datasets"], ["preprocess", {str(folder)!r}], ["partition", {s
         assert main(argv or ["--help"]) == 0, argv
     heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "lightning", "pandas"))
     assert not heavy, (argv, heavy[:5])
+with contextlib.redirect_stderr(io.StringIO()):  # a recipe path that is no file: refused before Lightning
+    assert main(["run", "no-such-recipe.yaml", "--trainer.max_epochs", "1"]) == 2
+assert not [m for m in sys.modules if m.split(".")[0] in ("torch", "lightning")]
 print("ok")
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+
+
+@pytest.mark.parametrize(("recipe", "line"), [
+    ("recipes/sage_arixv.yaml", "recipe recipes/sage_arixv.yaml: no such file; did you mean recipes/sage_arxiv.yaml?"),
+    ("sage_arxiv.yml", "recipe sage_arxiv.yml: no such file; did you mean recipes/sage_arxiv.yaml?"),
+    ("recipes", "recipe recipes: a folder, not a recipe file"),
+    ("mine.yaml", "recipe mine.yaml: no such file"),
+], ids=["typo", "folder left out", "folder", "nothing close"])
+def test_a_recipe_that_is_no_file_is_one_line_with_the_closest_recipe(tmp_path, monkeypatch, capsys, recipe, line):
+    (tmp_path / "recipes").mkdir()
+    for name in ("sage_arxiv.yaml", "gcn_arxiv.yaml", "quickstart.yaml"):
+        (tmp_path / "recipes" / name).write_text("trainer: {}\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", recipe, "--trainer.max_epochs", "1"]) == 2
+    assert capsys.readouterr().err == f"gnnkit: error: {line}\n"
 
 
 def test_a_reader_that_leaves_the_pipe_ends_the_command_quietly():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 
 import pytest
 import torch
@@ -276,3 +277,13 @@ def test_bucket_dependent_modes_keep_ddp_buckets_fixed(comm: str, fixed: bool) -
     assert strategy.fixed_buckets is fixed
     assert strategy._ddp_kwargs["find_unused_parameters"] is fixed  # DDP's switch that skips regrouping
     assert GnnkitStrategy(comm=comm, fixed_buckets=False)._ddp_kwargs["find_unused_parameters"] is False
+
+
+def test_the_packages_names_load_on_first_use():
+    import gnnkit.comm as comm
+
+    assert sorted(comm.__all__) == sorted(comm._HOMES)
+    for name in comm.__all__:
+        assert getattr(comm, name) is getattr(importlib.import_module(comm._HOMES[name]), name)
+    with pytest.raises(AttributeError, match="has no attribute 'Nope'"):
+        comm.Nope  # noqa: B018

@@ -1,0 +1,53 @@
+"""``gnnkit run`` on the command line: its parser, and a check of the recipe's path made before
+Lightning is imported, so a mistyped path is one line at once (not a traceback seconds later)."""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from pathlib import Path
+from typing import Any
+
+#: Where recipes are looked for when a named one does not exist: its own folder and ``./recipes``.
+RECIPE_FOLDER = Path("recipes")
+
+
+def recipe_problem(recipe: str) -> str | None:
+    """The line saying why ``recipe`` (the first argument of ``gnnkit run``) cannot be read, with the
+    closest recipe names beside it; ``None`` when it is a file, or a flag (``--resume``, ``--help``)."""
+    if recipe.startswith("-") or Path(recipe).is_file():
+        return None
+    path = Path(recipe)
+    what = "a folder, not a recipe file" if path.is_dir() else "no such file"
+    known: dict[str, list[str]] = {}  # file name -> the paths that have it
+    for folder in dict.fromkeys((path.parent, RECIPE_FOLDER)):
+        for found in sorted(folder.glob("*.y*ml")) if folder.is_dir() else ():
+            known.setdefault(found.name, []).append(str(found))
+    close = [p for name in difflib.get_close_matches(path.name, sorted(known), n=2, cutoff=0.8) for p in known[name]]
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    return f"recipe {recipe}: {what}{hint}"
+
+
+def _run_command(args: Any) -> int:
+    problem = recipe_problem(args.recipe)
+    if problem is not None:
+        print(f"gnnkit: error: {problem}", file=sys.stderr)
+        return 2
+    from gnnkit.resume import ResumeError
+    from gnnkit.run import run
+
+    try:
+        run(args.recipe, args.overrides)
+    except ResumeError as err:
+        print(f"gnnkit: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``gnnkit run`` to the ``gnnkit`` command."""
+    p = subparsers.add_parser("run", help="train and test a recipe (LightningCLI arguments follow)",
+                              prefix_chars="\0")  # pass every --flag through to LightningCLI
+    p.add_argument("recipe")
+    p.add_argument("overrides", nargs="...")  # argparse.REMAINDER
+    p.set_defaults(func=_run_command)
