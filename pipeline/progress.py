@@ -69,7 +69,8 @@ def process_rank() -> int:
     """This process's rank in a multi-process job (0 alone), read from :data:`RANK_VARIABLES` now:
     torchrun, SLURM and Lightning's launcher (which starts the other ranks as copies of the command)
     set them. Without them, the rank Lightning's strategy has given ``rank_zero_only``: the ranks
-    ``ddp_spawn`` and ``ddp_fork`` start as processes of their own are told theirs that way only."""
+    that ``ddp_fork`` or ``ddp_notebook`` start in a user's own ``Trainer`` are told theirs that way
+    only (``gnnkit run`` refuses those strategies)."""
     for name in RANK_VARIABLES:
         try:
             return int(os.environ[name])

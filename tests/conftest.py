@@ -33,8 +33,8 @@ def _slow_modules_first(items: list[pytest.Item]) -> None:
     """Moves the modules that hold a ``slow`` test (multi-process and end-to-end runs) to the front,
     each whole and in its own order: pytest-xdist hands tests out in this order, so the long ones
     start early instead of leaving one worker busy at the end while the others wait."""
-    slow = {item.module for item in items if item.get_closest_marker("slow") is not None}
-    items.sort(key=lambda item: item.module not in slow)  # stable: the order within each group stays
+    slow = {getattr(item, "module", None) for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: getattr(item, "module", None) not in slow)  # stable: each group keeps its order
 
 
 def _xdist_session_folder(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
