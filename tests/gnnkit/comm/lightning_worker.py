@@ -129,8 +129,25 @@ class Die(Boring):
         return super().training_step(batch, batch_idx)
 
 
+def _observe_children_slowly(period_s: int = 60) -> None:
+    """Lightning's launcher polls the ranks it started every 5 s and, once one has died, SIGKILLs
+    the others: on a loaded machine that can come before the survivor reaches its next collective
+    and tells which rank it lost, the message this scenario is about. Here it polls every minute
+    (beyond the strategy's 30 s timeout), so the survivor always speaks first."""
+    from lightning.fabric.strategies.launchers import subprocess_script
+
+    observer = subprocess_script._ChildProcessObserver
+    start = observer.__init__
+
+    def slower(self, main_pid, child_processes, sleep_period=period_s):
+        start(self, main_pid, child_processes, sleep_period=period_s)
+
+    observer.__init__ = slower
+
+
 def scenario_die() -> dict:
     from datetime import timedelta
+    _observe_children_slowly()
     pl.seed_everything(0)
     t = trainer(GnnkitStrategy(comm="topk_a2a", density=0.1, timeout=timedelta(seconds=30)),
                 max_steps=20, limit_val_batches=0)
