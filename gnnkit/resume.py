@@ -25,7 +25,7 @@ import torch
 
 from gnnkit.csv_logger import read_rows, write_rows
 from gnnkit.last_checkpoint import LAST
-from pipeline import log
+from pipeline import is_rank_zero, log
 
 #: Environment variable naming the run folder (``gnnkit run`` sets it for the ranks Lightning starts,
 #: so they all use the parent's folder).
@@ -79,15 +79,6 @@ def parse_run_args(argv: list[str]) -> RunArgs:
             rest.append(arg)
     args.overrides = rest
     return args
-
-
-def is_rank_zero() -> bool:
-    """Whether this process will be global rank 0 (read from the launcher's environment, before
-    any process group exists): torchrun sets ``RANK``, Lightning's launcher ``LOCAL_RANK`` and
-    ``NODE_RANK``."""
-    if "RANK" in os.environ:
-        return int(os.environ["RANK"]) == 0
-    return int(os.environ.get("LOCAL_RANK", 0)) == 0 and int(os.environ.get("NODE_RANK", 0)) == 0
 
 
 def elastic_restart() -> int:

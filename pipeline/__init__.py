@@ -11,7 +11,7 @@ from pipeline.fingerprint import tree_size
 from pipeline.graph import CanonicalGraph
 from pipeline.options import PreprocessOptions
 from pipeline.preprocess import preprocess
-from pipeline.progress import EVERY_RANK, Stages, log, peak_rss_mb, setup_logging
+from pipeline.progress import EVERY_RANK, Stages, is_rank_zero, log, peak_rss_mb, setup_logging
 from pipeline.registry import DatasetSpec, load_registry, resolve
 
 __all__ = [
@@ -33,5 +33,6 @@ __all__ = [
     "resolve",
     "setup_logging",
     "EVERY_RANK",
+    "is_rank_zero",
     "tree_size",
 ]

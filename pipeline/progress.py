@@ -65,19 +65,46 @@ class Stages:
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
 
 
+def _rank_variable() -> tuple[str, int] | None:
+    """The first of :data:`RANK_VARIABLES` set to a number, and its value."""
+    for name in RANK_VARIABLES:
+        try:
+            return name, int(os.environ[name])
+        except (KeyError, ValueError):
+            continue
+    return None
+
+
 def process_rank() -> int:
     """This process's rank in a multi-process job (0 alone), read from :data:`RANK_VARIABLES` now:
     torchrun, SLURM and Lightning's launcher (which starts the other ranks as copies of the command)
     set them. Without them, the rank Lightning's strategy has given ``rank_zero_only``: the ranks
     that ``ddp_fork`` or ``ddp_notebook`` start in a user's own ``Trainer`` are told theirs that way
-    only (``gnnkit run`` refuses those strategies)."""
-    for name in RANK_VARIABLES:
-        try:
-            return int(os.environ[name])
-        except (KeyError, ValueError):
-            continue
+    only (``gnnkit run`` refuses those strategies). Under Lightning's launcher this is the rank on
+    the node (:func:`node_rank`)."""
+    found = _rank_variable()
+    if found is not None:
+        return found[1]
     rank_zero = sys.modules.get("lightning_utilities.core.rank_zero")  # never imported for this
     return int(getattr(getattr(rank_zero, "rank_zero_only", None), "rank", 0) or 0)
+
+
+def node_rank() -> int:
+    """The machine of a job that Lightning's own launcher runs on several (``NODE_RANK``, set on each
+    by the user), whose ranks know only their rank on the machine (``LOCAL_RANK``); 0 where a global
+    rank variable (torchrun's ``RANK``, SLURM's) is set, or ``NODE_RANK`` is not."""
+    found = _rank_variable()
+    if found is None or found[0] != "LOCAL_RANK":
+        return 0
+    try:
+        return int(os.environ.get("NODE_RANK", 0))
+    except ValueError:
+        return 0
+
+
+def is_rank_zero() -> bool:
+    """Whether this process is (or will be, before any process group exists) global rank 0."""
+    return process_rank() == 0 and node_rank() == 0
 
 
 #: ``extra=`` of a log line that every rank tells (its own partition, its own share of the seeds).
@@ -88,12 +115,15 @@ class _RankLines(logging.Filter):
     """Info lines from rank 0 only, as Lightning's ``rank_zero_info``: every rank of a run logged
     the same data, run and epoch lines. A line every rank should tell (its own share of something)
     is logged with ``extra=EVERY_RANK``; warnings and errors come from every rank. A line
-    from another rank is marked ``[gnnkit rank N]``."""
+    from another rank is marked ``[gnnkit rank N]`` (``[gnnkit node M rank N]`` under Lightning's launcher on
+    several machines, :func:`node_rank`)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        rank = process_rank()
-        record.gnnkit_prefix = "[gnnkit]" if rank == 0 else f"[gnnkit rank {rank}]"
-        return rank == 0 or record.levelno >= logging.WARNING or getattr(record, "every_rank", False)
+        rank, node = process_rank(), node_rank()
+        zero = rank == 0 and node == 0
+        record.gnnkit_prefix = ("[gnnkit]" if zero else f"[gnnkit rank {rank}]" if node == 0
+                                else f"[gnnkit node {node} rank {rank}]")
+        return zero or record.levelno >= logging.WARNING or getattr(record, "every_rank", False)
 
 
 def setup_logging(level: int = logging.INFO) -> None:

@@ -16,13 +16,16 @@ log.warning("resume: starts afresh")
 
 
 def _lines(env: dict[str, str]) -> list[str]:
-    clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")}
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK", "NODE_RANK")}
     out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env={**clean, **env},
                          check=True)
     return out.stderr.splitlines()
 
 
-@pytest.mark.parametrize("env", [{}, {"RANK": "0"}, {"LOCAL_RANK": "0"}], ids=["alone", "rank 0", "local rank 0"])
+@pytest.mark.parametrize("env", [{}, {"RANK": "0"}, {"LOCAL_RANK": "0"}, {"LOCAL_RANK": "0", "NODE_RANK": "0"},
+                                 {"RANK": "0", "LOCAL_RANK": "0", "NODE_RANK": "1"}],
+                         ids=["alone", "rank 0", "local rank 0", "node 0", "RANK before NODE_RANK"])
 def test_rank_zero_and_a_lone_process_tell_every_line(env):
     assert _lines(env) == ["[gnnkit] data synthetic-tiny: ready", "[gnnkit] partition 7: 10 nodes",
                            "[gnnkit] resume: starts afresh"]
@@ -33,6 +36,29 @@ def test_rank_zero_and_a_lone_process_tell_every_line(env):
                          ids=["torchrun", "lightning's launcher", "slurm"])
 def test_other_ranks_tell_their_own_lines_and_warnings_only_marked_with_the_rank(env, rank):
     assert _lines(env) == [f"[gnnkit rank {rank}] partition 7: 10 nodes", f"[gnnkit rank {rank}] resume: starts afresh"]
+
+
+def test_lightnings_launcher_on_a_second_machine_is_not_rank_zero():
+    """Lightning's launcher gives its ranks LOCAL_RANK and NODE_RANK only: local rank 0 of node 1 is
+    not global rank 0, so it neither tells rank 0's lines nor prepares the run's metrics."""
+    env = {"LOCAL_RANK": "0", "NODE_RANK": "1"}
+    assert _lines(env) == ["[gnnkit node 1 rank 0] partition 7: 10 nodes", "[gnnkit node 1 rank 0] resume: starts afresh"]
+
+
+@pytest.mark.parametrize(("env", "zero"), [({}, True), ({"LOCAL_RANK": "0", "NODE_RANK": "0"}, True),
+                                           ({"LOCAL_RANK": "0", "NODE_RANK": "1"}, False),
+                                           ({"SLURM_PROCID": "3"}, False), ({"SLURM_PROCID": "0", "NODE_RANK": "2"}, True),
+                                           ({"LOCAL_RANK": "2"}, False), ({"RANK": "0", "NODE_RANK": "1"}, True)])
+def test_is_rank_zero_reads_every_launchers_variables(monkeypatch, env, zero):
+    """One answer for the log lines and for the run folder's rank-0 work (resume.prepare_metrics):
+    under SLURM every rank used to count as rank zero there, as only RANK and LOCAL_RANK were read."""
+    from pipeline import is_rank_zero
+
+    for name in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK", "NODE_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert is_rank_zero() is zero
 
 
 def test_without_rank_variables_the_rank_lightnings_strategy_set_counts(monkeypatch):
