@@ -75,6 +75,9 @@ def sell(op: str, s: Any, x_rows: int) -> None:
     slots, every row's slots inside its chunk, output rows and columns in range."""
     for name in ("chunk_ptr", "perm", "row_len", "cols"):
         index_vector(op, name, getattr(s, name))
+    for name in ("chunk_ptr", "perm", "row_len", "cols", "vals"):
+        if isinstance(getattr(s, name), Tensor) and not getattr(s, name).is_contiguous():
+            _fail(op, f"{name} must be contiguous (as to_sell makes it)")
     if not isinstance(s.chunk, int) or s.chunk < 1:
         _fail(op, f"chunk must be an int >= 1, got {s.chunk!r}")
     rows, slots = s.perm.numel(), s.cols.numel()
@@ -97,8 +100,15 @@ def sell(op: str, s: Any, x_rows: int) -> None:
     in_range(op, "cols", s.cols, x_rows)
 
 
+#: The feature dtypes the SpMM kernels are compiled for, by device type (the CPU kernels take
+#: float32/float64; the CUDA ones also 16-bit floats, summed in float32).
+KERNEL_DTYPES = {"cpu": (torch.float32, torch.float64),
+                 "cuda": (torch.float32, torch.float64, torch.float16, torch.bfloat16)}
+
+
 def features(op: str, x: Tensor, rows: int, device: torch.device) -> None:
-    """``x`` is a 2-D float ``[rows, F]`` tensor on ``device``."""
+    """``x`` is a 2-D float ``[rows, F]`` tensor on ``device``, of a dtype its kernels take
+    (:data:`KERNEL_DTYPES`; the kernel's own dispatch would throw from C++)."""
     if not isinstance(x, Tensor) or x.dim() != 2 or not x.is_floating_point():
         _fail(op, f"x must be a 2-D float tensor, got {x.dtype if isinstance(x, Tensor) else type(x).__name__}"
                   f"{'' if not isinstance(x, Tensor) else ' of shape ' + str(tuple(x.shape))}")
@@ -106,6 +116,10 @@ def features(op: str, x: Tensor, rows: int, device: torch.device) -> None:
         _fail(op, f"x must have {rows} rows (the matrix's columns), got {x.size(0)}")
     if x.device != device:
         _fail(op, f"x is on {x.device} but the matrix on {device}")
+    allowed = KERNEL_DTYPES.get(device.type, KERNEL_DTYPES["cpu"])
+    if x.dtype not in allowed:
+        _fail(op, f"x must be {'/'.join(str(d).removeprefix('torch.') for d in allowed)} on {device.type}, "
+                  f"got {x.dtype}")
 
 
 def rows_like(op: str, name: str, t: Tensor, rows: int, x: Tensor) -> None:
@@ -139,8 +153,9 @@ def tt_inputs(op: str, cores: Sequence[Tensor], rows: Tensor) -> None:
     if len(cores) != 3 or any(not isinstance(c, Tensor) or c.dim() != 4 or not c.is_floating_point() for c in cores):
         _fail(op, "needs exactly three 4-D float cores [p, r_in, q, r_out]")
     c0, c1, c2 = cores
-    if len({c.dtype for c in cores}) != 1:
-        _fail(op, f"cores must share one dtype, got {[str(c.dtype) for c in cores]}")
+    if len({c.dtype for c in cores}) != 1 or c0.dtype not in (torch.float32, torch.float64):
+        _fail(op, f"cores must share one dtype, float32 or float64 (the kernels' on either device), "
+                  f"got {[str(c.dtype) for c in cores]}")
     if c0.size(1) != 1 or c2.size(3) != 1 or c0.size(3) != c1.size(1) or c1.size(3) != c2.size(1):
         _fail(op, f"TT ranks do not chain: core shapes {[tuple(c.shape) for c in cores]}")
     if rows.dtype not in (torch.int32, torch.int64):

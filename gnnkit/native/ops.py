@@ -65,6 +65,12 @@ def transpose(a: CSR) -> CSR:
     return CSR(indptr, rows.contiguous(), values, a.indptr.numel() - 1)
 
 
+def contiguous_csr(a: CSR) -> CSR:
+    """``a`` with flat arrays (the kernels read raw buffers; a strided view is copied once)."""
+    values = None if a.values is None else a.values.contiguous()
+    return CSR(a.indptr.contiguous(), a.indices.contiguous(), values, a.num_cols)
+
+
 def spmm_csr_raw(a: CSR, x: Tensor, mean: bool = False) -> Tensor:
     """``A @ x`` (row mean with ``mean``) by the native CSR kernel, no autograd.
 
@@ -119,11 +125,13 @@ def spmm(indptr: Tensor, indices: Tensor, x: Tensor, values: Tensor | None = Non
         raise ValueError(f"reduce must be 'sum' or 'mean', got {reduce!r}")
     a = CSR(indptr, indices, values, x.size(0) if isinstance(x, Tensor) and x.dim() == 2 else 0)
     checks.csr("spmm", *a)
+    a = contiguous_csr(a)
     if transposed is not None:  # A^T: a row per column of A, A's rows as its columns
         if transposed.indptr.numel() - 1 != a.num_cols or transposed.indices.numel() != indices.numel():
             raise ValueError(f"spmm: transposed must be A^T ({a.num_cols} rows, {indices.numel()} entries), got "
                              f"{transposed.indptr.numel() - 1} rows and {transposed.indices.numel()} entries")
         checks.csr("spmm", transposed.indptr, transposed.indices, transposed.values, indptr.numel() - 1)
+        transposed = contiguous_csr(transposed)
     return _CSRSpmm.apply(x, a, transposed, reduce == "mean")
 
 
@@ -143,6 +151,8 @@ def to_sell(a: CSR, dtype: torch.dtype = torch.float32, chunk: int = SELL_C, sig
     """SELL-C-sigma form of ``a`` (Kreutzer et al., <https://arxiv.org/abs/1307.6209>): rows sorted
     by length within windows of ``sigma``, chunks of ``chunk`` rows stored column-major and padded."""
     checks.csr("to_sell", *a)
+    if dtype not in checks.KERNEL_DTYPES["cuda"]:
+        raise ValueError(f"to_sell: dtype must be a float type the kernels take, got {dtype}")
     if chunk < 1 or sigma < 1:
         raise ValueError(f"to_sell: chunk and sigma must be >= 1, got {chunk} and {sigma}")
     narrow = dtype in (torch.float16, torch.bfloat16)  # built in float32 (the CPU builder's types), then rounded
@@ -185,7 +195,7 @@ def sample_neighbors(indptr: Tensor, indices: Tensor, seeds: Tensor, fanouts: Se
     if local is None:
         local = torch.full((max(indptr.numel() - 1, 0),), -1, dtype=torch.int64, device=indptr.device)
     checks.sampler_inputs("sample_neighbors", indptr, indices, seeds, fanouts, local)
-    return _sample_raw(indptr, indices, seeds, fanouts, replace, seed, local)
+    return _sample_raw(indptr.contiguous(), indices.contiguous(), seeds, fanouts, replace, seed, local)
 
 
 def _sample_raw(indptr: Tensor, indices: Tensor, seeds: Tensor, fanouts: Sequence[int], replace: bool, seed: int,
@@ -310,7 +320,7 @@ def _native_graph(sampler: Any, sources_are_rows: bool = True) -> bool:
     with ``sources_are_rows=False``, any non-negative ids (one hop over a partition's rows, whose
     sources are the whole graph's ids; CPU only)."""
     device = sampler.indptr.device.type
-    if get() is None or not sampler.indices.is_contiguous():
+    if get() is None or not (sampler.indptr.is_contiguous() and sampler.indices.is_contiguous()):
         return False
     if device != "cpu" and not (device == "cuda" and sources_are_rows and "sample_neighbors_cuda" in kernels()):
         return False

@@ -9,12 +9,14 @@ from torch import Tensor
 
 
 def _as_index(t: Tensor, name: str) -> Tensor:
-    """``t`` as int64 without touching the original (which may be a read-only memory map)."""
+    """``t`` as a contiguous int64 vector without touching the original (which may be a read-only
+    memory map): a strided view, e.g. a row of a transposed ``[E, 2]`` edge list, is copied once here,
+    as the native kernels read the arrays as flat buffers (the CUDA ones refuse anything else)."""
     if not isinstance(t, Tensor):
         raise TypeError(f"Adjacency: {name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dim() != 1:
         raise ValueError(f"Adjacency: {name} must be 1-D, got shape {tuple(t.shape)}")
-    return t if t.dtype == torch.int64 else t.to(torch.int64)
+    return (t if t.dtype == torch.int64 else t.to(torch.int64)).contiguous()
 
 
 def indptr_of(ids: Tensor, n: int, order: Tensor | None = None) -> Tensor:

@@ -44,6 +44,42 @@ def test_values_and_devices_are_checked():
         checks.features("spmm", torch.ones(2, dtype=I64), 2, torch.device("cpu"))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_16bit_features_are_refused_where_the_kernels_lack_them(ext, dtype):
+    """The CPU kernels are compiled for float32/float64 only; the CUDA ones take 16-bit floats too.
+    Left to the kernel's dispatch, the refusal would be a C++ throw (which took the process down on
+    the GPU image's torch); the same 16-bit cores are refused for the TT kernels on both devices."""
+    indptr, indices = good_csr()
+    with pytest.raises(ValueError, match=f"spmm_csr: x must be float32/float64 on cpu, got {dtype}"):
+        ops.spmm(indptr, indices, torch.ones(2, 3, dtype=dtype))
+    with pytest.raises(ValueError, match="float32 or float64"):
+        ops.tt_lookup([torch.randn(2, 1, 2, 3, dtype=dtype), torch.randn(2, 3, 2, 3, dtype=dtype),
+                       torch.randn(2, 3, 2, 1, dtype=dtype)], torch.tensor([0]))
+    with pytest.raises(ValueError, match="to_sell: dtype must be a float type"):
+        ops.to_sell(ops.CSR(indptr, indices, None, 2), dtype=torch.int64)
+
+
+def test_strided_index_arrays_reach_the_kernels_flat(ext, monkeypatch):
+    """A strided view (a column of an ``[E, 2]`` edge list) is checked and then copied flat for the
+    kernels: the CUDA ones refuse anything but a flat buffer, and from C++ (the CPU ones copy it)."""
+    from gnnkit.sparse import Adjacency
+
+    pairs = torch.tensor([[0, 0], [1, 0], [1, 1]])  # (column, row), rows sorted
+    indptr, columns = torch.tensor([0, 2, 3]), pairs[:, 0]
+    assert not columns.is_contiguous()
+    adj = Adjacency(indptr, columns, num_cols=2)
+    assert adj.indices.is_contiguous() and adj.indptr.is_contiguous()
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(ops.spmm(indptr, columns, x), torch.stack([x[0] + x[1], x[1]]))
+    sent, raw = [], ops._sample_raw
+    monkeypatch.setattr(ops, "_sample_raw", lambda *args: sent.append(args[:2]) or raw(*args))
+    ops.sample_neighbors(indptr, columns, torch.tensor([0]), [2], False, seed=0)
+    assert all(t.is_contiguous() for t in sent[0])
+    sell = ops.to_sell(ops.CSR(indptr, columns, None, 2))
+    with pytest.raises(ValueError, match="cols must be contiguous"):
+        ops.spmm_sell(sell._replace(cols=torch.stack([sell.cols, sell.cols], 1)[:, 0]), x)
+
+
 def test_spmm_refuses_before_the_kernel(ext):
     indptr, indices = good_csr()
     with pytest.raises(ValueError, match="indices out of range"):
@@ -111,7 +147,7 @@ def test_tt_select_and_dropout_inputs_are_checked(ext):
         ops.tt_lookup(cores, torch.tensor([-1]))
     with pytest.raises(ValueError, match="ranks do not chain"):
         ops.tt_lookup([cores[0], torch.randn(2, 2, 2, 3), cores[2]], torch.tensor([0]))
-    with pytest.raises(ValueError, match="one dtype"):
+    with pytest.raises(ValueError, match="share one dtype"):
         ops.tt_lookup([cores[0].double(), cores[1], cores[2]], torch.tensor([0]))
     with pytest.raises(ValueError, match="integer"):
         ops.tt_lookup(cores, torch.tensor([0.0]))
