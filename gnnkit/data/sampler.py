@@ -186,6 +186,13 @@ def sample_hops(seed_nodes: Tensor, num_neighbors: Sequence[int], expand: Expand
     return SampledHops(nodes, rows, cols, edges)
 
 
+def scratch_dtype(num_nodes: int, device: torch.device) -> torch.dtype:
+    """The dtype of a sampler's scratch map (global id -> local id): local ids are below
+    ``num_nodes``, so int32 suffices on the CPU and halves the map; the CUDA sampler works on an
+    int64 map, and given an int32 one would convert and copy back all ``num_nodes`` entries a batch."""
+    return torch.int32 if num_nodes < 2**31 - 2 and device.type != "cuda" else torch.int64
+
+
 class CSRNeighborSampler(BaseSampler):
     """Uniform multi-hop neighbour sampler on a destination-major CSR graph.
 
@@ -301,8 +308,6 @@ class CSRNeighborSampler(BaseSampler):
         self._owner_pid: int = os.getpid()
         self._worker_seeded: bool = False
         self._local: Tensor | None = None  # global id -> local id, -1 elsewhere
-        # Local ids are < num_nodes, so int32 suffices (and halves the map):
-        self._scratch_dtype = torch.int32 if self.num_nodes < 2**31 - 2 else torch.int64
 
     def __repr__(self) -> str:
         seed = "" if self.seed is None else f", seed={self.seed}"
@@ -346,7 +351,8 @@ class CSRNeighborSampler(BaseSampler):
                 self._generator = self._new_generator(int(mixed) % 2**63)
                 self._worker_seeded = True
         if self._local is None:
-            self._local = torch.full((self.num_nodes,), -1, dtype=self._scratch_dtype, device=self.indptr.device)
+            device = self.indptr.device
+            self._local = torch.full((self.num_nodes,), -1, dtype=scratch_dtype(self.num_nodes, device), device=device)
         return self._generator, self._local
 
     def state_dict(self) -> dict[str, Any]:

@@ -551,6 +551,18 @@ def test_power_law_graph_with_hubs_samples_valid_hops():
         _check_output(_sample(sampler, seeds), indptr, indices, seeds, [15, 10, 5], replace)
 
 
+def test_the_scratch_map_is_int32_on_the_cpu_and_int64_where_the_cuda_sampler_reads_it():
+    """Half the memory on the CPU; on a GPU an int32 map would be widened and copied back whole by the
+    CUDA sampler every batch (0.9 GB of traffic a batch on papers100M)."""
+    from gnnkit.data.sampler import scratch_dtype
+
+    assert scratch_dtype(10, torch.device("cpu")) == torch.int32
+    assert scratch_dtype(2**31, torch.device("cpu")) == torch.int64
+    assert scratch_dtype(10, torch.device("cuda", 0)) == torch.int64
+    sampler = CSRNeighborSampler(torch.tensor([0, 1, 2]), torch.tensor([1, 0]), [1], seed=0)
+    assert sampler._process_state()[1].dtype == torch.int32
+
+
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
 def test_relabel_numbers_unseen_nodes_in_order_of_first_occurrence(dtype):
     """The PyTorch relabelling (one read-back) against a dictionary walk, on random maps and id lists."""

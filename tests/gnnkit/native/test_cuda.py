@@ -172,6 +172,7 @@ def test_the_loaders_sampler_on_a_gpu_graph_runs_the_cuda_kernel(cuda_ext, monke
         sampler = CSRNeighborSampler(*on_device("cuda", indptr, indices), [5, 3], seed=7)
         outs.append(sampler.sample_from_nodes(NodeSamplerInput(input_id=torch.arange(6), node=seeds)))
     assert [d.type for d in calls] == ["cuda", "cuda"]
+    assert sampler._local.dtype == torch.int64  # what the CUDA kernel reads without a copy
     out = outs[0]
     assert out.node.is_cuda and out.row.is_cuda
     check_sample(indptr, indices, seeds, [5, 3], False, out.node.cpu(), out.row.cpu(), out.col.cpu(), out.edge.cpu(),
