@@ -108,8 +108,21 @@ def _cpu_flags() -> str:
     return platform.processor() or platform.machine()
 
 
+def cuda_archs() -> str:
+    """The GPU architectures a CUDA build is compiled for, as torch's extension builder picks them:
+    ``TORCH_CUDA_ARCH_LIST``, else the visible GPUs' compute capabilities (else its default list)."""
+    listed = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
+    if listed:
+        return listed
+    if torch.cuda.is_available():
+        found = {torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())}
+        return ";".join(f"{major}.{minor}" for major, minor in sorted(found))
+    return "default"
+
+
 def build_key(cuda: bool | None = None) -> str:
-    """Hash of everything the built library depends on."""
+    """Hash of everything the built library depends on (with the CUDA kernels, also the GPU
+    architectures they are compiled for: a build for another GPU would fail at its first launch)."""
     cuda = with_cuda() if cuda is None else cuda
     h = hashlib.sha256()
     root = source_dir()
@@ -118,7 +131,7 @@ def build_key(cuda: bool | None = None) -> str:
         h.update(str(path.relative_to(root)).encode())
         h.update(path.read_bytes())
     for part in (torch.__version__, str(torch.version.cuda), sys.version, str(cuda), " ".join(_CFLAGS),
-                 " ".join(_NVCC_FLAGS), _cpu_flags()):
+                 " ".join(_NVCC_FLAGS), _cpu_flags(), cuda_archs() if cuda else ""):
         h.update(part.encode())
     return h.hexdigest()[:16]
 

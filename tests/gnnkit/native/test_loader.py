@@ -14,6 +14,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import torch
 
 from gnnkit import native
 from gnnkit.cli import main
@@ -46,6 +47,22 @@ def test_build_key_follows_the_sources(tmp_path, monkeypatch):
     shutil.copytree(copy, twin)
     monkeypatch.setenv("GNNKIT_NATIVE_SRC", str(twin))
     assert loader.build_key(cuda=False) != key
+
+
+def test_a_cuda_build_key_names_the_gpu_architectures(monkeypatch):
+    """A CUDA build for other GPUs (another TORCH_CUDA_ARCH_LIST, or the GPUs seen when it was built)
+    lacks kernel images for these and would fail at its first launch: it gets a key of its own. The
+    CPU build's key does not depend on them."""
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")
+    sm80, cpu = loader.build_key(cuda=True), loader.build_key(cuda=False)
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0;9.0")
+    assert loader.cuda_archs() == "8.0;9.0"
+    assert loader.build_key(cuda=True) != sm80 and loader.build_key(cuda=False) == cpu
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i: (9, 0) if i else (8, 0))
+    assert loader.cuda_archs() == "8.0;9.0"  # what torch's builder compiles for without the list
 
 
 def test_a_build_is_announced_with_its_folder_and_time_and_a_built_library_is_reused(tmp_path, monkeypatch, capsys):
