@@ -77,12 +77,29 @@ def task_family(name: str) -> TaskFamily:
     return TASKS[name]
 
 
+def read_recipe(path: str | Path) -> Any:
+    """A recipe's YAML (``safe_load``: no tags that build objects); ``{}`` when empty.
+
+    Raises:
+        ValueError: One line naming the file: not UTF-8 text, or not YAML (with the line and column).
+    """
+    try:
+        return yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text (byte {err.start}): a recipe is a YAML file") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ValueError(f"{path}: not a valid recipe YAML{where}: {problem}") from None
+
+
 def recipe_task(config: str | Path, overrides: list[str]) -> str:
     """The task a run trains: ``--task X`` / ``--task=X`` among the overrides, else the config's
     top-level ``task:``, else :data:`DEFAULT_TASK`.
 
     Raises:
-        ValueError: A config that is not a YAML mapping, or ``--task`` without a value.
+        ValueError: A config that is not a YAML mapping (:func:`read_recipe`), or ``--task`` without a value.
     """
     for i, arg in enumerate(overrides):
         if arg.startswith("--task="):
@@ -91,7 +108,7 @@ def recipe_task(config: str | Path, overrides: list[str]) -> str:
             if i + 1 >= len(overrides):
                 raise ValueError("--task: expected a value (one of " + ", ".join(sorted(TASKS)) + ")")
             return overrides[i + 1]
-    doc: Any = yaml.safe_load(Path(config).read_text()) or {}
+    doc: Any = read_recipe(config)
     if not isinstance(doc, dict):
         raise ValueError(f"{config}: expected a mapping of recipe sections")
     return str(doc.get("task", DEFAULT_TASK))

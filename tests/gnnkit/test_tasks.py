@@ -28,6 +28,21 @@ def test_task_comes_from_the_recipe_then_the_command_line(tmp_path):
         recipe_task(recipe, ["--task"])
 
 
+@pytest.mark.parametrize(("text", "message"), [
+    (b"model:\n  hidden: [1, 2\n", r"r.yaml: not a valid recipe YAML at line 3, column 1: expected ',' or ']'"),
+    (b"x: !!python/object/apply:os.system [echo hi]\n", "r.yaml: not a valid recipe YAML at line 1, column 4: "
+                                                         "could not determine a constructor"),
+    (b"model:\n  a: \xff\n", r"r.yaml: not UTF-8 text \(byte 12\)"),
+    (b"- a\n- b\n", "r.yaml: expected a mapping of recipe sections"),
+], ids=["unclosed list", "python tag", "not utf-8", "a list"])
+def test_a_recipe_that_is_not_yaml_is_one_line_naming_the_file(tmp_path, text, message):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_bytes(text)
+    with pytest.raises(ValueError, match=message) as caught:
+        recipe_task(recipe, [])
+    assert "\n" not in str(caught.value)
+
+
 def test_unknown_task_names_the_choices():
     with pytest.raises(ValueError, match=re.escape(f"task: expected one of {sorted(TASKS)}, got 'edges'")):
         task_family("edges")
