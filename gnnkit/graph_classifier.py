@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.data import Data
 
+from gnnkit import setting_checks
 from gnnkit.metrics import make_graph_evaluator
 from gnnkit.models.graph_gnn import GraphGNN, GraphGNNOptions
 from gnnkit.optim import module_optimizer, with_scheduler
@@ -70,6 +71,7 @@ class GraphClassifier(TaskModule):
         lr_scheduler: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        setting_checks.model_settings(lr, weight_decay, "model.emb_dim", emb_dim)
         self.save_hyperparameters()
         self.task = task or {"name": "unknown", "eval_metric": "rocauc", "num_tasks": 1,
                              "task_type": "binary classification"}

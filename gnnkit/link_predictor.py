@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.data import Data
 
+from gnnkit import setting_checks
 from gnnkit.link_metrics import evaluate_links, make_link_evaluator
 from gnnkit.models.node_gnn import NodeGNN, NodeGNNOptions, resolve_model
 from gnnkit.optim import module_optimizer, with_scheduler
@@ -121,6 +122,7 @@ class LinkPredictor(RunLengthHooks, TaskModule):
         lr_scheduler: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        setting_checks.model_settings(lr, weight_decay, "model.hidden_channels", hidden_channels)
         self.save_hyperparameters()
         self.task = task or {"name": "unknown", "eval_metric": "hits@50", "negatives": "edge_neg"}
         if in_channels == 0 and embedding_dim == 0:

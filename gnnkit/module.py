@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.data import Data
 
+from gnnkit import setting_checks
 from gnnkit.metrics import make_evaluator
 from gnnkit.models.inrank import InRankOptions
 from gnnkit.models.node_gnn import NodeGNN, NodeGNNOptions, resolve_model
@@ -170,6 +171,7 @@ class NodeClassifier(RunLengthHooks, TaskModule):
         pseudo_label_gamma: float | None = None,
     ) -> None:
         super().__init__()
+        setting_checks.model_settings(lr, weight_decay, "model.hidden_channels", hidden_channels)
         self.save_hyperparameters()
         self.task = task or {"name": "unknown", "eval_metric": "acc", "num_tasks": 1,
                              "task_type": "multiclass classification"}

@@ -13,6 +13,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 from torch_geometric.data import Data
 
+from gnnkit import setting_checks
 from gnnkit.data.batch_precision import PrecisionBatches
 from gnnkit.data.device_sampling import (SamplingPlacement, check_sampler_device, host_fallback, place,
                                          plan_placement, resolve_sampler_device)
@@ -81,6 +82,17 @@ def batches_wanted(trainer: Any) -> float:
     if max_steps is not None and max_steps >= 0:
         count = min(count, max(max_steps - trainer.global_step, 0) * trainer.accumulate_grad_batches)
     return count
+
+
+def _check_loader_settings(batch_size: int, eval_batch_size: int | None, num_neighbors: list[int] | None,
+                           eval_num_neighbors: list[int] | None, num_workers: int) -> None:
+    """One line naming the ``data.*`` field for a batch size, fan-out or worker count the loaders
+    would refuse only once training starts (:mod:`gnnkit.setting_checks`)."""
+    setting_checks.at_least("data.batch_size", batch_size, 0, "seed nodes per batch >= 1 (0: full batch)")
+    setting_checks.optional_at_least("data.eval_batch_size", eval_batch_size, 1, "seed nodes per batch >= 1")
+    setting_checks.fanouts("data.num_neighbors", num_neighbors)
+    setting_checks.fanouts("data.eval_num_neighbors", eval_num_neighbors)
+    setting_checks.at_least("data.num_workers", num_workers, 0, "worker processes >= 0")
 
 
 class GraphDataModule(PrecisionBatches):
@@ -178,6 +190,7 @@ class GraphDataModule(PrecisionBatches):
         cache_root: str | None = None,
     ) -> None:
         super().__init__()
+        _check_loader_settings(batch_size, eval_batch_size, num_neighbors, eval_num_neighbors, num_workers)
         if isinstance(reuse, dict):  # as saved in a checkpoint's hyper-parameters
             reuse = ReuseConfig(**reuse)
         if isinstance(preprocess, dict):

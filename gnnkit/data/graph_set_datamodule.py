@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from gnnkit import setting_checks
 from gnnkit.data.batch_precision import PrecisionBatches
 from pipeline import log, resolve
 from pipeline import preprocess as preprocess_dataset
@@ -46,8 +47,9 @@ class GraphSetDataModule(PrecisionBatches):
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        if batch_size < 1:
-            raise ValueError(f"data.batch_size: expected >= 1 graphs per batch, got {batch_size}")
+        setting_checks.at_least("data.batch_size", batch_size, 1, ">= 1 graphs per batch")
+        setting_checks.optional_at_least("data.eval_batch_size", eval_batch_size, 1, ">= 1 graphs per batch")
+        setting_checks.at_least("data.num_workers", num_workers, 0, "worker processes >= 0")
         spec = resolve(dataset)
         self.entry = preprocess_dataset(
             spec, data_root=Path(data_root) if data_root else None, cache_root=Path(cache_root) if cache_root else None

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from gnnkit import setting_checks
 from gnnkit.data.batch_precision import PrecisionBatches
 from gnnkit.data.preprocessing import PreprocessOverrides, resolve_options
 from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats
@@ -205,8 +206,10 @@ class LinkDataModule(PrecisionBatches):
         self.save_hyperparameters(ignore=["preprocess", "reuse"])
         self.hparams["preprocess"] = vars(preprocess).copy() if preprocess is not None else None
         self.hparams["reuse"] = vars(reuse).copy() if reuse is not None else None
-        if batch_size < 1:
-            raise ValueError(f"data.batch_size: expected a positive number of edges, got {batch_size}")
+        setting_checks.at_least("data.batch_size", batch_size, 1, "a positive number of edges")
+        setting_checks.optional_at_least("data.eval_batch_size", eval_batch_size, 1, "a positive number of edges")
+        setting_checks.fanouts("data.num_neighbors", num_neighbors)
+        setting_checks.fanouts("data.eval_num_neighbors", eval_num_neighbors)
         if reuse is not None and reuse.epochs > 0 and num_neighbors is None:
             raise ValueError("data.reuse: replaying batches needs neighbour sampling (data.num_neighbors)")
         self.reuse = reuse if reuse is not None and reuse.epochs > 0 else None

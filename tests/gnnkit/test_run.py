@@ -184,6 +184,9 @@ def test_a_run_without_validation_says_so_once_and_tests_the_last_weights(tmp_pa
 
 @pytest.mark.parametrize(("setting", "line"), [
     (["--model.dropout", "3"], "dropout: expected a probability in [0, 1), got 3.0"),  # gnnkit's check
+    (["--model.lr", "-1"], "model.lr: expected a finite number > 0, got -1.0"),  # torch's optimizer: inside fit
+    (["--data.batch_size", "64", "--data.num_neighbors", "[-3, 5]"],
+     "data.num_neighbors: expected a list of at least one fan-out per layer, each >= 0 or -1"),  # PyG's: inside fit
     (["--data.sampler_device", "tpu"], "data.sampler_device: expected one of ['auto', 'cpu', 'cuda'], got 'tpu'"),
     (["--trainer.max_epochs", "-5"], "`max_epochs` must be a non-negative integer or -1. You passed in -5."),
     (["--trainer.accelerator", "gpu"], "No supported gpu backend found! (torch "),  # Lightning's, on a CPU machine
@@ -192,7 +195,7 @@ def test_a_run_without_validation_says_so_once_and_tests_the_last_weights(tmp_pa
     (["--trainer.strategy.class_path", "lightning.pytorch.strategies.DDPStrategy", "--trainer.strategy.init_args."
       "start_method", "fork", "--trainer.devices", "2", "--trainer.accelerator", "cpu"],
      "trainer.strategy: DDPStrategy(start_method='fork') starts its ranks with multiprocessing ('fork')"),
-], ids=["model", "data", "trainer", "no-gpu", "ddp_spawn", "fork"])
+], ids=["model", "lr", "fanouts", "data", "trainer", "no-gpu", "ddp_spawn", "fork"])
 def test_a_setting_the_classes_refuse_is_one_line_and_leaves_no_run_folder(tmp_path, monkeypatch, setting, line):
     import torch
 

@@ -1,0 +1,64 @@
+"""Checks of a recipe's numeric settings, made when the module or datamodule is built.
+
+A bad value found there is one line naming the recipe field, before any data is read and before
+``gnnkit run`` makes a run folder (:func:`gnnkit.run.run`). Left alone, the same value fails only
+inside ``fit``: a traceback from torch's ``DataLoader`` or optimizer, with a run folder half
+written. Lightning's own ``trainer.*`` settings are checked by Lightning in the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def at_least(field: str, value: Any, minimum: int, what: str) -> None:
+    """``value`` is an int ``>= minimum``.
+
+    Raises:
+        ValueError: ``"<field>: expected <what>, got <value>"``.
+    """
+    if not _is_int(value) or value < minimum:
+        raise ValueError(f"{field}: expected {what}, got {value!r}")
+
+
+def optional_at_least(field: str, value: Any, minimum: int, what: str) -> None:
+    """:func:`at_least` where ``None`` (the default that follows another setting) is allowed too."""
+    if value is not None:
+        at_least(field, value, minimum, what)
+
+
+def positive_number(field: str, value: Any, zero: bool = False) -> None:
+    """``value`` is a finite number above 0 (or at least 0 with ``zero``), e.g. a learning rate."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        raise ValueError(f"{field}: expected a finite number {'>= 0' if zero else '> 0'}, got {value!r}")
+
+
+def fanouts(field: str, value: Sequence[Any] | None) -> list[int] | None:
+    """Neighbours sampled per layer: ``None`` (the default), or at least one int ``>= 0`` or ``-1``
+    (all neighbours), as PyG's ``NeighborLoader`` takes them.
+
+    Returns:
+        The fan-outs as a list, or ``None``.
+    """
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) == 0 or any(
+            not _is_int(k) or k < -1 for k in value):
+        raise ValueError(f"{field}: expected a list of at least one fan-out per layer, each >= 0 or -1 "
+                         f"(all neighbours), got {value!r}")
+    return list(value)
+
+
+def model_settings(lr: Any, weight_decay: Any, width_field: str, width: Any) -> None:
+    """What every gnnkit module takes: ``model.lr`` > 0, ``model.weight_decay`` >= 0 and a layer
+    width (``model.hidden_channels``, ``model.emb_dim``) >= 1."""
+    positive_number("model.lr", lr)
+    positive_number("model.weight_decay", weight_decay, zero=True)
+    at_least(width_field, width, 1, "a layer width >= 1")
