@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pipeline import paths
 from pipeline.errors import DatasetError
 
 if TYPE_CHECKING:  # torch where batches are written or decoded; verifying a cache needs none
@@ -579,7 +580,7 @@ def find_batch_caches(root: Path, dataset: str | None = None) -> list[Path]:
     """Published batch caches below ``root`` (``<root>/<dataset>/<settings>/``)."""
     if not root.is_dir():
         return []
-    datasets = [root / dataset] if dataset else sorted(p for p in root.iterdir() if p.is_dir())
+    datasets = [paths.dataset_folder(root, dataset)] if dataset else sorted(p for p in root.iterdir() if p.is_dir())
     return sorted(p.parent for d in datasets if d.is_dir() for p in d.glob(f"[!.]*/{MANIFEST}"))
 
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import pyarrow as pa
 
-from pipeline import temp_paths
+from pipeline import paths, temp_paths
 from pipeline.arrow_file import StreamedArray, write_array
 from pipeline.errors import DatasetError
 from pipeline.graph import CanonicalGraph
@@ -294,7 +294,7 @@ def clear(cache_root: Path, dataset: str | None = None) -> int:
     """Delete all entries (or one dataset's) and leftover temp folders; returns folders removed."""
     if not cache_root.is_dir():
         return 0
-    targets = [cache_root / dataset] if dataset else [p for p in cache_root.iterdir() if p.is_dir()]
+    targets = [paths.dataset_folder(cache_root, dataset)] if dataset else [p for p in cache_root.iterdir() if p.is_dir()]
     removed = 0
     for target in targets:
         if target.is_dir():

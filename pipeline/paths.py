@@ -36,3 +36,17 @@ def batch_root() -> Path:
     """Folder of cached sampled mini-batches (see :mod:`pipeline.batch_cache`)."""
     env = os.environ.get("GNNKIT_BATCHES")
     return Path(env).expanduser() if env else gnnkit_home() / "batches"
+
+
+def dataset_folder(root: Path, dataset: str) -> Path:
+    """``root/<dataset>``, the folder of one dataset's entries in a cache, for a dataset *name* (one
+    plain path component, as the caches file datasets) and nothing else: ``root / "/home/x"`` is
+    ``/home/x`` and ``root / ".."`` the folder above, which a cache command must never touch.
+
+    Raises:
+        ValueError: ``dataset`` is empty, ``.``/``..`` or has a path separator.
+    """
+    if dataset in ("", ".", "..") or Path(dataset).name != dataset or "/" in dataset or os.sep in dataset:
+        raise ValueError(f"dataset: expected a dataset name as the cache files it ('gnnkit cache list'), "
+                         f"not a path, got {dataset!r}")
+    return root / dataset

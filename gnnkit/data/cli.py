@@ -88,8 +88,21 @@ def _batch_caches(args: argparse.Namespace) -> int:
     return bad
 
 
+def _cache_name(dataset: str | None) -> str | None:
+    """The name the caches file ``dataset`` under: a name as given, an OGB-format folder path by its
+    folder's name (as ``preprocess`` filed it). Never a path: ``cache clear`` removes that folder.
+
+    Raises:
+        DatasetError: A path that is no dataset folder.
+    """
+    if dataset is None or ("/" not in dataset and dataset not in (".", "..") and not dataset.startswith("~")):
+        return dataset
+    return resolve(dataset).name
+
+
 def _cache(args: argparse.Namespace) -> int:
     root = paths.cache_root()
+    args.dataset = _cache_name(args.dataset)
     if args.action == "clear":
         removed = cache.clear(root, args.dataset)
         _batch_caches(args)
@@ -137,5 +150,5 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=_partition)
     p = subparsers.add_parser("cache", help="inspect the preprocessed cache and the batch caches")
     p.add_argument("action", choices=["list", "verify", "clear"])
-    p.add_argument("dataset", nargs="?", help="limit to one dataset")
+    p.add_argument("dataset", nargs="?", help="limit to one dataset (a name, or the OGB-format folder it came from)")
     p.set_defaults(func=_cache)

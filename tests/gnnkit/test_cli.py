@@ -38,6 +38,29 @@ def test_preprocess_then_hit_then_verify_then_clear(capsys, make_ogb_folder):
     assert main(["cache", "clear", folder.name]) == 0
 
 
+def test_cache_clear_of_a_folder_removes_its_cache_entry_and_never_the_folder(capsys, make_ogb_folder, tmp_path):
+    """`gnnkit cache clear PATH` took PATH for a cache name, and `cache_root / PATH` is PATH itself: it
+    deleted the user's dataset folder (and `..`, the folder above the cache, gnnkit's whole home)."""
+    from pipeline import paths
+
+    folder = make_ogb_folder()
+    assert main(["preprocess", str(folder)]) == 0
+    entry = Path(capsys.readouterr().out.strip().splitlines()[-1])
+    sibling = paths.cache_root().parent / "keep"
+    sibling.mkdir()
+    for name in ("..", str(paths.cache_root().parent), str(tmp_path)):
+        assert main(["cache", "clear", name]) == 0
+    assert (folder / "meta.json").is_file() and sibling.is_dir() and entry.is_dir()
+    assert main(["cache", "clear", str(folder)]) == 0
+    assert "removed 1 cache folder(s)" in capsys.readouterr().out
+    assert (folder / "meta.json").is_file() and not entry.exists()
+    assert main(["cache", "clear", str(tmp_path / "gone")]) == 2
+    assert "no such folder" in capsys.readouterr().err
+    for name in ("", "a/../..", "/etc"):
+        with pytest.raises(ValueError, match="expected a dataset name"):
+            paths.dataset_folder(paths.cache_root(), name)
+
+
 def test_unknown_dataset_is_one_clear_line(capsys):
     assert main(["preprocess", "ogbn-prodcts"]) == 2
     err = capsys.readouterr().err.strip()
