@@ -16,7 +16,7 @@ from pipeline.graph import (
     check_split_labels,
     check_splits,
 )
-from pipeline.ogb_layout import RawGraph
+from pipeline.ogb_layout import RawGraph, numeric
 from pipeline.options import PreprocessOptions
 from pipeline.reorder import node_order
 
@@ -80,8 +80,8 @@ def build_csr(
 
 
 def _labels(raw: RawGraph) -> np.ndarray:
-    meta, labels = raw.meta, raw.labels
-    where = raw.files["labels"]
+    meta, where = raw.meta, raw.files["labels"]
+    labels = numeric(raw.labels, where, "labels")
     if labels.ndim == 1:
         labels = labels.reshape(-1, 1)
     if labels.ndim != 2 or labels.shape[1] != meta["num_tasks"]:

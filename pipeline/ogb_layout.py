@@ -24,7 +24,7 @@ import gzip
 import io
 import json
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,8 +158,27 @@ def _csv_errors(path: Path, where: Path | None = None, problem: str = "unreadabl
 
     try:
         yield
+    except UnicodeDecodeError as err:
+        raise DatasetError(where or path, f"{problem} (not UTF-8 text: byte {err.start} of a line)") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, OSError, EOFError, *also) as err:
         raise DatasetError(where or path, f"{problem} ({str(err).splitlines()[0]})") from None
+
+
+def numeric(values: np.ndarray, where: str | Path, what: str) -> np.ndarray:
+    """``values`` as read, when they are numbers (pandas keeps a column with text in it as objects,
+    which fail later at a conversion far from the file).
+
+    Raises:
+        DatasetError: Naming ``where``, what was expected and the first non-number.
+    """
+    if values.dtype.kind in "biuf":
+        return values
+    for value in values.ravel():  # a column with text in it holds its numbers as text too
+        try:
+            float(value)
+        except (TypeError, ValueError):
+            raise DatasetError(where, f"{what} must be numbers, found {str(value)[:40]!r}") from None
+    return values.astype(np.float64)
 
 
 def read_csv(path: Path) -> np.ndarray:
@@ -172,7 +191,8 @@ def read_csv(path: Path) -> np.ndarray:
         return pd.read_csv(path, compression="gzip", header=None).values
 
 
-def csv_chunks(path: Path, rows: int, where: Path | None = None, ogb: bool = False) -> Iterator[np.ndarray]:
+def csv_chunks(path: Path, rows: int, where: Path | None = None, ogb: bool = False,
+               convert: Callable[[np.ndarray], np.ndarray] | None = None) -> Iterator[np.ndarray]:
     """:func:`read_csv` in pieces: the values of ``rows`` lines at a time (the same parsing, chunk by chunk).
 
     Args:
@@ -181,6 +201,8 @@ def csv_chunks(path: Path, rows: int, where: Path | None = None, ogb: bool = Fal
         where: What a read error names (default ``path``).
         ogb: The file is one OGB's own reader parses (edges, features, additional node files): its
             errors read as that reader's do (``unreadable raw CSV files``, conversion errors included).
+        convert: Applied to each chunk where read errors are caught (a conversion to numbers fails
+            on text in the file).
     """
     import pandas as pd
 
@@ -190,7 +212,7 @@ def csv_chunks(path: Path, rows: int, where: Path | None = None, ogb: bool = Fal
     with _csv_errors(path, where, problem, also), \
             pd.read_csv(path, compression="gzip", header=None, chunksize=rows) as reader:
         for frame in reader:
-            yield frame.values
+            yield frame.values if convert is None else convert(frame.values)
 
 
 def read_split(split_dir: Path, chunk_rows: int | None = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:

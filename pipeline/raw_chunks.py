@@ -29,7 +29,7 @@ import numpy as np
 
 from pipeline.errors import DatasetError
 from pipeline.npz_stream import MemberHeader, NpzReader
-from pipeline.ogb_layout import check_raw_folder, csv_chunks, label_file, read_csv, read_split
+from pipeline.ogb_layout import check_raw_folder, csv_chunks, label_file, numeric, read_csv, read_split
 
 #: data.npz members that are neither node nor edge arrays (OGB's binary reader).
 COUNT_MEMBERS = ("edge_index", "num_nodes_list", "num_edges_list")
@@ -38,6 +38,10 @@ COUNT_MEMBERS = ("edge_index", "num_nodes_list", "num_edges_list")
 def _ogb_node_values(values: np.ndarray) -> np.ndarray:
     """OGB's conversion of a node CSV file: integer columns to int64, anything else to float32."""
     return values.astype(np.int64) if "int" in str(values.dtype) else values.astype(np.float32)
+
+
+def _as_int64(values: np.ndarray) -> np.ndarray:
+    return values.astype(np.int64)
 
 
 def _rows(chunks: Iterator[np.ndarray], limit: int) -> Iterator[np.ndarray]:
@@ -161,7 +165,7 @@ class RawNodeChunks:
         """
         where = self.files["edges"]
         if not self.binary:
-            chunks = (v.astype(np.int64) for v in csv_chunks(self.edge_file, chunk, self.raw_dir, ogb=True))
+            chunks = csv_chunks(self.edge_file, chunk, self.raw_dir, ogb=True, convert=_as_int64)
             for values in _rows(chunks, self.num_edges):
                 if values.shape[1] != 2:
                     shape = [values.shape[1], self.num_edges]
@@ -191,7 +195,7 @@ class RawNodeChunks:
         if self.feature_shape is None:
             return
         if not self.binary:
-            chunks = (_ogb_node_values(v) for v in csv_chunks(self.feature_file, chunk, self.raw_dir, ogb=True))
+            chunks = csv_chunks(self.feature_file, chunk, self.raw_dir, ogb=True, convert=_ogb_node_values)
             yield from _rows(chunks, self.num_nodes)
             return
         yield from self._npz_rows(self.data, "node_feat", self._headers["node_feat"], self.feature_shape[0], chunk)
@@ -199,7 +203,7 @@ class RawNodeChunks:
     def labels(self, chunk: int) -> Iterator[np.ndarray]:
         """Label rows ``chunk`` at a time, as stored (the whole file, as the in-memory reader reads it)."""
         if not self.binary:
-            yield from csv_chunks(self.label_path, chunk)
+            yield from csv_chunks(self.label_path, chunk, convert=lambda v: numeric(v, self.label_path, "labels"))
             return
         header = self._label_header
         yield from self._npz_rows(self.label_path, "node_label", header, header.rows, chunk)
@@ -222,7 +226,7 @@ class RawNodeChunks:
             for values in self._npz_rows(self.data, name, header, self.extras[name][0], chunk):
                 yield values.astype(dtype)
             return
-        chunks = (_ogb_node_values(v) for v in csv_chunks(self._extra_file(name), chunk, self.raw_dir, ogb=True))
+        chunks = csv_chunks(self._extra_file(name), chunk, self.raw_dir, ogb=True, convert=_ogb_node_values)
         for values in _rows(chunks, self.num_nodes):
             yield values.astype(dtype)
 

@@ -157,6 +157,7 @@ def published_folder(final: Path) -> Iterator[Path]:
     Raises:
         FileExistsError: ``final`` appeared meanwhile (created concurrently); nothing is replaced.
     """
+    made_parent = not Path(final).parent.exists()
     tmp = make_temp_dir(final)
     try:
         yield tmp
@@ -167,7 +168,7 @@ def published_folder(final: Path) -> Iterator[Path]:
                 raise FileExistsError(f"{final}: already exists (created concurrently)") from err
             raise
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove_temp(tmp, made_parent)
         raise
 
 
@@ -175,8 +176,18 @@ def published_folder(final: Path) -> Iterator[Path]:
 def scratch_folder(final: Path) -> Iterator[Path]:
     """A work folder beside ``final`` (named as this process's temp, so a killed writer's is removed
     as stale), removed when the block ends, whether it succeeded or failed."""
+    made_parent = not Path(final).parent.exists()
     tmp = make_temp_dir(final)
     try:
         yield tmp
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove_temp(tmp, made_parent)
+
+
+def _remove_temp(tmp: Path, made_parent: bool) -> None:
+    """Remove a temp folder, and the folder made for it if nothing else is there now (a failed first
+    preprocess of a dataset leaves no empty ``cache/<name>/``)."""
+    shutil.rmtree(tmp, ignore_errors=True)
+    if made_parent:
+        with contextlib.suppress(OSError):  # not empty: another writer's, or a published entry
+            tmp.parent.rmdir()

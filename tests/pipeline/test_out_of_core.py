@@ -162,6 +162,10 @@ BREAKS = {
     "splits overlap": ("../split/random/test.csv.gz", None, "overlaps an earlier split"),
     "extra edge line": ("edge.csv.gz", lambda lines: lines + lines[:3], "has 20003 lines, but num-edge-list"),
     "unlabelled split node": ("node-label.csv.gz", None, "nodes of the 'train' split have no label"),
+    "text label": ("node-label.csv.gz", _set_line(3, "cat"), "node-label.csv.gz: labels must be numbers, found 'cat'"),
+    "text feature": ("node-feat.csv.gz", _set_line(7, ",".join(["abc"] * 8)),
+                     "raw: unreadable raw CSV files (could not convert string to float: 'abc')"),
+    "text edge": ("edge.csv.gz", _set_line(5, "a,b"), "raw: unreadable raw CSV files (invalid literal for int()"),
 }
 
 
@@ -183,7 +187,19 @@ def test_each_error_is_the_in_memory_error(make_ogb_folder, tmp_path, case):
     assert str(out_of_core.value) == str(in_memory.value)
     root = tmp_path / "out-of-core"
     assert cache.entries(root) == [] and _leftovers(root) == []
+    assert not (root / folder.name).exists()  # nor an empty folder for the dataset's entries
     assert len(os.listdir("/proc/self/fd")) == open_files  # no bucket file left open
+
+
+@pytest.mark.parametrize("name", ["raw/node-label.csv.gz", "split/random/valid.csv.gz"])
+def test_a_file_that_is_not_utf8_is_one_line_naming_it(make_ogb_folder, tmp_path, name):
+    folder = _folder(make_ogb_folder, False)
+    path = (folder / name).resolve()
+    path.write_bytes(gzip.compress(gzip.decompress(path.read_bytes()).replace(b"\n", b"\n\xff", 1)))
+    for options in (PreprocessOptions(), PreprocessOptions(memory_budget_mb=BUDGET)):
+        with pytest.raises(DatasetError, match=re.escape(f"{path.name}: unreadable CSV (not UTF-8 text")):
+            preprocess(str(folder), options, cache_root=tmp_path / "c")
+    assert not (tmp_path / "c" / folder.name).exists()
 
 
 @pytest.mark.parametrize("edges,message", [
