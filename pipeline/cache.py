@@ -66,8 +66,11 @@ class CacheEntry:
         """Memory-map one array as a read-only numpy array, without copying."""
         info = self.manifest["arrays"][name]
         file = self.path / info["file"]
-        table = pa.ipc.open_file(pa.memory_map(str(file), "r"))
-        column = table.get_batch(0).column(0)
+        try:
+            column = pa.ipc.open_file(pa.memory_map(str(file), "r")).get_batch(0).column(0)
+        except (OSError, pa.ArrowException) as err:
+            raise DatasetError(file, f"unreadable array ({str(err).splitlines()[0]}); 'gnnkit preprocess "
+                                     f"--force' builds the entry again") from None
         count = int(np.prod(info["shape"]))
         if len(column) != count or column.null_count:
             raise DatasetError(file, f"holds {len(column)} values, manifest says {count}")
@@ -175,8 +178,8 @@ class EntryBuilder:
         }
         (self.folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         _fsync_tree(self.folder)
-        if replace and self.final.exists():
-            _retire(self.final)
+        if self.final.exists() and (replace or not (self.final / MANIFEST).is_file()):
+            _retire(self.final)  # a folder without a manifest is debris: entries appear whole by a rename
         try:
             os.rename(self.folder, self.final)
         except OSError:
@@ -241,24 +244,80 @@ def publish(
         return entry.publish(meta, stats, replace=replace)
 
 
+#: What every array of a manifest records, and the types the readers rely on.
+ARRAY_FIELDS = {"file": str, "shape": list, "dtype": str, "sha256": str, "bytes": int}
+
+
 def load_entry(path: Path) -> CacheEntry:
-    """Read an entry's manifest (no array is touched)."""
+    """Read an entry's manifest (no array is touched) and check its structure.
+
+    Raises:
+        DatasetError: Naming the manifest: unreadable, of another schema or key, or a field missing
+            or of the wrong type.
+    """
     file = path / MANIFEST
     try:
-        manifest = json.loads(file.read_text())
+        manifest = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
-        raise DatasetError(file, f"unreadable manifest ({err})") from None
-    if manifest.get("schema_version") != SCHEMA_VERSION or manifest.get("key") != path.name:
+        raise DatasetError(file, f"unreadable manifest ({str(err).splitlines()[0]})") from None
+    if not isinstance(manifest, dict) or manifest.get("schema_version") != SCHEMA_VERSION or (
+            manifest.get("key") != path.name):
         raise DatasetError(file, f"not a schema-{SCHEMA_VERSION} entry for key {path.name}")
+    problem = _manifest_problem(manifest)
+    if problem:
+        raise DatasetError(file, f"malformed manifest: {problem}")
     return CacheEntry(path, manifest)
 
 
+def _manifest_problem(manifest: dict[str, Any]) -> str | None:
+    """What is missing or mistyped in a manifest's ``inputs``, ``meta`` and ``arrays``, or None."""
+    inputs, meta, arrays = manifest.get("inputs"), manifest.get("meta"), manifest.get("arrays")
+    if not isinstance(inputs, dict) or not isinstance(inputs.get("dataset"), str):
+        return "'inputs' must be a mapping with the dataset's name"
+    if not isinstance(meta, dict):
+        return "'meta' must be a mapping"
+    if not isinstance(arrays, dict) or not arrays:
+        return "'arrays' must map array names to their files"
+    for name, info in arrays.items():
+        if not isinstance(info, dict):
+            return f"arrays.{name} must be a mapping"
+        for field, kind in ARRAY_FIELDS.items():
+            if not isinstance(info.get(field), kind):
+                return f"arrays.{name}.{field} must be a {kind.__name__}"
+    return None
+
+
+def missing_arrays(entry: CacheEntry) -> list[str]:
+    """The entry's array files that are gone or shorter than the values they hold: the check of a
+    cache hit (sizes only; ``gnnkit cache verify`` recomputes the checksums)."""
+    problems = []
+    for info in entry.manifest["arrays"].values():
+        file = entry.path / info["file"]
+        try:
+            size = file.stat().st_size
+        except OSError:
+            problems.append(f"{info['file']} missing")
+            continue
+        if size < info["bytes"]:
+            problems.append(f"{info['file']} truncated ({size} bytes, holds {info['bytes']} of values)")
+    return problems
+
+
 def lookup(cache_root: Path, dataset: str, key: str) -> CacheEntry | None:
-    """The published entry for ``(dataset, key)``, or ``None``."""
-    path = cache_root / dataset / key
+    """The published entry for ``(dataset, key)``, or ``None``.
+
+    Raises:
+        DatasetError: The entry is there but damaged: its manifest (:func:`load_entry`), or an array
+            file gone or truncated (:func:`missing_arrays`).
+    """
+    path = paths.dataset_folder(cache_root, dataset) / key
     if not (path / MANIFEST).is_file():
         return None
-    return load_entry(path)
+    entry = load_entry(path)
+    problems = missing_arrays(entry)
+    if problems:
+        raise DatasetError(path, "damaged entry: " + "; ".join(problems))
+    return entry
 
 
 def entries(cache_root: Path) -> list[CacheEntry | Path]:

@@ -9,7 +9,7 @@ from pipeline.errors import DatasetError
 from pipeline.family import layout_module
 from pipeline.fingerprint import DigestMemo, cache_key, raw_digests
 from pipeline.options import PreprocessOptions
-from pipeline.progress import Stages, peak_rss_mb
+from pipeline.progress import Stages, log, peak_rss_mb
 from pipeline.registry import DatasetSpec, resolve
 
 
@@ -63,9 +63,16 @@ def preprocess(
         "schema_version": cache.SCHEMA_VERSION,
     }
     key = cache_key(inputs)
-    if not force and (hit := cache.lookup(cache_root, spec.name, key)) is not None:
-        say(f"cache hit {hit.path}")
-        return hit
+    if not force:
+        try:
+            hit = cache.lookup(cache_root, spec.name, key)
+        except DatasetError as err:
+            log.warning("%s; building it again", err)
+            force = True  # replaces the damaged entry
+        else:
+            if hit is not None:
+                say(f"cache hit {hit.path}")
+                return hit
     names = {"name": spec.name, "family": source.meta["family"]}
     if options.memory_budget_mb is None:
         arrays, meta = layout.build(source.folder, source.meta, options, say)

@@ -128,3 +128,45 @@ def test_builder_leaves_nothing_when_a_stream_is_incomplete(tmp_path):
             with entry.stream("y", (4,), np.int64) as out:
                 out.write(np.arange(1))
     assert cache.entries(tmp_path) == [] and not (tmp_path / "g").exists()  # nor the folder made for it
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda m: [], "not a schema-"),
+    (lambda m: {**m, "arrays": {**m["arrays"], "y": {k: v for k, v in m["arrays"]["y"].items() if k != "sha256"}}},
+     "malformed manifest: arrays.y.sha256 must be a str"),
+    (lambda m: {k: v for k, v in m.items() if k != "arrays"}, "malformed manifest: 'arrays' must map"),
+    (lambda m: {**m, "inputs": ["g"]}, "malformed manifest: 'inputs' must be a mapping"),
+    (lambda m: {**m, "arrays": {**m["arrays"], "x": {**m["arrays"]["x"], "shape": "3x4"}}},
+     "malformed manifest: arrays.x.shape must be a list"),
+], ids=["a list", "no checksum", "no arrays", "inputs a list", "shape a string"])
+def test_a_damaged_manifest_is_one_line_naming_it(tmp_path, edit, message):
+    """The cache commands list such an entry as CORRUPT; they raised AttributeError and KeyError."""
+    entry = _publish(tmp_path)
+    file = entry.path / "manifest.json"
+    file.write_text(json.dumps(edit(json.loads(file.read_text()))))
+    with pytest.raises(DatasetError, match=f"manifest.json: .*{message}"):
+        cache.load_entry(entry.path)
+    assert cache.entries(tmp_path) == [entry.path]
+
+
+def test_a_hit_with_an_array_gone_or_cut_short_is_damaged_and_an_unreadable_array_names_its_file(tmp_path):
+    entry = _publish(tmp_path)
+    assert cache.lookup(tmp_path, "g", "k1") is not None and cache.missing_arrays(entry) == []
+    x = entry.path / "arrays" / "x.arrow"
+    x.write_bytes(x.read_bytes()[:20])
+    with pytest.raises(DatasetError, match=r"k1: damaged entry: arrays/x.arrow truncated \(20 bytes, holds 48"):
+        cache.lookup(tmp_path, "g", "k1")
+    with pytest.raises(DatasetError, match=r"x.arrow: unreadable array \(.*\); 'gnnkit preprocess --force'"):
+        entry.numpy("x")
+    (entry.path / "arrays" / "y.arrow").unlink()
+    assert cache.missing_arrays(entry) == ["arrays/y.arrow missing",
+                                           "arrays/x.arrow truncated (20 bytes, holds 48 of values)"]
+
+
+def test_a_folder_without_a_manifest_at_the_key_is_replaced_by_the_next_build(tmp_path):
+    """Entries appear whole by a rename, so such a folder is debris; publishing failed on it
+    (``Directory not empty``)."""
+    (tmp_path / "g" / "k1" / "arrays").mkdir(parents=True)
+    assert cache.lookup(tmp_path, "g", "k1") is None
+    entry = _publish(tmp_path)
+    assert entry.open().num_nodes == 3
