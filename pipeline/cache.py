@@ -287,9 +287,10 @@ def _manifest_problem(manifest: dict[str, Any]) -> str | None:
     return None
 
 
-def missing_arrays(entry: CacheEntry) -> list[str]:
-    """The entry's array files that are gone or shorter than the values they hold: the check of a
-    cache hit (sizes only; ``gnnkit cache verify`` recomputes the checksums)."""
+def damaged_arrays(entry: CacheEntry) -> list[str]:
+    """The entry's array files that are gone, shorter than the values they hold, or without a
+    readable Arrow footer: the check of a cache hit (O(1) a file; ``gnnkit cache verify``
+    recomputes the checksums)."""
     problems = []
     for info in entry.manifest["arrays"].values():
         file = entry.path / info["file"]
@@ -300,6 +301,11 @@ def missing_arrays(entry: CacheEntry) -> list[str]:
             continue
         if size < info["bytes"]:
             problems.append(f"{info['file']} truncated ({size} bytes, holds {info['bytes']} of values)")
+            continue
+        try:
+            pa.ipc.open_file(pa.memory_map(str(file), "r"))
+        except (OSError, pa.ArrowException) as err:
+            problems.append(f"{info['file']} unreadable ({str(err).splitlines()[0]})")
     return problems
 
 
@@ -308,13 +314,13 @@ def lookup(cache_root: Path, dataset: str, key: str) -> CacheEntry | None:
 
     Raises:
         DatasetError: The entry is there but damaged: its manifest (:func:`load_entry`), or an array
-            file gone or truncated (:func:`missing_arrays`).
+            file gone, truncated or unreadable (:func:`damaged_arrays`).
     """
     path = paths.dataset_folder(cache_root, dataset) / key
     if not (path / MANIFEST).is_file():
         return None
     entry = load_entry(path)
-    problems = missing_arrays(entry)
+    problems = damaged_arrays(entry)
     if problems:
         raise DatasetError(path, "damaged entry: " + "; ".join(problems))
     return entry

@@ -151,15 +151,20 @@ def test_a_damaged_manifest_is_one_line_naming_it(tmp_path, edit, message):
 
 def test_a_hit_with_an_array_gone_or_cut_short_is_damaged_and_an_unreadable_array_names_its_file(tmp_path):
     entry = _publish(tmp_path)
-    assert cache.lookup(tmp_path, "g", "k1") is not None and cache.missing_arrays(entry) == []
+    assert cache.lookup(tmp_path, "g", "k1") is not None and cache.damaged_arrays(entry) == []
     x = entry.path / "arrays" / "x.arrow"
     x.write_bytes(x.read_bytes()[:20])
     with pytest.raises(DatasetError, match=r"k1: damaged entry: arrays/x.arrow truncated \(20 bytes, holds 48"):
         cache.lookup(tmp_path, "g", "k1")
     with pytest.raises(DatasetError, match=r"x.arrow: unreadable array \(.*\); 'gnnkit preprocess --force'"):
         entry.numpy("x")
+    indices = entry.path / "arrays" / "indices.arrow"
+    indices.write_bytes(indices.read_bytes()[:-9])  # still longer than its values: its footer is cut
+    assert cache.damaged_arrays(entry)[0].startswith("arrays/indices.arrow unreadable (")
+    indices.write_bytes(b"")
     (entry.path / "arrays" / "y.arrow").unlink()
-    assert cache.missing_arrays(entry) == ["arrays/y.arrow missing",
+    assert cache.damaged_arrays(entry) == ["arrays/indices.arrow truncated (0 bytes, holds 24 of values)",
+                                           "arrays/y.arrow missing",
                                            "arrays/x.arrow truncated (20 bytes, holds 48 of values)"]
 
 
