@@ -32,6 +32,7 @@ from pipeline import is_rank_zero, log
 RUN_DIR_ENV = "GNNKIT_RUN_DIR"
 CONFIG = "config.yaml"
 METRICS = "metrics.csv"
+REPORT = "report.json"  # written by gnnkit.report when a run has finished
 
 
 class ResumeError(ValueError):
@@ -152,8 +153,16 @@ def claimed_run_dir(plan: RunPlan) -> Iterator[Path]:
 
 
 def epochs_done(ckpt_path: Path) -> int:
-    """Training epochs a checkpoint has finished (its fit loop's processed epochs)."""
-    checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
+    """Training epochs a checkpoint has finished (its fit loop's processed epochs).
+
+    Raises:
+        ResumeError: The file is no checkpoint torch can read (cut short, or not one at all).
+    """
+    try:
+        checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as err:  # torch raises RuntimeError, pickle's UnpicklingError, EOFError, ...
+        raise ResumeError(f"gnnkit run: {ckpt_path}: unreadable checkpoint ({str(err).splitlines()[0][:200]}); "
+                          "give another with --ckpt_path") from None
     try:
         return int(checkpoint["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"])
     except (KeyError, TypeError):
@@ -219,6 +228,9 @@ def _checkpoint(run_dir: Path, ckpt_path: str | None, resumed: bool) -> str | No
     if resumed:
         if (folder / LAST).is_file():
             return str(folder / LAST)
+        if (run_dir / REPORT).is_file():
+            raise ResumeError(f"gnnkit run --resume {run_dir}: the run finished without checkpoints "
+                              f"(trainer.enable_checkpointing false), so there is nothing to continue from")
         log.warning("resume: %s has no checkpoint yet; the run starts from its first epoch", run_dir)
     return None
 
@@ -232,7 +244,12 @@ def plan_run(args: RunArgs) -> RunPlan:
     """
     restart = elastic_restart()
     run_dir, claim = choose_run_dir(args)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ResumeError(f"gnnkit run: the run folder {run_dir} is a file (expected a folder, or a path to make one)")
     resumed = args.resume is not None or (restart > 0 and (run_dir / CONFIG).is_file())
+    if not resumed and (run_dir / CONFIG).is_file():
+        log.warning("%s holds an earlier run: this one starts afresh there and replaces its metrics, report and "
+                    "plots (gnnkit run --resume %s continues it instead)", run_dir, run_dir)
     if args.resume is not None and not (run_dir / CONFIG).is_file():
         raise ResumeError(f"gnnkit run --resume {run_dir}: no {CONFIG} there (expected a run folder written by "
                           "`gnnkit run`)")

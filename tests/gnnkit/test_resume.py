@@ -152,6 +152,35 @@ def test_bad_resume_requests_are_one_line(argv, message, tmp_path, monkeypatch):
         run(argv[0], argv[1:])
 
 
+def test_folders_that_cannot_hold_or_continue_a_run_are_one_line(tmp_path, monkeypatch, caplog):
+    """A file given as the run folder; a finished run without checkpoints given to --resume (it was
+    trained again from its first epoch, over its results); a checkpoint torch cannot read (a
+    traceback from inside torch.load); and a word when a run starts afresh over an earlier one."""
+    import logging
+
+    monkeypatch.chdir(tmp_path)
+    Path("afile").write_text("")
+    with pytest.raises(ResumeError, match="^gnnkit run: the run folder afile is a file"):
+        plan_run(parse_run_args([QUICKSTART, "--run_dir", "afile"]))
+    done = tmp_path / "done"
+    done.mkdir()
+    (done / "config.yaml").write_text("model: {}\n")
+    (done / "report.json").write_text("{}")
+    with pytest.raises(ResumeError, match="the run finished without checkpoints .* nothing to continue from"):
+        plan_run(parse_run_args(["--resume", str(done)]))
+    bad = tmp_path / "bad.ckpt"
+    bad.write_text("garbage")
+    with pytest.raises(ResumeError, match=f"^gnnkit run: {bad}: unreadable checkpoint \\(.*\\); give another"):
+        epochs_done(bad)
+    logger = logging.getLogger("gnnkit")
+    logger.addHandler(caplog.handler)
+    try:
+        plan_run(parse_run_args([QUICKSTART, "--run_dir", str(done)]))
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert f"{done} holds an earlier run: this one starts afresh" in caplog.text
+
+
 def _one_second(monkeypatch: pytest.MonkeyPatch, folder: Path, now: str) -> None:
     """Runs made in ``folder`` with no run folder given, all at the time ``now``."""
     monkeypatch.chdir(folder)
