@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -60,14 +60,24 @@ class Calibration:
     def load(cls, path: Path, network: str | None = None) -> "Calibration":
         """Read :meth:`save`'s JSON, or ``bench/comm.py --json``'s (one calibration per network:
         ``network`` picks one, default the first)."""
-        data = json.loads(Path(path).read_text())
-        data = data.get("calibration", data)
-        if data and all(isinstance(v, dict) for v in data.values()):
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:  # missing, a folder, not UTF-8, not JSON
+            raise ValueError(f"{path}: unreadable calibration ({str(err).splitlines()[0]})") from None
+        data = data.get("calibration", data) if isinstance(data, dict) else data
+        if not isinstance(data, dict) or not data:
+            raise ValueError(f"{path}: expected a calibration object (Calibration.save, or bench/comm.py --json)")
+        if all(isinstance(v, dict) for v in data.values()):
             if network is None:
                 network = next(iter(data))
             if network not in data:
-                raise ValueError(f"Could not resolve network {network!r} among choices {sorted(data)}")
+                raise ValueError(f"{path}: no network {network!r}; it has {sorted(data)}")
             data = data[network]
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in data.values()):
+            raise ValueError(f"{path}: expected numbers for {sorted(known)}, got "
+                             f"{', '.join(unknown) + ' (unknown)' if unknown else 'other values'}")
         return cls(**data)
 
 

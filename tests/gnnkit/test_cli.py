@@ -201,3 +201,16 @@ def test_partition_command_writes_and_then_finds_the_parts(capsys, make_ogb_fold
     assert capsys.readouterr().out.strip().splitlines()[:2] == out[:2]
     assert main(["partition", str(folder), "--parts", "0"]) == 2
     assert "gnnkit: error: parts: expected 1 to 200" in capsys.readouterr().err
+
+
+def test_ctrl_c_is_one_line_and_the_shells_status(capsys, monkeypatch):
+    """Ctrl-C during a command: no KeyboardInterrupt traceback (the temps it was writing are removed
+    as the exception unwinds); exit 130 as a shell reports it."""
+    import gnnkit.data.cli as data_cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(data_cli, "_datasets", interrupted)
+    assert main(["datasets"]) == 130
+    assert capsys.readouterr().err == "gnnkit: interrupted\n"

@@ -79,5 +79,35 @@ def test_calibration_files(tmp_path) -> None:
     (tmp_path / "bench.json").write_text(json.dumps(bench))
     assert Calibration.load(tmp_path / "bench.json").alpha == 1e-6
     assert Calibration.load(tmp_path / "bench.json", "1gbit").alpha == 2e-6
-    with pytest.raises(ValueError, match="Could not resolve network"):
+    with pytest.raises(ValueError, match=r"bench.json: no network 'wifi'; it has \['1gbit', 'loopback'\]"):
         Calibration.load(tmp_path / "bench.json", "wifi")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--ranks", "1"], "argument --ranks: expected a value >= 2 and <= 1024, got 1"),
+    (["--bandwidth", "0"], "argument --bandwidth: expected a value > 0, got 0"),
+    (["--streams", "0"], "argument --streams: expected a value >= 1, got 0"),
+    (["--density", "2"], "argument --density: expected a value > 0 and <= 1, got 2"),
+    (["--latency", "nan"], "argument --latency: expected a value >= 0, got nan"),
+    (["--ranks", "four"], "argument --ranks: expected an integer, got 'four'"),
+])
+def test_comm_plan_refuses_values_that_have_no_plan(capsys, args, message) -> None:
+    """They were tracebacks (ZeroDivisionError, ValueError) or tables of nan and negative times."""
+    with pytest.raises(SystemExit) as done:
+        main(["comm", "plan", "--params", "1e6", "--ranks", "4", *args])
+    assert done.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1].endswith(message)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (None, "unreadable calibration"), ("[1]", "expected a calibration object"), ("{not json", "unreadable calibration"),
+    ('{"alpha": 1, "zzz": 2}', "got zzz (unknown)"), ('{"alpha": "fast"}', "got other values"),
+])
+def test_a_bad_calibration_file_is_one_line_naming_it(tmp_path, capsys, text, message) -> None:
+    file = tmp_path / "cal.json"
+    if text is not None:
+        file.write_text(text)
+    assert main(["comm", "plan", "--params", "1e6", "--ranks", "4", "--calibration", str(file)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"gnnkit: error: {file}: ") and message in err and "\n" not in err
+    assert main(["comm", "plan", "--params", "1e6", "--ranks", "4", "--network", "1gbit"]) == 2
+    assert "give --calibration" in capsys.readouterr().err
