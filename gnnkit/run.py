@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, NoReturn, Union
 
 import lightning.pytorch as pl
 import torch
@@ -65,6 +65,18 @@ class _HelpFormatter(DefaultHelpFormatter, argparse.RawDescriptionHelpFormatter)
     """jsonargparse's help, with :data:`RUN_HELP`'s lines kept as written."""
 
 
+class _OneLineErrors(LightningArgumentParser):
+    """LightningCLI's parser, whose refusal of a setting (an unknown key, a value of the wrong type)
+    is one line, as gnnkit's own errors are, instead of the whole usage (some 80 lines) ahead of it."""
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):  # raising, or its debug output
+            super().error(message, ex)
+        text = " ".join(line.strip() for line in str(message).splitlines() if line.strip())
+        sys.stderr.write(f"gnnkit: error: {text} (gnnkit run RECIPE --help lists the settings)\n")
+        self.exit(2)
+
+
 class GnnkitCLI(LightningCLI):
     """LightningCLI wired for gnnkit: the task family's module and datamodule, the datamodule's
     shapes and task flowing into the model, and a run folder with a CSV log, the best checkpoint (by
@@ -85,6 +97,7 @@ class GnnkitCLI(LightningCLI):
             seed_everything_default=0,
             save_config_kwargs={"overwrite": True},
             parser_kwargs={"description": RUN_HELP, "formatter_class": _HelpFormatter},
+            parser_class=_OneLineErrors,
             trainer_defaults={
                 "default_root_dir": str(run_dir),
                 "enable_progress_bar": sys.stderr.isatty(),

@@ -78,13 +78,14 @@ def task_family(name: str) -> TaskFamily:
 
 
 def read_recipe(path: str | Path) -> Any:
-    """A recipe's YAML (``safe_load``: no tags that build objects); ``{}`` when empty.
+    """A recipe's YAML (``safe_load``: no tags that build objects).
 
     Raises:
-        ValueError: One line naming the file: not UTF-8 text, or not YAML (with the line and column).
+        ValueError: One line naming the file: not UTF-8 text, not YAML (with the line and column),
+            or empty.
     """
     try:
-        return yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except UnicodeDecodeError as err:
         raise ValueError(f"{path}: not UTF-8 text (byte {err.start}): a recipe is a YAML file") from None
     except yaml.YAMLError as err:
@@ -92,6 +93,9 @@ def read_recipe(path: str | Path) -> Any:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise ValueError(f"{path}: not a valid recipe YAML{where}: {problem}") from None
+    if doc is None:
+        raise ValueError(f"{path}: empty (expected a mapping of recipe sections: model, data, trainer)")
+    return doc
 
 
 def recipe_task(config: str | Path, overrides: list[str]) -> str:

@@ -34,7 +34,8 @@ def test_task_comes_from_the_recipe_then_the_command_line(tmp_path):
                                                          "could not determine a constructor"),
     (b"model:\n  a: \xff\n", r"r.yaml: not UTF-8 text \(byte 12\)"),
     (b"- a\n- b\n", "r.yaml: expected a mapping of recipe sections"),
-], ids=["unclosed list", "python tag", "not utf-8", "a list"])
+    (b"# nothing yet\n", r"r.yaml: empty \(expected a mapping of recipe sections"),
+], ids=["unclosed list", "python tag", "not utf-8", "a list", "empty"])
 def test_a_recipe_that_is_not_yaml_is_one_line_naming_the_file(tmp_path, text, message):
     recipe = tmp_path / "r.yaml"
     recipe.write_bytes(text)
