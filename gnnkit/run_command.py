@@ -28,7 +28,13 @@ def recipe_problem(recipe: str) -> str | None:
     return f"recipe {recipe}: {what}{hint}"
 
 
+USAGE = "gnnkit run RECIPE [--section.key VALUE ...] | gnnkit run --resume RUN_DIR [...] | gnnkit run RECIPE --help"
+
+
 def _run_command(args: Any) -> int:
+    if args.recipe is None:
+        print(f"gnnkit: error: gnnkit run: expected a recipe or --resume RUN_DIR (usage: {USAGE})", file=sys.stderr)
+        return 2
     problem = recipe_problem(args.recipe)
     if problem is not None:
         print(f"gnnkit: error: {problem}", file=sys.stderr)
@@ -47,7 +53,7 @@ def _run_command(args: Any) -> int:
 def add_parser(subparsers: Any) -> None:
     """Add ``gnnkit run`` to the ``gnnkit`` command."""
     p = subparsers.add_parser("run", help="train and test a recipe (LightningCLI arguments follow)",
-                              prefix_chars="\0")  # pass every --flag through to LightningCLI
-    p.add_argument("recipe")
+                              prefix_chars="\0", add_help=False, usage=USAGE)  # every --flag goes to LightningCLI
+    p.add_argument("recipe", nargs="?")
     p.add_argument("overrides", nargs="...")  # argparse.REMAINDER
     p.set_defaults(func=_run_command)

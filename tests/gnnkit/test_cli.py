@@ -154,6 +154,16 @@ def test_a_recipe_that_is_no_file_is_one_line_with_the_closest_recipe(tmp_path, 
     assert capsys.readouterr().err == f"gnnkit: error: {line}\n"
 
 
+def test_gnnkit_run_without_a_recipe_is_one_line_with_the_usage(capsys):
+    """argparse's own error there listed the pass-through arguments as required and showed the help
+    flag as '[ h]' (its prefix character is a NUL, so every --flag reaches LightningCLI)."""
+    assert main(["run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gnnkit: error: gnnkit run: expected a recipe or --resume RUN_DIR (usage: gnnkit run RECIPE")
+    assert len(err.splitlines()) == 1
+    assert "[ h]" not in build_parser(["run"])._subparsers._group_actions[0].choices["run"].format_usage()
+
+
 def test_a_reader_that_leaves_the_pipe_ends_the_command_quietly():
     """`gnnkit datasets | head -1`: the output's reader is gone; no BrokenPipeError traceback."""
     read_end, write_end = os.pipe()
