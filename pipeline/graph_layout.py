@@ -32,7 +32,7 @@ import numpy as np
 
 from pipeline.errors import DatasetError
 from pipeline.graph import SPLITS
-from pipeline.ogb_layout import as_bool, read_csv, read_raw_graphs, read_split
+from pipeline.ogb_layout import as_bool, meta_counts, read_csv, read_raw_graphs, read_split, split_name
 
 if TYPE_CHECKING:
     import torch
@@ -79,16 +79,11 @@ def normalise_meta(raw: dict[str, Any], where: str) -> dict[str, Any]:
     for key in REQUIRED_META:
         if key not in raw:
             raise DatasetError(where, f"missing meta key '{key}' (graph datasets need {list(REQUIRED_META)})")
-    try:
-        num_tasks, num_classes = int(raw["num tasks"]), int(raw["num classes"])
-    except (TypeError, ValueError):
-        raise DatasetError(where, "'num tasks' and 'num classes' must be integers") from None
-    if num_tasks < 1:
-        raise DatasetError(where, f"'num tasks' must be >= 1, got {num_tasks}")
     if str(raw["task type"]) not in TASK_TYPES:
         raise DatasetError(where, f"'task type' must be one of {list(TASK_TYPES)}, got {raw['task type']!r}")
     if str(raw["eval metric"]) not in EVAL_METRICS:
         raise DatasetError(where, f"'eval metric' must be one of {list(EVAL_METRICS)}, got {raw['eval metric']!r}")
+    num_tasks, num_classes = meta_counts(raw, where)
     if str(raw["task type"]) == "multiclass classification" and num_tasks != 1:
         raise DatasetError(where, f"multiclass classification needs 'num tasks' 1, got {num_tasks}")
     return {
@@ -100,7 +95,7 @@ def normalise_meta(raw: dict[str, Any], where: str) -> dict[str, Any]:
         "add_inverse_edge": as_bool(raw["add_inverse_edge"], f"{where}: 'add_inverse_edge'"),
         "has_node_attr": as_bool(raw["has_node_attr"], f"{where}: 'has_node_attr'"),
         "has_edge_attr": as_bool(raw["has_edge_attr"], f"{where}: 'has_edge_attr'"),
-        "split": str(raw["split"]),
+        "split": split_name(raw, where),
         "binary": as_bool(raw["binary"], f"{where}: 'binary'"),
         "molecular": str(raw.get("data type", "")) == "mol",
         "additional_node_files": [],

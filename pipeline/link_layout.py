@@ -36,7 +36,7 @@ import numpy as np
 
 from pipeline.errors import DatasetError
 from pipeline.graph import SPLITS, check_edges, check_features
-from pipeline.ogb_layout import as_bool, as_list, count_lines, read_raw_graphs
+from pipeline.ogb_layout import as_bool, as_list, count_lines, read_raw_graphs, split_name
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -87,7 +87,7 @@ def normalise_meta(raw: dict[str, Any], where: str) -> dict[str, Any]:
         "eval_metric": _eval_metric(raw["eval metric"], where),
         "add_inverse_edge": as_bool(raw["add_inverse_edge"], f"{where}: 'add_inverse_edge'"),
         "has_node_attr": as_bool(raw.get("has_node_attr", True), f"{where}: 'has_node_attr'"),
-        "split": str(raw["split"]),
+        "split": split_name(raw, where),
         "binary": as_bool(raw["binary"], f"{where}: 'binary'"),
         "additional_node_files": as_list(raw.get("additional node files")),
         "additional_edge_files": as_list(raw.get("additional edge files")),
@@ -96,8 +96,6 @@ def normalise_meta(raw: dict[str, Any], where: str) -> dict[str, Any]:
     }
     if meta["is_hetero"]:
         raise DatasetError(where, "heterogeneous graphs ('is hetero': True) are not supported")
-    if not meta["split"] or "/" in meta["split"]:
-        raise DatasetError(where, f"'split' must name a folder under split/, got {meta['split']!r}")
     return meta
 
 

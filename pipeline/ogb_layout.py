@@ -23,6 +23,7 @@ import contextlib
 import gzip
 import io
 import json
+import math
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -86,6 +87,41 @@ def as_bool(value: Any, where: str) -> bool:
     raise DatasetError(where, f"expected True or False, got {value!r}")
 
 
+def meta_counts(raw: dict[str, Any], where: str) -> tuple[int, int]:
+    """``'num tasks'`` and ``'num classes'`` as whole numbers (OGB writes ints or their strings):
+    at least one task, and at least two classes for multi-class classification (OGB's ``-1``
+    stands for "not a class count" in other task types).
+
+    Raises:
+        DatasetError: Naming the key: not a whole number (``8.7`` was cut to 8), or out of range
+            (a multi-class count of 0 was reported as a label out of range in the label file).
+    """
+    counts = []
+    for key in ("num tasks", "num classes"):
+        value = raw[key]
+        try:
+            number = float(value) if not isinstance(value, bool) else math.nan
+        except (TypeError, ValueError):
+            number = math.nan
+        if not number.is_integer():
+            raise DatasetError(where, f"'{key}' must be a whole number, got {value!r}")
+        counts.append(int(number))
+    num_tasks, num_classes = counts
+    if num_tasks < 1:
+        raise DatasetError(where, f"'num tasks' must be >= 1, got {num_tasks}")
+    if str(raw["task type"]) == "multiclass classification" and num_classes < 2:
+        raise DatasetError(where, f"'num classes' must be >= 2 for multiclass classification, got {num_classes}")
+    return num_tasks, num_classes
+
+
+def split_name(raw: dict[str, Any], where: str) -> str:
+    """``'split'``: the name of one folder under ``split/`` (never a path out of the dataset folder)."""
+    name = str(raw["split"])
+    if name in ("", ".", "..") or "/" in name or "\\" in name:
+        raise DatasetError(where, f"'split' must name a folder under split/, got {name!r}")
+    return name
+
+
 def as_list(value: Any) -> list[str]:
     if value is None or value == "None" or value == "":
         return []
@@ -109,14 +145,11 @@ def normalise_meta(raw: dict[str, Any], where: str) -> dict[str, Any]:
     for key in REQUIRED_META:
         if key not in raw:
             raise DatasetError(where, f"missing meta key '{key}'")
-    try:
-        num_tasks, num_classes = int(raw["num tasks"]), int(raw["num classes"])
-    except (TypeError, ValueError):
-        raise DatasetError(where, "'num tasks' and 'num classes' must be integers") from None
     if str(raw["task type"]) not in TASK_TYPES:
         raise DatasetError(where, f"'task type' must be one of {list(TASK_TYPES)}, got {raw['task type']!r}")
     if str(raw["eval metric"]) not in EVAL_METRICS:
         raise DatasetError(where, f"'eval metric' must be one of {list(EVAL_METRICS)}, got {raw['eval metric']!r}")
+    num_tasks, num_classes = meta_counts(raw, where)
     meta = {
         "num_tasks": num_tasks,
         "num_classes": num_classes,
@@ -124,7 +157,7 @@ def normalise_meta(raw: dict[str, Any], where: str) -> dict[str, Any]:
         "eval_metric": str(raw["eval metric"]),
         "add_inverse_edge": as_bool(raw["add_inverse_edge"], f"{where}: 'add_inverse_edge'"),
         "has_node_attr": as_bool(raw["has_node_attr"], f"{where}: 'has_node_attr'"),
-        "split": str(raw["split"]),
+        "split": split_name(raw, where),
         "binary": as_bool(raw["binary"], f"{where}: 'binary'"),
         "additional_node_files": as_list(raw.get("additional node files")),
         "is_hetero": as_bool(raw.get("is hetero", False), f"{where}: 'is hetero'"),

@@ -36,6 +36,26 @@ def test_existing_target_is_not_overwritten(make_ogb_folder, tmp_path):
     assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
 
 
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"num classes": 0}, "'num classes' must be >= 2 for multiclass classification, got 0"),
+    ({"num classes": 8.7}, "'num classes' must be a whole number, got 8.7"),
+    ({"num classes": "four"}, "'num classes' must be a whole number, got 'four'"),
+    ({"num tasks": 0}, "'num tasks' must be >= 1, got 0"),
+    ({"num classes": True}, "'num classes' must be a whole number, got True"),
+    ({"split": "../../raw"}, "'split' must name a folder under split/, got '../../raw'"),
+    ({"split": ".."}, "'split' must name a folder under split/, got '..'"),
+], ids=["no classes", "fractional", "a word", "no tasks", "a bool", "a path out", "the parent"])
+def test_meta_values_are_named_in_meta_json(make_ogb_folder, changes, message):
+    """A class count of 0 was reported as a label out of range in the label file, 8.7 was cut to 8,
+    and a split of '../../raw' read files outside the dataset folder."""
+    folder = make_ogb_folder()
+    meta = json.loads((folder / "meta.json").read_text())
+    (folder / "meta.json").write_text(json.dumps({**meta, **changes}))
+    with pytest.raises(DatasetError, match=f"meta.json: {message}$".replace("(", r"\(").replace(")", r"\)")):
+        read_meta_json(folder)
+    assert read_meta_json(make_ogb_folder(meta_changes={"num classes": "4"}))["num_classes"] == 4  # OGB's strings
+
+
 @pytest.mark.parametrize("key", ["num classes", "eval metric", "split", "binary"])
 def test_missing_meta_key_is_named(make_ogb_folder, key):
     folder = make_ogb_folder()
