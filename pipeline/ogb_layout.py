@@ -265,6 +265,18 @@ def read_split(split_dir: Path, chunk_rows: int | None = None) -> tuple[dict[str
     return split, files
 
 
+@contextlib.contextmanager
+def _no_objects(path: Path) -> Iterator[None]:
+    """numpy's refusal of an object (pickled) member, as one line naming the file."""
+    try:
+        yield
+    except ValueError as err:
+        if "allow_pickle" not in str(err):
+            raise
+        raise DatasetError(path, "holds Python objects (a pickle, which gnnkit never loads); expected numeric "
+                                 "arrays") from None
+
+
 def _read_split_pt(path: Path) -> dict[str, np.ndarray]:
     """``split_dict.pt`` as DatasetSaver writes it, loaded with the weights-only unpickler."""
     import torch
@@ -450,7 +462,7 @@ def read_ogb_folder(folder: Path, meta: dict[str, Any]) -> RawGraph:
     }
     label_path = label_file(raw_dir, meta)
     if meta["binary"]:
-        with np.load(label_path, allow_pickle=False) as npz:
+        with np.load(label_path, allow_pickle=False) as npz, _no_objects(label_path):
             labels = npz["node_label"]
     else:
         labels = read_csv(label_path)

@@ -162,3 +162,13 @@ def test_cli_reports_extra_edge_lines_in_one_line(make_ogb_folder, capsys):
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("gnnkit: error")]
     assert errors == [f"gnnkit: error: {folder}/raw/edge.csv.gz: has 1005 lines, but num-edge-list.csv.gz "
                       "says 1000 (expected exactly one per edge)"]
+
+
+def test_an_object_array_in_a_binary_label_file_is_refused_in_one_line(make_ogb_folder):
+    """numpy refuses to unpickle it (allow_pickle=False); that refusal was a traceback."""
+    folder = make_ogb_folder(binary=True)
+    labels = np.empty(200, dtype=object)
+    labels[:] = [1] * 200
+    np.savez(folder / "raw" / "node-label.npz", node_label=labels)
+    with pytest.raises(DatasetError, match=r"node-label.npz: holds Python objects \(a pickle, which gnnkit never"):
+        read_ogb_folder(folder, read_meta_json(folder))
