@@ -3,28 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gnnkit.arg_types import in_range
 from gnnkit.comm.costmodel import MODES, Calibration, explain, plan
-
-
-def _in_range(kind: type, low: float, high: float = math.inf, above: bool = False) -> Callable[[str], Any]:
-    """An argparse type: a finite ``kind`` in ``[low, high]`` (``(low, high]`` with ``above``)."""
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, "
-                                             f"got {text!r}") from None
-        if not math.isfinite(value) or value < low or (above and value == low) or value > high:
-            bound = f"{'>' if above else '>='} {low:g}" + (f" and <= {high:g}" if high < math.inf else "")
-            raise argparse.ArgumentTypeError(f"expected a value {bound}, got {text}")
-        return value
-    return parse
 
 
 def _calibration(args: argparse.Namespace) -> Calibration:
@@ -64,15 +48,15 @@ def add_parser(subparsers: Any) -> None:
     comm = subparsers.add_parser("comm", help="gradient communication tools")
     sub = comm.add_subparsers(dest="comm_command", required=True)
     p = sub.add_parser("plan", help="project each mode's communication time per step")
-    p.add_argument("--params", type=_in_range(float, 0, above=True), required=True, help="gradient elements (model parameters)")
-    p.add_argument("--ranks", type=_in_range(int, 2, 1024), required=True, help="number of data-parallel ranks (2..1024)")
-    p.add_argument("--bandwidth", type=_in_range(float, 0, above=True), default=None, help="link bandwidth in Gb/s")
-    p.add_argument("--latency", type=_in_range(float, 0), default=None, help="per-message latency in seconds")
-    p.add_argument("--density", type=_in_range(float, 0, 1, above=True), default=0.01,
+    p.add_argument("--params", type=in_range(float, 0, above=True), required=True, help="gradient elements (model parameters)")
+    p.add_argument("--ranks", type=in_range(int, 2, 1024), required=True, help="number of data-parallel ranks (2..1024)")
+    p.add_argument("--bandwidth", type=in_range(float, 0, above=True), default=None, help="link bandwidth in Gb/s")
+    p.add_argument("--latency", type=in_range(float, 0), default=None, help="per-message latency in seconds")
+    p.add_argument("--density", type=in_range(float, 0, 1, above=True), default=0.01,
                    help="top-k density, in (0, 1]")
-    p.add_argument("--streams", type=_in_range(int, 1), default=2, help="multistream streams")
-    p.add_argument("--powersgd-rank", type=_in_range(int, 1), default=1)
-    p.add_argument("--compute-ms", type=_in_range(float, 0), default=0.0, help="forward+backward time DeAR overlaps")
+    p.add_argument("--streams", type=in_range(int, 1), default=2, help="multistream streams")
+    p.add_argument("--powersgd-rank", type=in_range(int, 1), default=1)
+    p.add_argument("--compute-ms", type=in_range(float, 0), default=0.0, help="forward+backward time DeAR overlaps")
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     p.add_argument("--calibration", type=Path, default=None,
                    help="JSON from `bench/comm.py --json` (its 'calibration') or Calibration.save")

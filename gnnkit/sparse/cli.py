@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from gnnkit.arg_types import in_range
 from gnnkit.sparse.adjacency import Adjacency
 
 
@@ -156,26 +157,26 @@ def add_parser(subparsers: Any) -> None:
     q.set_defaults(func=_list)
     q = sub.add_parser("explain", help="the format auto uses for a dataset and why; features, predicted and measured times")
     q.add_argument("dataset", help="registry name or OGB-format folder path")
-    q.add_argument("--width", type=int, default=128, help="feature width F (default 128)")
-    q.add_argument("--repeats", type=int, default=3, help="timed rounds per format")
+    q.add_argument("--width", type=in_range(int, 1), default=128, help="feature width F (default 128)")
+    q.add_argument("--repeats", type=in_range(int, 1), default=3, help="timed rounds per format")
     q.add_argument("--no-measure", action="store_true", help="only features, predictions and auto's choice")
     q.add_argument("--device", type=_device, default="cpu",
                    help="where the matrix lives and is timed: cpu or cuda (that device kind's model speaks)")
-    q.add_argument("--epochs", type=int, help="the run's epochs (default: as auto assumes, "
+    q.add_argument("--epochs", type=in_range(int, 1), help="the run's epochs (default: as auto assumes, "
                    "the length set by a fitting model or 100 products)")
-    q.add_argument("--calls-per-epoch", type=int, default=2, help="products per epoch and width (default 2: "
+    q.add_argument("--calls-per-epoch", type=in_range(int, 1), default=2, help="products per epoch and width (default 2: "
                    "one training step and one evaluation of a full graph)")
     q.set_defaults(func=_explain)
     q = sub.add_parser("calibrate", help="re-measure a small corpus on this machine and retrain the selector "
                        "of one device kind")
     q.add_argument("--device", type=_device, default="cpu", help="device to measure on: cpu or cuda (default cpu)")
-    q.add_argument("--count", type=int, default=60, help="corpus matrices (default 60)")
-    q.add_argument("--max-rows", type=int, default=200_000)
-    q.add_argument("--max-nnz", type=int, default=500_000)
-    q.add_argument("--large-fraction", type=float, default=0.1)
-    q.add_argument("--widths-per-matrix", type=int, default=2)
-    q.add_argument("--repeats", type=int, default=2)
-    q.add_argument("--folds", type=int, default=5, help="cross-validation folds reported (0 = skip)")
+    q.add_argument("--count", type=in_range(int, 1), default=60, help="corpus matrices (default 60)")
+    q.add_argument("--max-rows", type=in_range(int, 1), default=200_000)
+    q.add_argument("--max-nnz", type=in_range(int, 1), default=500_000)
+    q.add_argument("--large-fraction", type=in_range(float, 0, 1), default=0.1)
+    q.add_argument("--widths-per-matrix", type=in_range(int, 1, 5), default=2)
+    q.add_argument("--repeats", type=in_range(int, 1), default=2)
+    q.add_argument("--folds", type=in_range(int, 0), default=5, help="cross-validation folds reported (0 = skip)")
     q.add_argument("--seed", type=int, default=1)
     q.add_argument("--out", help="model path (default: the user's cache folder, used automatically)")
     q.add_argument("--labels", help="JSON-lines measurements (default: beside the model)")
