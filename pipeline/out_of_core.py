@@ -47,7 +47,7 @@ from pipeline.external_csr import ExternalCsr
 from pipeline.feature_prep import CHUNK_ROWS, ColumnStats, row_normalize_block, standardize_block
 from pipeline.graph import SPLITS, check_splits
 from pipeline.options import PreprocessOptions
-from pipeline.progress import rss_mb
+from pipeline.progress import log, rss_mb
 from pipeline.raw_chunks import RawNodeChunks
 from pipeline.temp_paths import scratch_folder
 
@@ -304,6 +304,10 @@ def build(entry: EntryBuilder, folder: Path, meta: dict[str, Any], options: Prep
     plan = Plan.for_budget(int(options.memory_budget_mb or 0), rss_mb())
     say(f"out of core within {plan.budget_mb:,} MiB ({plan.resident_mb:.0f} MiB resident): edges in chunks of "
         f"{plan.edge_chunk:,}, sort loads of {plan.sort_keys:,} keys, rows in chunks of {plan.row_chunk:,}")
+    if plan.budget_mb * (1 - HEADROOM) <= plan.resident_mb:
+        log.warning("preprocess.memory_budget_mb %d: below what the process already holds (%.0f MiB); the build "
+                    "works in the smallest pieces, and its peak will be above the budget", plan.budget_mb,
+                    plan.resident_mb)
     raw = RawNodeChunks(folder, meta)
     n = raw.num_nodes
     split = raw.split(plan.row_chunk)

@@ -11,11 +11,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from pipeline.errors import DatasetError
+
 
 def gnnkit_home() -> Path:
-    """The root of gnnkit's per-user state."""
+    """The root of gnnkit's per-user state.
+
+    Raises:
+        DatasetError: ``GNNKIT_HOME`` names a file.
+    """
     if "GNNKIT_HOME" in os.environ:
-        return Path(os.environ["GNNKIT_HOME"]).expanduser()
+        home = Path(os.environ["GNNKIT_HOME"]).expanduser()
+        if home.exists() and not home.is_dir():
+            raise DatasetError("GNNKIT_HOME", f"{home} is a file (expected a folder for gnnkit's data and caches)")
+        return home
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "gnnkit"
 

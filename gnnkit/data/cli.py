@@ -113,11 +113,11 @@ def _cache(args: argparse.Namespace) -> int:
         return 0
     bad = 0
     for item in cache.entries(root):
+        if args.dataset and (item.parent.name if isinstance(item, Path) else item.dataset) != args.dataset:
+            continue
         if isinstance(item, Path):
             bad += 1
             print(f"CORRUPT  {item}: unreadable manifest")
-            continue
-        if args.dataset and item.dataset != args.dataset:
             continue
         problems = cache.verify(item) if args.action == "verify" else []
         bad += bool(problems)

@@ -2,6 +2,7 @@ import argparse
 import importlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -224,3 +225,31 @@ def test_ctrl_c_is_one_line_and_the_shells_status(capsys, monkeypatch):
     monkeypatch.setattr(data_cli, "_datasets", interrupted)
     assert main(["datasets"]) == 130
     assert capsys.readouterr().err == "gnnkit: interrupted\n"
+
+
+def test_gnnkit_home_that_is_a_file_is_one_line(tmp_path, monkeypatch, capsys):
+    """It was NotADirectoryError from deep in preprocess, and an empty listing from `cache list`."""
+    home = tmp_path / "home"
+    home.write_text("")
+    monkeypatch.setenv("GNNKIT_HOME", str(home))
+    monkeypatch.delenv("GNNKIT_CACHE", raising=False)
+    for argv in (["preprocess", "synthetic-tiny"], ["cache", "list"]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err == f"gnnkit: error: GNNKIT_HOME: {home} is a file (expected a folder for " \
+                                          "gnnkit's data and caches)\n"
+
+
+def test_cache_verify_of_one_dataset_leaves_the_others_entries_alone(tmp_path, monkeypatch, capsys, make_ogb_folder):
+    from pipeline import paths
+
+    folder = make_ogb_folder()
+    assert main(["preprocess", str(folder)]) == 0
+    other = paths.cache_root() / "other" / "abc"
+    other.mkdir(parents=True)
+    (other / "manifest.json").write_text("{")
+    capsys.readouterr()
+    assert main(["cache", "verify", folder.name]) == 0
+    assert "other" not in capsys.readouterr().out
+    assert main(["cache", "verify", "other"]) == 1
+    assert f"CORRUPT  {other}: unreadable manifest" in capsys.readouterr().out
+    shutil.rmtree(other.parent)  # the session's cache is shared with later tests
