@@ -163,11 +163,17 @@ class StepProfile(pl.Callback):
             self._mark()
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """An epoch shorter than the window closes it where it stands."""
+        """An epoch shorter than the window closes it where it stands, and says what it left out."""
         if trainer.current_epoch == self.epoch:
             self._close_window()
             if self._profiler is not None:
                 self._stop_profiler(trainer)
+            wanted = self.skip + self.steps + self.profiled_steps
+            if self._seen < wanted:
+                log.warning("step profile: epoch %d had %d steps, fewer than the %d asked for (skip %d, steps %d, "
+                            "profiled_steps %d): %d timed, %s", self.epoch, self._seen, wanted, self.skip, self.steps,
+                            self.profiled_steps, len(self.rows),
+                            "a shorter profile" if self.table else "no step_profile.txt")
 
     # -- a step's phases ----------------------------------------------------------------------------
 
