@@ -247,7 +247,7 @@ def plan_run(args: RunArgs) -> RunPlan:
     if run_dir.exists() and not run_dir.is_dir():
         raise ResumeError(f"gnnkit run: the run folder {run_dir} is a file (expected a folder, or a path to make one)")
     resumed = args.resume is not None or (restart > 0 and (run_dir / CONFIG).is_file())
-    if not resumed and (run_dir / CONFIG).is_file():
+    if not resumed and is_rank_zero() and (run_dir / CONFIG).is_file():  # the other ranks start after rank 0 wrote it
         log.warning("%s holds an earlier run: this one starts afresh there and replaces its metrics, report and "
                     "plots (gnnkit run --resume %s continues it instead)", run_dir, run_dir)
     if args.resume is not None and not (run_dir / CONFIG).is_file():

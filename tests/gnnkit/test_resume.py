@@ -179,6 +179,14 @@ def test_folders_that_cannot_hold_or_continue_a_run_are_one_line(tmp_path, monke
     finally:
         logger.removeHandler(caplog.handler)
     assert f"{done} holds an earlier run: this one starts afresh" in caplog.text
+    caplog.clear()
+    monkeypatch.setenv("RANK", "1")  # another rank of a new run finds the config.yaml rank 0 just wrote
+    logger.addHandler(caplog.handler)
+    try:
+        plan_run(parse_run_args([QUICKSTART, "--run_dir", str(done)]))
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert "earlier run" not in caplog.text
 
 
 def _one_second(monkeypatch: pytest.MonkeyPatch, folder: Path, now: str) -> None:
