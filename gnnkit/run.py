@@ -96,7 +96,7 @@ class GnnkitCLI(LightningCLI):
             run=False,
             seed_everything_default=0,
             save_config_kwargs={"overwrite": True},
-            parser_kwargs={"description": RUN_HELP, "formatter_class": _HelpFormatter},
+            parser_kwargs={"prog": "gnnkit run", "description": RUN_HELP, "formatter_class": _HelpFormatter},
             parser_class=_OneLineErrors,
             trainer_defaults={
                 "default_root_dir": str(run_dir),

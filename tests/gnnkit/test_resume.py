@@ -321,6 +321,7 @@ def test_help_documents_resume_and_ckpt_path(capsys):
     assert exit_.value.code == 0
     out = capsys.readouterr().out
     assert "--resume RUN_DIR" in out and "--ckpt_path CKPT" in out and "--trainer.max_epochs" in out
+    assert out.startswith("usage: gnnkit run ")  # not "gnnkit", the console script's name
     assert "--resume" in RUN_HELP and "torchrun" in RUN_HELP
     readme = (REPO / "README.md").read_text()
     assert "gnnkit run --resume" in readme and "--ckpt_path" in readme
