@@ -235,6 +235,16 @@ def _checkpoint(run_dir: Path, ckpt_path: str | None, resumed: bool) -> str | No
     return None
 
 
+def _say_what_the_folder_holds(run_dir: Path) -> None:
+    """A line when a new run is given a folder that is not empty: an earlier run's (whose results the
+    new one replaces), or other files (among which the run's are written)."""
+    if (run_dir / CONFIG).is_file():
+        log.warning("%s holds an earlier run: this one starts afresh there and replaces its metrics, report and "
+                    "plots (gnnkit run --resume %s continues it instead)", run_dir, run_dir)
+    elif run_dir.is_dir() and any(run_dir.iterdir()):
+        log.warning("%s is not empty and holds no run: the run's files are written among what is there", run_dir)
+
+
 def plan_run(args: RunArgs) -> RunPlan:
     """Decide the run folder, config and checkpoint (nothing is written; see :func:`prepare_metrics`).
 
@@ -247,9 +257,8 @@ def plan_run(args: RunArgs) -> RunPlan:
     if run_dir.exists() and not run_dir.is_dir():
         raise ResumeError(f"gnnkit run: the run folder {run_dir} is a file (expected a folder, or a path to make one)")
     resumed = args.resume is not None or (restart > 0 and (run_dir / CONFIG).is_file())
-    if not resumed and is_rank_zero() and (run_dir / CONFIG).is_file():  # the other ranks start after rank 0 wrote it
-        log.warning("%s holds an earlier run: this one starts afresh there and replaces its metrics, report and "
-                    "plots (gnnkit run --resume %s continues it instead)", run_dir, run_dir)
+    if not resumed and is_rank_zero():  # the other ranks start after rank 0 wrote the folder
+        _say_what_the_folder_holds(run_dir)
     if args.resume is not None and not (run_dir / CONFIG).is_file():
         raise ResumeError(f"gnnkit run --resume {run_dir}: no {CONFIG} there (expected a run folder written by "
                           "`gnnkit run`)")

@@ -187,6 +187,16 @@ def test_folders_that_cannot_hold_or_continue_a_run_are_one_line(tmp_path, monke
     finally:
         logger.removeHandler(caplog.handler)
     assert "earlier run" not in caplog.text
+    monkeypatch.delenv("RANK")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    logger.addHandler(caplog.handler)
+    try:
+        plan_run(parse_run_args([QUICKSTART, "--run_dir", str(other)]))
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert f"{other} is not empty and holds no run: the run's files are written among what is there" in caplog.text
 
 
 def _one_second(monkeypatch: pytest.MonkeyPatch, folder: Path, now: str) -> None:
