@@ -9,12 +9,13 @@ written. Lightning's own ``trainer.*`` settings are checked by Lightning in the 
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)  # numpy's ints too
 
 
 def at_least(field: str, value: Any, minimum: int, what: str) -> None:
@@ -35,7 +36,7 @@ def optional_at_least(field: str, value: Any, minimum: int, what: str) -> None:
 
 def positive_number(field: str, value: Any, zero: bool = False) -> None:
     """``value`` is a finite number above 0 (or at least 0 with ``zero``), e.g. a learning rate."""
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool)
     if not number or not math.isfinite(value) or value < 0 or (value == 0 and not zero):
         raise ValueError(f"{field}: expected a finite number {'>= 0' if zero else '> 0'}, got {value!r}")
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
+from gnnkit import setting_checks
 from gnnkit.tt.config import TTConfig
 
 DEFAULT_RANK = 16
@@ -72,6 +74,21 @@ def _params(p: tuple[int, ...], q: tuple[int, ...], ranks: tuple[int, ...]) -> i
     return sum(p[k] * r[k] * q[k] * r[k + 1] for k in range(len(p)))
 
 
+def _check_arguments(num_embeddings: Any, embedding_dim: Any, num_cores: Any, rank: Any, compression: Any,
+                     budget_bytes: Any, bytes_per_param: Any) -> None:
+    """One line naming the argument (a negative ``num_cores`` looped forever in :func:`factor_rows`,
+    ``rank=0`` became the default rank, a zero ``compression`` divided by zero)."""
+    if sum(x is not None for x in (rank, compression, budget_bytes)) > 1:
+        raise ValueError("auto_config: give at most one of rank, compression, budget_bytes")
+    for name, value, low in (("num_embeddings", num_embeddings, 1), ("embedding_dim", embedding_dim, 1),
+                             ("num_cores", num_cores, 2), ("bytes_per_param", bytes_per_param, 1)):
+        setting_checks.at_least(f"auto_config: {name}", value, low, f"an integer >= {low}")
+    setting_checks.optional_at_least("auto_config: rank", rank, 1, "an integer >= 1")
+    setting_checks.optional_at_least("auto_config: budget_bytes", budget_bytes, 1, "an integer >= 1")
+    if compression is not None:
+        setting_checks.positive_number("auto_config: compression", compression)
+
+
 def auto_config(
     num_embeddings: int,
     embedding_dim: int,
@@ -107,8 +124,8 @@ def auto_config(
     Raises:
         ValueError: More than one target, or a target not met even at rank 1.
     """
-    if sum(x is not None for x in (rank, compression, budget_bytes)) > 1:
-        raise ValueError("auto_config: give at most one of rank, compression, budget_bytes")
+    _check_arguments(num_embeddings, embedding_dim, num_cores, rank, compression, budget_bytes, bytes_per_param)
+    num_embeddings, embedding_dim, num_cores = int(num_embeddings), int(embedding_dim), int(num_cores)  # numpy's
     p, q = factor_rows(num_embeddings, num_cores), factor_dim(embedding_dim, num_cores)
     caps = _max_ranks(p, q)
 

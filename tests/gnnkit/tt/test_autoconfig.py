@@ -42,6 +42,11 @@ def test_shapes_are_balanced():
         (dict(rank=4, compression=10), "at most one"),
         (dict(compression=1e9), "out of reach"),
         (dict(budget_bytes=10), "out of reach"),
+        (dict(num_cores=-2), "auto_config: num_cores: expected an integer >= 2, got -2"),  # it looped forever
+        (dict(num_cores=0), "num_cores: expected an integer >= 2, got 0"),
+        (dict(rank=0), "auto_config: rank: expected an integer >= 1, got 0"),  # it became the default rank
+        (dict(compression=0), "auto_config: compression: expected a finite number > 0, got 0"),
+        (dict(bytes_per_param=0), "auto_config: bytes_per_param: expected an integer >= 1"),
     ],
 )
 def test_errors(kwargs, match):
@@ -52,3 +57,9 @@ def test_errors(kwargs, match):
 def test_prime_dimension_is_refused():
     with pytest.raises(ValueError, match="embedding_dim 101"):
         auto_config(1000, 101)
+
+
+def test_numpy_sizes_are_taken():
+    import numpy as np
+
+    assert auto_config(np.int64(1000), np.int64(64)).num_embeddings == 1000
