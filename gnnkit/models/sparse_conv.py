@@ -81,6 +81,16 @@ class SparseAggregation(nn.Module):
         self.plan_counts: Counter[str] = Counter()
         self.plans = BatchPlans()
 
+    def check_inputs(self, x: Tensor, adj: Adjacency) -> None:
+        """What PyG users pass first, an ``edge_index``, gets a line saying what to build instead; and
+        the destinations, the first ``adj.num_rows`` rows of ``x``, must be there."""
+        if not isinstance(adj, Adjacency):
+            raise TypeError(f"{type(self).__name__}: adj must be a gnnkit.sparse.Adjacency (from a PyG edge_index: "
+                            f"Adjacency.from_edge_index(edge_index, num_nodes)), got {type(adj).__name__}")
+        if isinstance(x, Tensor) and x.dim() == 2 and adj.num_rows > x.size(0):
+            raise ValueError(f"{type(self).__name__}: {adj} has more destination rows than x has nodes "
+                             f"({x.size(0)}); the destinations are the first rows of x")
+
     def plan_for(self, adj: Adjacency, x: Tensor) -> SpmmPlan:
         """The formats of ``spmm(adj, x)`` (see :class:`BatchPlans`)."""
         return self.plans.get(adj, x.size(1), self.format, x.dtype)
@@ -131,6 +141,7 @@ class SparseGCNConv(SparseAggregation):
         """``[N, in] -> [N, out]`` on a square ``adj``; or ``[N_src, in] -> [N_dst, out]`` on an
         ``adj`` that is ``normalized`` already (e.g. a partition's rows with whole-graph degrees,
         :func:`gnnkit.partitioned.local_graph.gcn_local_normalized`)."""
+        self.check_inputs(x, adj)
         out = self.message_and_aggregate(adj if normalized else gcn_normalized(adj), self.lin(x))
         return out if self.bias is None else out + self.bias
 
@@ -176,6 +187,7 @@ class SparseSAGEConv(SparseAggregation):
 
     def forward(self, x: Tensor, adj: Adjacency) -> Tensor:
         """``[N_src, in] -> [N_dst, out]``."""
+        self.check_inputs(x, adj)
         out = self.lin_l(self.message_and_aggregate(adj, x))
         if self.lin_r is not None:
             out = out + self.lin_r(x[: adj.num_rows])
@@ -220,6 +232,7 @@ class SparseGINConv(SparseAggregation):
 
     def forward(self, x: Tensor, adj: Adjacency) -> Tensor:
         """``[N_src, in] -> [N_dst, out]``."""
+        self.check_inputs(x, adj)
         out = self.message_and_aggregate(adj, x)
         return self.nn(out + (1 + self.eps) * x[: adj.num_rows])
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Callable
 
 import torch
@@ -16,7 +17,14 @@ def _as_index(t: Tensor, name: str) -> Tensor:
         raise TypeError(f"Adjacency: {name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dim() != 1:
         raise ValueError(f"Adjacency: {name} must be 1-D, got shape {tuple(t.shape)}")
+    _integer_ids(t, f"Adjacency: {name}")
     return (t if t.dtype == torch.int64 else t.to(torch.int64)).contiguous()
+
+
+def _integer_ids(t: Tensor, what: str) -> None:
+    """Node ids and offsets are integers: a float or bool tensor was cast without a word (1.5 -> 1)."""
+    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+        raise TypeError(f"{what} must be an integer tensor (node ids), got {t.dtype}")
 
 
 def indptr_of(ids: Tensor, n: int, order: Tensor | None = None) -> Tensor:
@@ -71,6 +79,8 @@ class Adjacency:
         self.indptr = _as_index(indptr, "indptr")
         self.indices = _as_index(indices, "indices")
         self.num_rows = int(self.indptr.numel()) - 1
+        if num_cols is not None and (not isinstance(num_cols, numbers.Integral) or isinstance(num_cols, bool)):
+            raise TypeError(f"Adjacency: num_cols must be an integer, got {num_cols!r}")  # 2.9 was cut to 2
         self.num_cols = self.num_rows if num_cols is None else int(num_cols)
         if values is not None:
             values = values.detach()
@@ -118,8 +128,15 @@ class Adjacency:
         Returns:
             An :class:`Adjacency` with one row per destination node.
         """
+        if not isinstance(edge_index, Tensor):
+            raise TypeError(f"Adjacency.from_edge_index: edge_index must be a torch.Tensor, got "
+                            f"{type(edge_index).__name__}")
         if edge_index.dim() != 2 or edge_index.size(0) != 2:
             raise ValueError(f"Adjacency.from_edge_index: edge_index must be [2, E], got {tuple(edge_index.shape)}")
+        _integer_ids(edge_index, "Adjacency.from_edge_index: edge_index")
+        for name, count in (("num_nodes", num_nodes), ("num_dst", num_dst)):
+            if count is not None and (not isinstance(count, numbers.Integral) or isinstance(count, bool) or count < 0):
+                raise ValueError(f"Adjacency.from_edge_index: {name} must be an integer >= 0, got {count!r}")
         src, dst = edge_index[0].to(torch.int64), edge_index[1].to(torch.int64)
         if values is not None and values.shape != (src.numel(),):
             raise ValueError(f"Adjacency.from_edge_index: values must have shape ({src.numel()},), "

@@ -154,6 +154,9 @@ def _check(adj: Adjacency, x: Tensor, reduce: str) -> None:
         raise ValueError(f"spmm: reduce must be one of {list(REDUCTIONS)}, got '{reduce}'")
     if not isinstance(adj, Adjacency):
         raise TypeError(f"spmm: adj must be a gnnkit.sparse.Adjacency, got {type(adj).__name__}")
+    if not isinstance(x, Tensor) or not x.is_floating_point():
+        got = x.dtype if isinstance(x, Tensor) else type(x).__name__
+        raise TypeError(f"spmm: x must be a floating-point tensor (features), got {got}")
     if x.dim() != 2 or x.size(0) != adj.num_cols:
         raise ValueError(f"spmm: x must be [{adj.num_cols}, F] for {adj}, got {tuple(x.shape)}")
     if x.device != adj.indptr.device:

@@ -226,3 +226,15 @@ def test_the_selector_never_passes_over_a_single_use_matrix_for_a_format_it_cann
     monkeypatch.setattr(bsr, "count_blocks", lambda *a: pytest.fail("BSR counted a single-use matrix's blocks"))
     assert not usable(FORMATS["bsr4"], block(0)) and not usable(FORMATS["bsr16"], block(0))
     assert usable(FORMATS["csr"], block(0))
+
+
+@pytest.mark.parametrize("layer", [SparseGCNConv(4, 2), SparseSAGEConv(4, 2), SparseGINConv(nn.Linear(4, 2))],
+                         ids=lambda layer: type(layer).__name__)
+def test_a_pyg_edge_index_or_too_many_destinations_is_one_line(layer):
+    edge_index = torch.tensor([[0, 1], [1, 0]])
+    with pytest.raises(TypeError, match=r"adj must be a gnnkit.sparse.Adjacency \(from a PyG edge_index: "
+                                        r"Adjacency.from_edge_index"):
+        layer(torch.randn(2, 4), edge_index)
+    wide = Adjacency.from_edge_index(torch.tensor([[0, 1], [3, 4]]), num_nodes=2, num_dst=5)
+    with pytest.raises(ValueError, match="more destination rows than x has nodes"):
+        layer(torch.randn(2, 4), wide)

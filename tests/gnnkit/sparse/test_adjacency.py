@@ -130,3 +130,20 @@ def test_a_single_use_matrixs_transpose_keeps_no_link_back():
         assert gone() is None and transposed() is None
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize(("build", "message"), [
+    (lambda: Adjacency(torch.tensor([0.0, 1.5, 3.0]), torch.tensor([0, 1, 1])), "indptr must be an integer tensor"),
+    (lambda: Adjacency.from_edge_index(torch.tensor([[0.6, 1.2], [1.5, 0.2]])), "edge_index must be an integer"),
+    (lambda: Adjacency.from_edge_index(torch.tensor([[True], [False]])), "edge_index must be an integer"),
+    (lambda: Adjacency(torch.tensor([0, 1]), torch.tensor([0]), num_cols=2.9), "num_cols must be an integer"),
+    (lambda: Adjacency.from_edge_index([[0, 1], [1, 0]]), "edge_index must be a torch.Tensor, got list"),
+    (lambda: Adjacency.from_edge_index(torch.tensor([[0], [1]]), num_nodes=2.5), "num_nodes must be an integer >= 0"),
+    (lambda: spmm(Adjacency.from_edge_index(torch.tensor([[0], [1]])), torch.ones(2, 3, dtype=torch.long)),
+     "spmm: x must be a floating-point tensor"),
+], ids=["float indptr", "float edges", "bool edges", "float num_cols", "a list", "float num_nodes", "integer x"])
+def test_ids_and_features_of_the_wrong_kind_are_refused(build, message):
+    """Float ids were cast without a word (1.5 -> 1: another graph); an integer x made `auto` time
+    formats on random integers and fail inside torch."""
+    with pytest.raises((TypeError, ValueError), match=message):
+        build()
