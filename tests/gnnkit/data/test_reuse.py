@@ -247,3 +247,17 @@ def test_resumed_run_continues_the_schedule(tmp_path):
     assert stats.epochs == {"record": 1, "replay": 3, "fresh": 1}
     assert stats.batches["replayed"] == 3 * steps and stats.batches["fresh"] == 2 * steps
     assert resumed.report_info()["reuse"]["batches"]["replayed"] == 3 * steps
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"epochs": 4, "factor": 2.5}, r"data.reuse.factor: expected an integer >= 1 \(or null\), got 2.5"),
+    ({"epochs": "2"}, "data.reuse.epochs: expected an integer >= 0, got '2'"),
+    ({"epochs": True}, "data.reuse.epochs: expected an integer >= 0, got True"),
+    ({"workers": 1.5}, "data.reuse.workers: expected an integer >= 0, got 1.5"),
+    ({"shard_mb": float("inf")}, "data.reuse.shard_mb: expected a positive number, got inf"),
+    ({"cache_dir": 3}, r"data.reuse.cache_dir: expected a folder path \(or null\), got 3"),
+], ids=["fractional factor", "text epochs", "bool epochs", "fractional workers", "endless shards", "number dir"])
+def test_reuse_settings_of_the_wrong_kind_are_refused(changes, message):
+    """A factor of 2.5 gave fractional recorded epochs; "2" a bare TypeError from a comparison."""
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        ReuseConfig(**changes)
