@@ -63,3 +63,10 @@ def model_settings(lr: Any, weight_decay: Any, width_field: str, width: Any) -> 
     positive_number("model.lr", lr)
     positive_number("model.weight_decay", weight_decay, zero=True)
     at_least(width_field, width, 1, "a layer width >= 1")
+
+
+def betas(field: str, value: Any) -> None:
+    """A pair of averaging coefficients, each a number in ``[0, 1)`` (Adam's ``betas``)."""
+    pair = isinstance(value, Sequence) and not isinstance(value, str) and len(value) == 2
+    if not pair or not all(isinstance(b, numbers.Real) and not isinstance(b, bool) and 0 <= b < 1 for b in value):
+        raise ValueError(f"{field}: expected two numbers in [0, 1), got {value!r}")

@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import Tensor
 
+from gnnkit import setting_checks
 from gnnkit.optim.adam import adam_moments
 
 #: Which side a 2-D gradient is projected on (``None``: not projected).
@@ -99,19 +100,22 @@ class GaLoreAdamW(torch.optim.Optimizer):
         update_proj_gap: int = 200,
         scale: float = 0.25,
     ) -> None:
-        if lr < 0.0:
-            raise ValueError(f"GaLoreAdamW.lr: expected >= 0, got {lr}")
-        if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
-            raise ValueError(f"GaLoreAdamW.betas: expected both in [0, 1), got {tuple(betas)}")
-        if eps < 0.0 or weight_decay < 0.0:
-            raise ValueError(f"GaLoreAdamW.eps / weight_decay: expected >= 0, got {eps} / {weight_decay}")
-        if rank is not None and rank < 0:
-            raise ValueError(f"GaLoreAdamW.rank: expected >= 0, got {rank}")
-        if update_proj_gap < 1:
-            raise ValueError(f"GaLoreAdamW.update_proj_gap: expected >= 1, got {update_proj_gap}")
+        setting_checks.betas("GaLoreAdamW.betas", betas)
         defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay, "rank": rank,
                     "update_proj_gap": update_proj_gap, "scale": scale}
-        super().__init__(params, defaults)
+        super().__init__(params, defaults)  # each group checked by add_param_group
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """torch's, then the group's hyper-parameters checked, its own and the defaults it takes: NaN
+        learning rates, a negative scale (gradient ascent) or a group's ``rank`` of -1 ran before."""
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        for name in ("lr", "eps", "weight_decay"):
+            setting_checks.positive_number(f"GaLoreAdamW.{name}", group[name], zero=True)
+        setting_checks.positive_number("GaLoreAdamW.scale", group["scale"])
+        setting_checks.betas("GaLoreAdamW.betas", group["betas"])
+        setting_checks.optional_at_least("GaLoreAdamW.rank", group["rank"], 0, "an integer >= 0 (or None)")
+        setting_checks.at_least("GaLoreAdamW.update_proj_gap", group["update_proj_gap"], 1, "an integer >= 1")
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:

@@ -41,6 +41,7 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import Tensor
 
+from gnnkit import setting_checks
 from gnnkit.optim.adam import adam_moments
 from gnnkit.optim.lns import LNSFormat, code_bytes, decode, default_scale, encode, pack
 
@@ -105,23 +106,29 @@ class LNSMadam(torch.optim.Optimizer):
         seed: int = 0,
     ) -> None:
         self.format = LNSFormat(bits=bits, gamma=gamma)
-        if lr < 0.0 or fp_lr < 0.0:
-            raise ValueError(f"LNSMadam.lr / fp_lr: expected >= 0, got {lr} / {fp_lr}")
-        if not 0.0 <= beta < 1.0:
+        if not (isinstance(beta, (int, float)) and 0.0 <= beta < 1.0):
             raise ValueError(f"LNSMadam.beta: expected a number in [0, 1), got {beta}")
-        if not (0.0 <= fp_betas[0] < 1.0 and 0.0 <= fp_betas[1] < 1.0):
-            raise ValueError(f"LNSMadam.fp_betas: expected both in [0, 1), got {tuple(fp_betas)}")
-        if p_scale <= 0.0 or g_bound <= 0.0:
-            raise ValueError(f"LNSMadam.p_scale / g_bound: expected > 0, got {p_scale} / {g_bound}")
+        setting_checks.betas("LNSMadam.fp_betas", fp_betas)
+        for name, value in (("p_scale", p_scale), ("g_bound", g_bound)):
+            setting_checks.positive_number(f"LNSMadam.{name}", value)
+        setting_checks.positive_number("LNSMadam.eps", eps, zero=True)
+        setting_checks.at_least("LNSMadam.seed", seed, 0, "an integer >= 0")
         if rounding not in ROUNDINGS:
             raise ValueError(f"LNSMadam.rounding: expected one of {list(ROUNDINGS)}, got {rounding!r}")
         self.p_scale, self.g_bound, self.beta = p_scale, g_bound, beta
         self.rounding, self.seed, self.fp_betas, self.eps = rounding, seed, tuple(fp_betas), eps
         defaults = {"lr": lr, "weight_decay": weight_decay, "fp_lr": fp_lr}
-        super().__init__(params, defaults)
+        super().__init__(params, defaults)  # each group checked by add_param_group
         for param in self._params():
             if self.quantized(param):
                 self._encode(param)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """torch's, then the group's ``lr``, ``fp_lr`` and ``weight_decay`` checked (finite, >= 0): a NaN
+        rate ran hidden by the quantisation, and a group's own negative one was taken."""
+        super().add_param_group(param_group)
+        for name in ("lr", "fp_lr", "weight_decay"):
+            setting_checks.positive_number(f"LNSMadam.{name}", self.param_groups[-1][name], zero=True)
 
     @staticmethod
     def quantized(param: Tensor) -> bool:

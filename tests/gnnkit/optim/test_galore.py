@@ -148,3 +148,16 @@ def test_bad_arguments_name_the_field():
         GaLoreAdamW(_params(), update_proj_gap=0)
     with pytest.raises(ValueError, match="GaLoreAdamW.rank"):
         GaLoreAdamW(_params(), rank=-1)
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda p: GaLoreAdamW(p, lr=float("nan")), "GaLoreAdamW.lr: expected a finite number >= 0, got nan"),
+    (lambda p: GaLoreAdamW(p, scale=-1.0), "GaLoreAdamW.scale: expected a finite number > 0"),  # gradient ascent
+    (lambda p: GaLoreAdamW([{"params": p, "lr": -1.0}], rank=2), "GaLoreAdamW.lr: .* got -1.0"),  # a group's own
+    (lambda p: GaLoreAdamW([{"params": p, "rank": -1}]), r"GaLoreAdamW.rank: expected an integer >= 0"),
+    (lambda p: GaLoreAdamW(p, betas=(0.9,)), r"GaLoreAdamW.betas: expected two numbers in \[0, 1\)"),
+], ids=["nan lr", "negative scale", "group lr", "group rank", "one beta"])
+def test_hyper_parameters_are_checked_in_every_group(make, message):
+    """NaN rates turned the weights NaN, a group's own negative lr was taken; all ran before."""
+    with pytest.raises(ValueError, match=message):
+        make([torch.nn.Parameter(torch.randn(4, 4))])

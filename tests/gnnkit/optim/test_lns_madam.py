@@ -193,3 +193,15 @@ def test_gnnkit_run_with_the_recipe_reports_weight_bytes(tmp_path):
     assert optimizer["class"] == "gnnkit.optim.lns_madam.LNSMadam"
     assert optimizer["weight_bytes_fp32"] == optimizer["param_bytes"]
     assert 3.5 * optimizer["weight_bytes"] < optimizer["weight_bytes_fp32"] < 4.0 * optimizer["weight_bytes"]
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda p: LNSMadam(p, lr=float("nan")), "LNSMadam.lr: expected a finite number >= 0, got nan"),  # ran hidden
+    (lambda p: LNSMadam(p, weight_decay=-1.0), "LNSMadam.weight_decay: expected a finite number >= 0"),
+    (lambda p: LNSMadam([{"params": p, "lr": -1.0}]), "LNSMadam.lr: expected a finite number >= 0, got -1.0"),
+    (lambda p: LNSMadam(p, g_bound=float("inf")), "LNSMadam.g_bound: expected a finite number > 0"),
+    (lambda p: LNSMadam(p, seed="x"), "LNSMadam.seed: expected an integer >= 0"),
+], ids=["nan lr", "negative decay", "group lr", "endless bound", "text seed"])
+def test_hyper_parameters_are_checked_in_every_group(make, message):
+    with pytest.raises(ValueError, match=message):
+        make([torch.nn.Parameter(torch.randn(4, 4))])
