@@ -40,7 +40,7 @@ def resolve_mode(name: str) -> str:
     Raises:
         ValueError: ``Could not resolve 'x' among choices [...]``.
     """
-    key = normalize(name)
+    key = normalize(name) if isinstance(name, str) else None
     if key not in MODES:
         raise ValueError(f"Could not resolve comm {name!r} among choices {sorted(MODES)}")
     return key

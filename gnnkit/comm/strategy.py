@@ -18,6 +18,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 from typing_extensions import override
 
+from gnnkit import setting_checks
 from gnnkit.comm.allreduce import AllReduce
 from gnnkit.comm.base import Communicator
 from gnnkit.comm import failures
@@ -112,12 +113,11 @@ class GnnkitStrategy(DDPStrategy):
         self.comm = resolve_mode(comm)
         if gather not in GATHERS:
             raise ValueError(f"gather must be one of {list(GATHERS)}, got {gather!r}")
-        if bucket_mb != "auto" and not (isinstance(bucket_mb, (int, float)) and bucket_mb > 0):
-            raise ValueError(f"bucket_mb must be a positive number or 'auto', got {bucket_mb!r}")
-        if warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
-        if tune_steps < 1:
-            raise ValueError(f"tune_steps must be >= 1, got {tune_steps}")
+        if bucket_mb != "auto":
+            setting_checks.positive_number("bucket_mb (or 'auto')", bucket_mb)  # inf overflowed in DDP
+        for name, value, low in (("streams", streams, 1), ("powersgd_rank", powersgd_rank, 1),
+                                 ("warmup_steps", warmup_steps, 0), ("tune_steps", tune_steps, 1)):
+            setting_checks.at_least(name, value, low, f"an integer >= {low}")  # 2.5 failed inside fit
         self.streams, self.density, self.gather = streams, density, gather
         self.warmup_steps, self.powersgd_rank = warmup_steps, powersgd_rank
         self.sign_error_feedback, self.sign_momentum = sign_error_feedback, sign_momentum

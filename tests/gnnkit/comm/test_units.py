@@ -112,7 +112,10 @@ def test_strategy_repr_and_options() -> None:
     for kwargs, message in [({"comm": "topk_a2a", "density": 0.0}, "density"),
                             ({"comm": "multistream", "streams": 0}, "streams"),
                             ({"bucket_mb": -1}, "bucket_mb"), ({"gather": "x"}, "gather"),
-                            ({"warmup_steps": -1}, "warmup_steps"), ({"comm": "nope"}, "Could not resolve")]:
+                            ({"warmup_steps": -1}, "warmup_steps"), ({"comm": "nope"}, "Could not resolve"),
+                            ({"comm": None}, "Could not resolve comm None"), ({"streams": 2.5}, "streams: expected an "
+                            "integer >= 1, got 2.5"), ({"powersgd_rank": 2.5}, "powersgd_rank: expected an integer"),
+                            ({"bucket_mb": float("inf")}, "bucket_mb"), ({"tune_steps": 1.5}, "tune_steps")]:
         with pytest.raises(ValueError, match=message):
             GnnkitStrategy(**kwargs)
     assert TopKA2A(0.1).info()["density"] == 0.1
