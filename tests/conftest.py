@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable
 
@@ -42,6 +44,18 @@ def _xdist_session_folder(tmp_path_factory: pytest.TempPathFactory) -> Path | No
     if os.environ.get("PYTEST_XDIST_WORKER") is None:
         return None
     return tmp_path_factory.getbasetemp().parent  # each worker's basetemp is <session>/popen-gwN
+
+
+@pytest.fixture
+def gnnkit_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    """``caplog`` that also sees gnnkit's log lines: once :func:`pipeline.setup_logging` has run in
+    this process, gnnkit's logger no longer propagates to the root logger caplog listens on."""
+    logger = logging.getLogger("gnnkit")
+    logger.addHandler(caplog.handler)
+    try:
+        yield caplog
+    finally:
+        logger.removeHandler(caplog.handler)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -152,12 +152,10 @@ def test_bad_resume_requests_are_one_line(argv, message, tmp_path, monkeypatch):
         run(argv[0], argv[1:])
 
 
-def test_folders_that_cannot_hold_or_continue_a_run_are_one_line(tmp_path, monkeypatch, caplog):
+def test_folders_that_cannot_hold_or_continue_a_run_are_one_line(tmp_path, monkeypatch, gnnkit_log):
     """A file given as the run folder; a finished run without checkpoints given to --resume (it was
     trained again from its first epoch, over its results); a checkpoint torch cannot read (a
     traceback from inside torch.load); and a word when a run starts afresh over an earlier one."""
-    import logging
-
     monkeypatch.chdir(tmp_path)
     Path("afile").write_text("")
     with pytest.raises(ResumeError, match="^gnnkit run: the run folder afile is a file"):
@@ -172,31 +170,18 @@ def test_folders_that_cannot_hold_or_continue_a_run_are_one_line(tmp_path, monke
     bad.write_text("garbage")
     with pytest.raises(ResumeError, match=f"^gnnkit run: {bad}: unreadable checkpoint \\(.*\\); give another"):
         epochs_done(bad)
-    logger = logging.getLogger("gnnkit")
-    logger.addHandler(caplog.handler)
-    try:
-        plan_run(parse_run_args([QUICKSTART, "--run_dir", str(done)]))
-    finally:
-        logger.removeHandler(caplog.handler)
-    assert f"{done} holds an earlier run: this one starts afresh" in caplog.text
-    caplog.clear()
+    plan_run(parse_run_args([QUICKSTART, "--run_dir", str(done)]))
+    assert f"{done} holds an earlier run: this one starts afresh" in gnnkit_log.text
+    gnnkit_log.clear()
     monkeypatch.setenv("RANK", "1")  # another rank of a new run finds the config.yaml rank 0 just wrote
-    logger.addHandler(caplog.handler)
-    try:
-        plan_run(parse_run_args([QUICKSTART, "--run_dir", str(done)]))
-    finally:
-        logger.removeHandler(caplog.handler)
-    assert "earlier run" not in caplog.text
+    plan_run(parse_run_args([QUICKSTART, "--run_dir", str(done)]))
+    assert "earlier run" not in gnnkit_log.text
     monkeypatch.delenv("RANK")
     other = tmp_path / "other"
     other.mkdir()
     (other / "notes.txt").write_text("mine")
-    logger.addHandler(caplog.handler)
-    try:
-        plan_run(parse_run_args([QUICKSTART, "--run_dir", str(other)]))
-    finally:
-        logger.removeHandler(caplog.handler)
-    assert f"{other} is not empty and holds no run: the run's files are written among what is there" in caplog.text
+    plan_run(parse_run_args([QUICKSTART, "--run_dir", str(other)]))
+    assert f"{other} is not empty and holds no run: the run's files are written among what is there" in gnnkit_log.text
 
 
 def _one_second(monkeypatch: pytest.MonkeyPatch, folder: Path, now: str) -> None:
