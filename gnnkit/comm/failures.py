@@ -60,8 +60,8 @@ def resolve_timeout(value: Union[None, float, int, str, timedelta]) -> timedelta
             seconds = float(value)
         except (TypeError, ValueError):
             raise ValueError(f"{source}: expected a positive number of seconds, got {value!r}") from None
-    if not seconds > 0 or seconds == float("inf"):
-        raise ValueError(f"{source}: expected a positive number of seconds, got {value!r}")
+    if not seconds > 0 or seconds == float("inf") or timedelta(seconds=seconds) == timedelta(0):  # 1e-9 rounds to 0
+        raise ValueError(f"{source}: expected a positive number of seconds (a microsecond at least), got {value!r}")
     return timedelta(seconds=seconds)
 
 

@@ -50,6 +50,7 @@ class GraphSetDataModule(PrecisionBatches):
         setting_checks.at_least("data.batch_size", batch_size, 1, ">= 1 graphs per batch")
         setting_checks.optional_at_least("data.eval_batch_size", eval_batch_size, 1, ">= 1 graphs per batch")
         setting_checks.at_least("data.num_workers", num_workers, 0, "worker processes >= 0")
+        setting_checks.at_least("data.seed", seed, -(2**63), "an integer")
         spec = resolve(dataset)
         self.entry = preprocess_dataset(
             spec, data_root=Path(data_root) if data_root else None, cache_root=Path(cache_root) if cache_root else None

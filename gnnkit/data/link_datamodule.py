@@ -210,6 +210,7 @@ class LinkDataModule(PrecisionBatches):
         setting_checks.optional_at_least("data.eval_batch_size", eval_batch_size, 1, "a positive number of edges")
         setting_checks.fanouts("data.num_neighbors", num_neighbors)
         setting_checks.fanouts("data.eval_num_neighbors", eval_num_neighbors)
+        setting_checks.at_least("data.seed", seed, -(2**63), "an integer")
         if reuse is not None and reuse.epochs > 0 and num_neighbors is None:
             raise ValueError("data.reuse: replaying batches needs neighbour sampling (data.num_neighbors)")
         self.reuse = reuse if reuse is not None and reuse.epochs > 0 else None

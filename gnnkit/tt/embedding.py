@@ -168,6 +168,9 @@ class TTEmbedding(nn.Module):
         if nodes is None or nodes.numel() == 0:
             self._cache, self._hot_nodes = None, None
             return
+        if not isinstance(nodes, Tensor) or nodes.is_floating_point() or nodes.is_complex() or nodes.dtype == torch.bool:
+            got = nodes.dtype if isinstance(nodes, Tensor) else type(nodes).__name__
+            raise TypeError(f"TTEmbedding.set_hot_nodes: nodes must be an integer tensor of node ids, got {got}")
         nodes = torch.unique(nodes.reshape(-1).long())
         if nodes.numel() > self.config.hot_rows:
             raise ValueError(

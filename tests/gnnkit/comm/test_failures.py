@@ -50,7 +50,7 @@ def test_timeout_from_argument_and_environment(monkeypatch: pytest.MonkeyPatch) 
     assert failures.resolve_timeout(timedelta(minutes=2)) == timedelta(seconds=120)
 
 
-@pytest.mark.parametrize("bad", [0, -5, "soon", float("inf")])
+@pytest.mark.parametrize("bad", [0, -5, "soon", float("inf"), 1e-9])  # 1e-9 rounded to a timeout of 0
 def test_bad_timeout_is_refused_naming_its_source(bad: object, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match="timeout: expected a positive number of seconds"):
         failures.resolve_timeout(bad)

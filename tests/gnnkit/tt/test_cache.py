@@ -97,6 +97,8 @@ def test_hot_nodes_follow_the_order_and_capacity():
     torch.testing.assert_close(cached(idx), plain(idx))
     with pytest.raises(ValueError, match="exceed config.hot_rows"):
         cached.set_hot_nodes(torch.arange(20))
+    with pytest.raises(TypeError, match="nodes must be an integer tensor of node ids, got torch.float32"):
+        cached.set_hot_nodes(torch.tensor([1.7, 2.2]))  # it cached nodes 1 and 2
     cached.set_hot_nodes_by_degree(torch.arange(50).flip(0))
     assert torch.equal(cached.cache.rows, torch.sort(order[torch.arange(len(HOT))]).values)
     cached.set_hot_nodes(None)
