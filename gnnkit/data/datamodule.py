@@ -192,7 +192,7 @@ class GraphDataModule(PrecisionBatches):
         super().__init__()
         _check_loader_settings(batch_size, eval_batch_size, num_neighbors, eval_num_neighbors, num_workers)
         setting_checks.at_least("data.seed", seed, -(2**63), "an integer")
-        setting_checks.optional_at_least("data.partitions", partitions, 1, "an integer >= 1 (or null)")
+        setting_checks.optional_at_least("data.partitions", partitions, 1, "a count >= 1")
         if isinstance(reuse, dict):  # as saved in a checkpoint's hyper-parameters
             reuse = ReuseConfig(**reuse)
         if isinstance(preprocess, dict):
