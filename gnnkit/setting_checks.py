@@ -14,8 +14,15 @@ from collections.abc import Sequence
 from typing import Any
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)  # numpy's ints too
+def is_whole(value: Any, low: float = -math.inf) -> bool:
+    """An integer (numpy's too, not a bool) ``>= low``."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= low
+
+
+def is_finite(value: Any, low: float = -math.inf, high: float = math.inf) -> bool:
+    """A finite real number (not a bool) in ``[low, high]``."""
+    real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    return real and math.isfinite(value) and low <= value <= high
 
 
 def at_least(field: str, value: Any, minimum: int, what: str) -> None:
@@ -24,7 +31,7 @@ def at_least(field: str, value: Any, minimum: int, what: str) -> None:
     Raises:
         ValueError: ``"<field>: expected <what>, got <value>"``.
     """
-    if not _is_int(value) or value < minimum:
+    if not is_whole(value, minimum):
         raise ValueError(f"{field}: expected {what}, got {value!r}")
 
 
@@ -36,8 +43,7 @@ def optional_at_least(field: str, value: Any, minimum: int, what: str) -> None:
 
 def positive_number(field: str, value: Any, zero: bool = False) -> None:
     """``value`` is a finite number above 0 (or at least 0 with ``zero``), e.g. a learning rate."""
-    number = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if not number or not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+    if not is_finite(value, 0) or (value == 0 and not zero):
         raise ValueError(f"{field}: expected a finite number {'>= 0' if zero else '> 0'}, got {value!r}")
 
 
@@ -51,7 +57,7 @@ def fanouts(field: str, value: Sequence[Any] | None) -> list[int] | None:
     if value is None:
         return None
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) == 0 or any(
-            not _is_int(k) or k < -1 for k in value):
+            not is_whole(k, -1) for k in value):
         raise ValueError(f"{field}: expected a list of at least one fan-out per layer, each >= 0 or -1 "
                          f"(all neighbours), got {value!r}")
     return list(value)
@@ -68,5 +74,5 @@ def model_settings(lr: Any, weight_decay: Any, width_field: str, width: Any) -> 
 def betas(field: str, value: Any) -> None:
     """A pair of averaging coefficients, each a number in ``[0, 1)`` (Adam's ``betas``)."""
     pair = isinstance(value, Sequence) and not isinstance(value, str) and len(value) == 2
-    if not pair or not all(isinstance(b, numbers.Real) and not isinstance(b, bool) and 0 <= b < 1 for b in value):
+    if not pair or not all(is_finite(b, 0) and b < 1 for b in value):
         raise ValueError(f"{field}: expected two numbers in [0, 1), got {value!r}")

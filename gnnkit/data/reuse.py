@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import math
-import numbers
 import time
 from collections.abc import Callable, Collection, Generator, Iterator
 from dataclasses import asdict, dataclass, field
@@ -37,6 +36,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from gnnkit.setting_checks import is_finite, is_whole
 from pipeline import DatasetError, log, paths
 from pipeline.batch_cache import (
     BatchCache,
@@ -50,15 +50,6 @@ from pipeline.batch_cache import (
 from pipeline.shard_reader import ResidentShardReader, ShardReader, make_shard_reader
 
 PHASES = ("record", "replay", "fresh")
-
-
-def _whole(value: Any, low: int) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= low
-
-
-def _number(value: Any, low: float, high: float = math.inf) -> bool:
-    real = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    return real and math.isfinite(value) and low <= value <= high
 
 
 @dataclass(frozen=True)
@@ -101,16 +92,16 @@ class ReuseConfig:
 
     def __post_init__(self) -> None:
         checks = (  # whole epochs and workers: 2.5 gave fractional recorded epochs, "2" a bare TypeError
-            ("epochs", _whole(self.epochs, 0), "an integer >= 0"),
-            ("factor", self.factor is None or _whole(self.factor, 1), "an integer >= 1 (or null)"),
-            ("fresh_fraction", _number(self.fresh_fraction, 0.0, 1.0), "a number in [0, 1]"),
+            ("epochs", is_whole(self.epochs, 0), "an integer >= 0"),
+            ("factor", self.factor is None or is_whole(self.factor, 1), "an integer >= 1 (or null)"),
+            ("fresh_fraction", is_finite(self.fresh_fraction, 0.0, 1.0), "a number in [0, 1]"),
             ("loader", self.loader in ("auto", "dali", "torch"), "'auto', 'dali' or 'torch'"),
-            ("workers", _whole(self.workers, 0), "an integer >= 0"),
+            ("workers", is_whole(self.workers, 0), "an integer >= 0"),
             ("feature_dtype", self.feature_dtype in ("float16", "float32"), "'float16' or 'float32'"),
             ("verify", self.verify in ("once", "always"), "'once' or 'always'"),
-            ("shard_mb", _number(self.shard_mb, 0.0) and self.shard_mb > 0, "a positive number"),
-            ("disk_budget_mb", self.disk_budget_mb is None or _number(self.disk_budget_mb, 0.0), "a number >= 0"),
-            ("device_cache_mb", self.device_cache_mb is None or _number(self.device_cache_mb, 0.0), "a number >= 0"),
+            ("shard_mb", is_finite(self.shard_mb, 0.0) and self.shard_mb > 0, "a positive number"),
+            ("disk_budget_mb", self.disk_budget_mb is None or is_finite(self.disk_budget_mb, 0.0), "a number >= 0"),
+            ("device_cache_mb", self.device_cache_mb is None or is_finite(self.device_cache_mb, 0.0), "a number >= 0"),
             ("cache_dir", self.cache_dir is None or isinstance(self.cache_dir, str), "a folder path (or null)"),
         )
         for name, ok, expected in checks:

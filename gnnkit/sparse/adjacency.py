@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import numbers
 from typing import Any, Callable
 
 import torch
 from torch import Tensor
+
+from gnnkit.setting_checks import is_whole
 
 
 def _as_index(t: Tensor, name: str) -> Tensor:
@@ -79,7 +80,7 @@ class Adjacency:
         self.indptr = _as_index(indptr, "indptr")
         self.indices = _as_index(indices, "indices")
         self.num_rows = int(self.indptr.numel()) - 1
-        if num_cols is not None and (not isinstance(num_cols, numbers.Integral) or isinstance(num_cols, bool)):
+        if num_cols is not None and not is_whole(num_cols):
             raise TypeError(f"Adjacency: num_cols must be an integer, got {num_cols!r}")  # 2.9 was cut to 2
         self.num_cols = self.num_rows if num_cols is None else int(num_cols)
         if values is not None:
@@ -135,7 +136,7 @@ class Adjacency:
             raise ValueError(f"Adjacency.from_edge_index: edge_index must be [2, E], got {tuple(edge_index.shape)}")
         _integer_ids(edge_index, "Adjacency.from_edge_index: edge_index")
         for name, count in (("num_nodes", num_nodes), ("num_dst", num_dst)):
-            if count is not None and (not isinstance(count, numbers.Integral) or isinstance(count, bool) or count < 0):
+            if count is not None and not is_whole(count, 0):
                 raise ValueError(f"Adjacency.from_edge_index: {name} must be an integer >= 0, got {count!r}")
         src, dst = edge_index[0].to(torch.int64), edge_index[1].to(torch.int64)
         if values is not None and values.shape != (src.numel(),):
