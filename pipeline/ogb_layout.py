@@ -300,15 +300,26 @@ EDGE_FILES = ("edge.csv.gz", "edge-feat.csv.gz")
 NODE_FILES = ("node-feat.csv.gz", "node-label.csv.gz")
 
 
-def count_lines(path: Path) -> int:
+#: The bytes of a CSV file holding only non-negative integers written as such.
+INTEGER_CSV_BYTES = b"0123456789,\r\n"
+
+
+def count_lines(path: Path, ids: bool = False) -> int:
     """Lines of a gzipped text file (a last line without a newline counts; trailing blank lines do not).
 
     Streams the decompressed bytes, so memory stays at one chunk whatever the file's size.
+
+    Args:
+        path: The file.
+        ids: The file holds node ids (an edge list), which OGB's reader casts to int64: a value such
+            as ``1.7`` would be cut to ``1`` silently, so any byte besides digits, commas and line
+            ends, or an empty field, makes :func:`check_whole_numbers` parse the file.
     """
-    lines, trailing, last = 0, 0, b"\n"
+    lines, trailing, last, other_bytes = 0, 0, b"\n", False
     try:
         with gzip.open(path, "rb") as handle:
             while chunk := handle.read(1 << 24):
+                other_bytes = other_bytes or (ids and _not_plain_integers(chunk, last))
                 lines += chunk.count(b"\n")
                 stripped = chunk.rstrip(b"\r\n")
                 run = chunk[len(stripped):].count(b"\n")
@@ -320,7 +331,36 @@ def count_lines(path: Path) -> int:
         lines += 1
     elif lines:
         lines -= max(0, trailing - 1)  # "a\n\n\n" is one line followed by blank ones
+    if other_bytes or (ids and last == b","):
+        check_whole_numbers(path)
     return lines
+
+
+def _not_plain_integers(chunk: bytes, before: bytes) -> bool:
+    """``chunk`` (following the byte ``before``) holds more than integers: another byte, or an empty
+    field, which pandas reads as NaN and OGB's reader casts to a huge negative id."""
+    if chunk.translate(None, INTEGER_CSV_BYTES):
+        return True
+    text = np.frombuffer(before + chunk, dtype=np.uint8)
+    separator = text < ord("0")  # a comma or a line end, the only other bytes left
+    pairs = np.flatnonzero(separator[:-1] & separator[1:])  # "\r\n" and blank lines, or an empty field
+    return bool(((text[pairs] == ord(",")) | (text[pairs + 1] == ord(","))).any())
+
+
+def check_whole_numbers(path: Path, rows: int = 1 << 20) -> None:
+    """Every value of a headerless gzipped CSV is a whole number (``3`` or ``3.0``, not ``3.5``).
+
+    Raises:
+        DatasetError: Naming the file, the line and the first value that is not a whole number.
+    """
+    done = 0
+    for values in csv_chunks(path, rows, convert=lambda v: numeric(v, path, "node ids")):
+        whole = np.isfinite(values) & (values == np.round(values)) if values.dtype.kind == "f" else None
+        if whole is not None and not whole.all():
+            row, col = (int(i[0]) for i in np.nonzero(~whole))
+            raise DatasetError(path, f"node ids must be whole numbers, found {values[row, col].item()!r} in row "
+                                     f"{done + row + 1}")
+        done += values.shape[0]
 
 
 def _npz_rows(path: Path) -> dict[str, int]:
@@ -363,6 +403,8 @@ def check_row_counts(raw_dir: Path, meta: dict[str, Any]) -> None:
         rows = _npz_rows(data)
         if "num_nodes_list" not in rows or "num_edges_list" not in rows:
             raise DatasetError(data, "expected arrays 'num_nodes_list' and 'num_edges_list'")
+        if "edge_index" in rows and (kind := member_headers(data)["edge_index"].dtype).kind not in "iu":
+            raise DatasetError(data, f"'edge_index' must hold integer node ids, got dtype {kind}")
         with np.load(data, allow_pickle=False) as npz:
             nodes, edges = int(npz["num_nodes_list"].sum()), int(npz["num_edges_list"].sum())
         for key, declared, unit, source in (
@@ -383,7 +425,7 @@ def check_row_counts(raw_dir: Path, meta: dict[str, Any]) -> None:
     node_names = [*NODE_FILES, *(f"{f}.csv.gz" for f in meta["additional_node_files"])]
     checks += [(raw_dir / name, nodes, node_list) for name in node_names]
     for path, declared, source in checks:
-        if path.is_file() and (found := count_lines(path)) != declared:
+        if path.is_file() and (found := count_lines(path, ids=path.name == "edge.csv.gz")) != declared:
             raise _mismatch(path, found, "lines", declared, source.name)
 
 

@@ -172,3 +172,16 @@ def test_an_object_array_in_a_binary_label_file_is_refused_in_one_line(make_ogb_
     np.savez(folder / "raw" / "node-label.npz", node_label=labels)
     with pytest.raises(DatasetError, match=r"node-label.npz: holds Python objects \(a pickle, which gnnkit never"):
         read_ogb_folder(folder, read_meta_json(folder))
+
+
+def test_edge_ids_written_as_whole_floats_read_as_the_integers(make_ogb_folder):
+    """``3.0`` is the id 3 (a float frame's CSV); only a fraction such as ``3.5`` is refused, which
+    OGB's reader would cut to 3 silently."""
+    folder = make_ogb_folder()
+    expected = read_ogb_folder(folder, read_meta_json(folder)).edge_index
+    _rewrite_gz(folder / "raw" / "edge.csv.gz",
+                lambda lines: [",".join(f"{v}.0" for v in line.strip().split(",")) + "\n" for line in lines])
+    np.testing.assert_array_equal(read_ogb_folder(folder, read_meta_json(folder)).edge_index, expected)
+    _rewrite_gz(folder / "raw" / "edge.csv.gz", lambda lines: lines[:3] + ["1.0,2.5\n"] + lines[4:])
+    with pytest.raises(DatasetError, match=r"edge.csv.gz: node ids must be whole numbers, found 2.5 in row 4$"):
+        read_ogb_folder(folder, read_meta_json(folder))

@@ -165,7 +165,10 @@ BREAKS = {
     "text label": ("node-label.csv.gz", _set_line(3, "cat"), "node-label.csv.gz: labels must be numbers, found 'cat'"),
     "text feature": ("node-feat.csv.gz", _set_line(7, ",".join(["abc"] * 8)),
                      "raw: unreadable raw CSV files (could not convert string to float: 'abc')"),
-    "text edge": ("edge.csv.gz", _set_line(5, "a,b"), "raw: unreadable raw CSV files (invalid literal for int()"),
+    "text edge": ("edge.csv.gz", _set_line(5, "a,b"), "edge.csv.gz: node ids must be numbers, found 'a'"),
+    "fractional edge id": ("edge.csv.gz", _set_line(1500, "3,1.7"),
+                           "edge.csv.gz: node ids must be whole numbers, found 1.7 in row 1501"),
+    "empty edge id": ("edge.csv.gz", _set_line(9, "3,"), "edge.csv.gz: node ids must be whole numbers, found nan"),
 }
 
 
@@ -205,9 +208,13 @@ def test_a_file_that_is_not_utf8_is_one_line_naming_it(make_ogb_folder, tmp_path
 @pytest.mark.parametrize("edges,message", [
     (np.array([[0, 1, 2], [1, 2, 250]]), "data.npz: edge endpoint 250 out of range [0, 200)"),
     (np.array([[0, 1, 2]]), "data.npz: expected edges of shape [2, E], got [1, 3]"),
+    (np.array([[0, 1, 2], [1, 2.5, 3]]), "data.npz: 'edge_index' must hold integer node ids, got dtype float64"),
 ])
 def test_binary_edge_errors_are_the_in_memory_errors(make_ogb_folder, tmp_path, edges, message):
-    folder = make_ogb_folder(binary=True, edge_index=edges)
+    folder = make_ogb_folder(binary=True, edge_index=edges.astype(np.int64))
+    data = folder / "raw" / "data.npz"
+    with np.load(data) as npz:
+        np.savez(data, **{**npz, "edge_index": edges})  # as given: float ids stay floats
     with pytest.raises(DatasetError) as in_memory:
         preprocess(str(folder), cache_root=tmp_path / "memory")
     with pytest.raises(DatasetError) as out_of_core:
