@@ -30,6 +30,7 @@ from torch import Tensor
 
 from gnnkit import setting_checks
 from gnnkit.optim.adam import adam_moments
+from gnnkit.optim.groups import dropped_on_error
 
 #: Which side a 2-D gradient is projected on (``None``: not projected).
 LEFT, RIGHT = "left", "right"
@@ -109,13 +110,13 @@ class GaLoreAdamW(torch.optim.Optimizer):
         """torch's, then the group's hyper-parameters checked, its own and the defaults it takes: NaN
         learning rates, a negative scale (gradient ascent) or a group's ``rank`` of -1 ran before."""
         super().add_param_group(param_group)
-        group = self.param_groups[-1]
-        for name in ("lr", "eps", "weight_decay"):
-            setting_checks.positive_number(f"GaLoreAdamW.{name}", group[name], zero=True)
-        setting_checks.positive_number("GaLoreAdamW.scale", group["scale"])
-        setting_checks.betas("GaLoreAdamW.betas", group["betas"])
-        setting_checks.optional_at_least("GaLoreAdamW.rank", group["rank"], 0, "an integer >= 0 (or None)")
-        setting_checks.at_least("GaLoreAdamW.update_proj_gap", group["update_proj_gap"], 1, "an integer >= 1")
+        with dropped_on_error(self) as group:
+            for name in ("lr", "eps", "weight_decay"):
+                setting_checks.positive_number(f"GaLoreAdamW.{name}", group[name], zero=True)
+            setting_checks.positive_number("GaLoreAdamW.scale", group["scale"])
+            setting_checks.betas("GaLoreAdamW.betas", group["betas"])
+            setting_checks.optional_at_least("GaLoreAdamW.rank", group["rank"], 0, "an integer >= 0 (or None)")
+            setting_checks.at_least("GaLoreAdamW.update_proj_gap", group["update_proj_gap"], 1, "an integer >= 1")
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:

@@ -55,7 +55,9 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import Tensor, nn
 
+from gnnkit import setting_checks
 from gnnkit.optim.adam import adam_moments
+from gnnkit.optim.groups import dropped_on_error
 from gnnkit.optim.kfac_comm import FactorComm
 
 BASES = ("adam", "sgd")
@@ -77,14 +79,11 @@ class KFACOptions:
     kfac_pipeline: bool = False
 
     def __post_init__(self) -> None:
-        if not self.damping > 0.0:
-            raise ValueError(f"KFAC.damping: expected > 0, got {self.damping}")
-        if not 0.0 <= self.factor_decay < 1.0:
-            raise ValueError(f"KFAC.factor_decay: expected in [0, 1), got {self.factor_decay}")
+        setting_checks.positive_number("KFAC.damping", self.damping)
+        if not setting_checks.is_finite(self.factor_decay, 0) or self.factor_decay >= 1:
+            raise ValueError(f"KFAC.factor_decay: expected a number in [0, 1), got {self.factor_decay!r}")
         for name in ("factor_update_interval", "inv_update_interval"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"KFAC.{name}: expected an integer >= 1, got {value!r}")
+            setting_checks.at_least(f"KFAC.{name}", getattr(self, name), 1, "an integer >= 1")
         if self.inverse not in INVERSES:
             raise ValueError(f"KFAC.inverse: expected one of {INVERSES}, got {self.inverse!r}")
         if self.base not in BASES:
@@ -196,26 +195,28 @@ class KFAC(torch.optim.Optimizer):
         base: str = "adam",
         kfac_pipeline: bool = False,
     ) -> None:
-        if not lr >= 0.0:
-            raise ValueError(f"KFAC.lr: expected >= 0, got {lr}")
-        if not weight_decay >= 0.0:
-            raise ValueError(f"KFAC.weight_decay: expected >= 0, got {weight_decay}")
-        if not 0.0 <= momentum < 1.0:
-            raise ValueError(f"KFAC.momentum: expected in [0, 1), got {momentum}")
-        if not (len(betas) == 2 and 0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
-            raise ValueError(f"KFAC.betas: expected two values in [0, 1), got {tuple(betas)}")
-        if not eps >= 0.0:
-            raise ValueError(f"KFAC.eps: expected >= 0, got {eps}")
         self.options = KFACOptions(damping, factor_decay, factor_update_interval, inv_update_interval,
                                    inverse, base, bool(kfac_pipeline))
-        defaults = {"lr": lr, "weight_decay": weight_decay, "momentum": momentum, "betas": tuple(betas), "eps": eps}
-        super().__init__(params, defaults)
+        defaults = {"lr": lr, "weight_decay": weight_decay, "momentum": momentum, "betas": betas, "eps": eps}
+        super().__init__(params, defaults)  # each group checked by add_param_group
         self.state[KFAC_KEY] = {"step": 0}
         self._layers: list[_Layer] = []
         self._handles: list[Any] = []
         self.comm: FactorComm | None = None
         #: Pipelined factor reductions still in flight, and the ``(weight, A, G)`` they fold into.
         self._deferred: tuple[list[Any], list[tuple[Tensor, Tensor, Tensor]]] | None = None
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """torch's, then the group's hyper-parameters checked, its own and the defaults it takes (a
+        group's own negative ``weight_decay`` or NaN ``lr`` was taken before)."""
+        super().add_param_group(param_group)
+        with dropped_on_error(self) as group:
+            for name in ("lr", "weight_decay", "eps"):
+                setting_checks.positive_number(f"KFAC.{name}", group[name], zero=True)
+            if not setting_checks.is_finite(group["momentum"], 0) or group["momentum"] >= 1:
+                raise ValueError(f"KFAC.momentum: expected a number in [0, 1), got {group['momentum']!r}")
+            setting_checks.betas("KFAC.betas", group["betas"])
+            group["betas"] = tuple(group["betas"])
 
     # -- binding and hooks -------------------------------------------------------------------
 

@@ -43,6 +43,7 @@ from torch import Tensor
 
 from gnnkit import setting_checks
 from gnnkit.optim.adam import adam_moments
+from gnnkit.optim.groups import dropped_on_error
 from gnnkit.optim.lns import LNSFormat, code_bytes, decode, default_scale, encode, pack
 
 #: How a stepped exponent code becomes an integer.
@@ -127,8 +128,9 @@ class LNSMadam(torch.optim.Optimizer):
         """torch's, then the group's ``lr``, ``fp_lr`` and ``weight_decay`` checked (finite, >= 0): a NaN
         rate ran hidden by the quantisation, and a group's own negative one was taken."""
         super().add_param_group(param_group)
-        for name in ("lr", "fp_lr", "weight_decay"):
-            setting_checks.positive_number(f"LNSMadam.{name}", self.param_groups[-1][name], zero=True)
+        with dropped_on_error(self) as group:
+            for name in ("lr", "fp_lr", "weight_decay"):
+                setting_checks.positive_number(f"LNSMadam.{name}", group[name], zero=True)
 
     @staticmethod
     def quantized(param: Tensor) -> bool:

@@ -150,12 +150,21 @@ def test_state_dict_round_trip_resumes_identically():
     ({"factor_update_interval": 0}, "KFAC.factor_update_interval"),
     ({"inv_update_interval": 1.5}, "KFAC.inv_update_interval"), ({"inverse": "svd"}, "KFAC.inverse"),
     ({"base": "rmsprop"}, "KFAC.base"), ({"lr": -1.0}, "KFAC.lr"), ({"momentum": 1.0}, "KFAC.momentum"),
-    ({"betas": (0.9, 1.0)}, "KFAC.betas"),
+    ({"betas": (0.9, 1.0)}, "KFAC.betas"), ({"damping": "0.1"}, "KFAC.damping"), ({"factor_decay": None}, "KFAC.factor_decay"),
+    ({"eps": float("nan")}, "KFAC.eps"),
 ])
 def test_bad_options_raise_one_line_value_errors(kwargs, field):
     with pytest.raises(ValueError, match=field) as error:
         KFAC(_tiny().parameters(), **kwargs)
     assert "\n" not in str(error.value)
+
+
+def test_a_groups_own_settings_are_checked():
+    """A group's own negative weight_decay was taken (only the defaults were checked)."""
+    with pytest.raises(ValueError, match="KFAC.weight_decay: expected a finite number >= 0, got -0.5"):
+        KFAC([{"params": _tiny().parameters(), "weight_decay": -0.5}])
+    with pytest.raises(ValueError, match="KFAC.momentum: expected a number in \\[0, 1\\), got 1.5"):
+        KFAC([{"params": _tiny().parameters(), "momentum": 1.5}], base="sgd")
 
 
 def test_bind_needs_a_linear_layer():
