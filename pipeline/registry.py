@@ -197,7 +197,9 @@ def load_registry(extra: list[Path | str] | None = None) -> dict[str, DatasetSpe
     return merged
 
 
-def _looks_like_path(name: str) -> bool:
+def looks_like_path(name: str) -> bool:
+    """``name`` names a folder rather than a registry entry: it has a separator, starts with ``.``
+    or ``~``, or is a folder here."""
     return os.sep in name or name.startswith((".", "~")) or Path(name).is_dir()
 
 
@@ -211,7 +213,7 @@ def resolve(name_or_path: str | Path, registry: dict[str, DatasetSpec] | None = 
     registry = load_registry() if registry is None else registry
     if text in registry:
         return registry[text]
-    if isinstance(name_or_path, Path) or _looks_like_path(text):
+    if isinstance(name_or_path, Path) or looks_like_path(text):
         path = Path(text).expanduser().resolve()
         if not path.is_dir():
             raise DatasetError(text, "no such folder (expected an OGB-format dataset folder with meta.json)")

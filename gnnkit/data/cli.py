@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import cache, load_registry, paths, peak_rss_mb, preprocess, resolve, temp_paths, tree_size
-from pipeline.registry import spec_family
+from pipeline.registry import looks_like_path, spec_family
 from pipeline.batch_cache import find_batch_caches, read_manifest, verify_batch_cache
 
 
@@ -95,7 +95,7 @@ def _cache_name(dataset: str | None) -> str | None:
     Raises:
         DatasetError: A path that is no dataset folder.
     """
-    if dataset is None or ("/" not in dataset and dataset not in (".", "..") and not dataset.startswith("~")):
+    if dataset is None or not looks_like_path(dataset):
         return dataset
     return resolve(dataset).name
 
