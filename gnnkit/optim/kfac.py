@@ -49,6 +49,7 @@ and resume it.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -102,18 +103,27 @@ def is_linear(module: nn.Module) -> bool:
         isinstance(module.weight, nn.parameter.UninitializedParameter)
 
 
+def factor_rows(x: Tensor) -> Tensor:
+    """``x`` as rows for a factor, in float32 when it is 16-bit: mixed and 16-bit training hand
+    bf16/fp16 activations and gradients, which the factors' averages and ``eigh`` need wider."""
+    rows = x.detach().reshape(-1, x.shape[-1])
+    return rows.float() if rows.dtype in (torch.float16, torch.bfloat16) else rows
+
+
 def input_factor(x: Tensor, bias: bool) -> Tensor:
     """``A = (1/n) sum_i a_i a_i^T`` over the rows of ``x`` (a ones column appended when ``bias``)."""
-    a = x.detach().reshape(-1, x.shape[-1])
+    a = factor_rows(x)
     if bias:
         a = torch.cat([a, a.new_ones(a.shape[0], 1)], dim=1)
-    return a.T @ a / max(a.shape[0], 1)
+    with torch.autocast(a.device.type, enabled=False):  # the forward hook runs under mixed precision
+        return a.T @ a / max(a.shape[0], 1)
 
 
 def output_factor(grad: Tensor) -> Tensor:
     """``G = (1/n) sum_i (n g_i)(n g_i)^T = n sum_i g_i g_i^T`` over the rows of ``grad``."""
-    g = grad.detach().reshape(-1, grad.shape[-1])
-    return g.T @ g * g.shape[0]
+    g = factor_rows(grad)
+    with torch.autocast(g.device.type, enabled=False):
+        return g.T @ g * g.shape[0]
 
 
 def eigen_inverse(factor: Tensor) -> tuple[Tensor, Tensor]:
@@ -281,6 +291,9 @@ class KFAC(torch.optim.Optimizer):
                 loss = closure()
         counters = self.state[KFAC_KEY]
         step = counters["step"]
+        if not self._layers and step == 0:
+            warnings.warn(f"KFAC: no layer is bound, so this steps as plain {self.options.base}; call "
+                          "KFAC(...).bind(model) once after building it (gnnkit's modules do)", stacklevel=2)
         self._fold_deferred()
         inverting = step % self.options.inv_update_interval == 0
         if step % self.options.factor_update_interval == 0:
@@ -374,7 +387,8 @@ class KFAC(torch.optim.Optimizer):
         grad = layer.weight.grad
         if layer.bias is not None and layer.bias.grad is not None:
             grad = torch.cat([grad, layer.bias.grad[:, None]], dim=1)
-        result = precondition(grad, state, self.options.damping, self.options.inverse)
+        wide = state["QA" if "QA" in state else "A_inv"].dtype  # float32 factors of 16-bit weights
+        result = precondition(grad.to(wide), state, self.options.damping, self.options.inverse)
         layer.weight.grad.copy_(result[:, : layer.weight.shape[1]])
         if layer.bias is not None and layer.bias.grad is not None:
             layer.bias.grad.copy_(result[:, -1])

@@ -239,3 +239,34 @@ def test_dkfac_on_two_gloo_ranks_equals_one_rank(tmp_path, pipeline):
     for rank in ("0", "1"):
         assert result[rank]["factors_max_diff"] < 1e-5, result
         assert result[rank]["weights_max_diff"] < 1e-5, result
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "bf16-true", "16-mixed"])
+@pytest.mark.parametrize("inverse", ["eigen", "cholesky"])
+def test_16_bit_training_keeps_float32_factors(precision, inverse):
+    """bf16 activations reached eigh ('linalg_eigh_cpu' not implemented for 'BFloat16') and the
+    factor matmuls ran in bf16 under autocast."""
+    model, (x, y) = _tiny(), _data()
+    if precision == "bf16-true":
+        model, x = model.to(torch.bfloat16), x.to(torch.bfloat16)
+    opt = KFAC(model.parameters(), inverse=inverse, inv_update_interval=1).bind(model)
+    before = [p.detach().clone() for p in model.parameters()]
+    for _ in range(3):
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.float16 if precision == "16-mixed" else torch.bfloat16,
+                            enabled=precision.endswith("mixed")):
+            loss = _loss(model, x, y)
+        loss.float().backward()
+        opt.step()
+    state = opt.state[model[0].weight]
+    assert state["A"].dtype == state["G"].dtype == torch.float32
+    assert all(torch.isfinite(p).all() and not torch.equal(p, b) for p, b in zip(model.parameters(), before))
+
+
+def test_an_unbound_optimizer_says_it_steps_as_its_base():
+    """Unbound, K-FAC preconditions nothing: its steps equal Adam's, which went unnoticed."""
+    model, (x, y) = _tiny(), _data()
+    opt = KFAC(model.parameters())
+    _loss(model, x, y).backward()
+    with pytest.warns(UserWarning, match=r"KFAC: no layer is bound, so this steps as plain adam; call KFAC\(...\).bind"):
+        opt.step()
