@@ -59,6 +59,7 @@ def preprocess(
         "source": spec.source,
         "source_version": source.version,
         "raw": raw_digests(source.folder, layout.raw_files(source.folder, source.meta), memo, say),
+        "meta": source.meta,  # meta.json says how to read raw/: its task, metric and files
         "options": options.key_fields(),
         "schema_version": cache.SCHEMA_VERSION,
     }

@@ -1,3 +1,4 @@
+import json
 import os
 import shutil
 import signal
@@ -51,6 +52,16 @@ def test_key_ignores_location_and_mtime_but_not_content_or_options(make_ogb_fold
     dest = tmp_path / "third" / folder.name
     shutil.copytree(other, dest)
     assert preprocess(str(dest), cache_root=root).key != key
+
+
+def test_an_edited_meta_json_is_a_new_entry(make_ogb_folder, tmp_path):
+    """The key covered raw/ and split/ only: a changed metric or task count was served the old entry."""
+    folder, root = make_ogb_folder(), tmp_path / "cache"
+    first = preprocess(str(folder), cache_root=root)
+    meta = json.loads((folder / "meta.json").read_text())
+    (folder / "meta.json").write_text(json.dumps({**meta, "eval metric": "rocauc"}))
+    second = preprocess(str(folder), cache_root=root)
+    assert second.key != first.key and second.manifest["meta"]["eval_metric"] == "rocauc"
 
 
 def test_feature_normalisation_is_part_of_the_key(make_ogb_folder, tmp_path):
