@@ -304,22 +304,26 @@ NODE_FILES = ("node-feat.csv.gz", "node-label.csv.gz")
 INTEGER_CSV_BYTES = b"0123456789,\r\n"
 
 
-def count_lines(path: Path, ids: bool = False) -> int:
+def count_lines(path: Path, pairs: bool = False) -> int:
     """Lines of a gzipped text file (a last line without a newline counts; trailing blank lines do not).
 
     Streams the decompressed bytes, so memory stays at one chunk whatever the file's size.
 
     Args:
         path: The file.
-        ids: The file holds node ids (an edge list), which OGB's reader casts to int64: a value such
-            as ``1.7`` would be cut to ``1`` silently, so any byte besides digits, commas and line
-            ends, or an empty field, makes :func:`check_whole_numbers` parse the file.
+        pairs: The file holds a ``src,dst`` pair of node ids a line (an edge list), which OGB's reader
+            casts to int64: ``1.7`` would be cut to ``1``, an empty field become ``-2**63`` and a
+            third column fail deep inside it. Any byte besides digits, commas and line ends, an
+            empty field or a comma count other than one a line makes :func:`check_id_pairs` parse
+            the file.
     """
-    lines, trailing, last, other_bytes = 0, 0, b"\n", False
+    lines, trailing, last, commas, other_bytes = 0, 0, b"\n", 0, False
     try:
         with gzip.open(path, "rb") as handle:
             while chunk := handle.read(1 << 24):
-                other_bytes = other_bytes or (ids and _not_plain_integers(chunk, last))
+                if pairs:
+                    other_bytes = other_bytes or _not_plain_integers(chunk, last)
+                    commas += chunk.count(b",")
                 lines += chunk.count(b"\n")
                 stripped = chunk.rstrip(b"\r\n")
                 run = chunk[len(stripped):].count(b"\n")
@@ -331,8 +335,8 @@ def count_lines(path: Path, ids: bool = False) -> int:
         lines += 1
     elif lines:
         lines -= max(0, trailing - 1)  # "a\n\n\n" is one line followed by blank ones
-    if other_bytes or (ids and last == b","):
-        check_whole_numbers(path)
+    if pairs and (other_bytes or last == b"," or commas != lines):
+        check_id_pairs(path)
     return lines
 
 
@@ -347,14 +351,16 @@ def _not_plain_integers(chunk: bytes, before: bytes) -> bool:
     return bool(((text[pairs] == ord(",")) | (text[pairs + 1] == ord(","))).any())
 
 
-def check_whole_numbers(path: Path, rows: int = 1 << 20) -> None:
-    """Every value of a headerless gzipped CSV is a whole number (``3`` or ``3.0``, not ``3.5``).
+def check_id_pairs(path: Path, rows: int = 1 << 20) -> None:
+    """Every line of a headerless gzipped CSV is two whole numbers (``3`` or ``3.0``, not ``3.5``).
 
     Raises:
-        DatasetError: Naming the file, the line and the first value that is not a whole number.
+        DatasetError: Naming the file and, for a value that is not a whole number, the row and value.
     """
     done = 0
     for values in csv_chunks(path, rows, convert=lambda v: numeric(v, path, "node ids")):
+        if values.shape[1] != 2:
+            raise DatasetError(path, f"expected two node ids a line (src,dst), found {values.shape[1]}")
         whole = np.isfinite(values) & (values == np.round(values)) if values.dtype.kind == "f" else None
         if whole is not None and not whole.all():
             row, col = (int(i[0]) for i in np.nonzero(~whole))
@@ -425,7 +431,7 @@ def check_row_counts(raw_dir: Path, meta: dict[str, Any]) -> None:
     node_names = [*NODE_FILES, *(f"{f}.csv.gz" for f in meta["additional_node_files"])]
     checks += [(raw_dir / name, nodes, node_list) for name in node_names]
     for path, declared, source in checks:
-        if path.is_file() and (found := count_lines(path, ids=path.name == "edge.csv.gz")) != declared:
+        if path.is_file() and (found := count_lines(path, pairs=path.name == "edge.csv.gz")) != declared:
             raise _mismatch(path, found, "lines", declared, source.name)
 
 
@@ -443,7 +449,23 @@ def check_raw_folder(raw_dir: Path, meta: dict[str, Any]) -> None:
         for name in ("edge.csv.gz", "num-node-list.csv.gz", "num-edge-list.csv.gz"):
             if not (raw_dir / name).is_file():
                 raise DatasetError(raw_dir / name, "missing")
+    check_declared_features(raw_dir, meta)
     check_row_counts(raw_dir, meta)
+
+
+def check_declared_features(raw_dir: Path, meta: dict[str, Any]) -> None:
+    """The feature files ``meta.json`` declares (``has_node_attr``/``has_edge_attr`` True) are there:
+    OGB's reader skips a missing one, and the graph trained featureless without a word."""
+    for key, name, member in (("has_node_attr", "node-feat.csv.gz", "node_feat"),
+                              ("has_edge_attr", "edge-feat.csv.gz", "edge_feat")):
+        if not (meta.get(key) and key in meta.get("ogb_meta", {key: True})):  # declared, not defaulted
+            continue
+        if meta["binary"]:
+            if member not in member_headers(raw_dir / "data.npz"):
+                raise DatasetError(raw_dir / "data.npz", f"expected an array named '{member}' (meta.json says "
+                                                         f"'{key}': True)")
+        elif not (raw_dir / name).is_file():
+            raise DatasetError(raw_dir / name, f"missing (meta.json says '{key}': True)")
 
 
 def label_file(raw_dir: Path, meta: dict[str, Any]) -> Path:

@@ -185,3 +185,20 @@ def test_edge_ids_written_as_whole_floats_read_as_the_integers(make_ogb_folder):
     _rewrite_gz(folder / "raw" / "edge.csv.gz", lambda lines: lines[:3] + ["1.0,2.5\n"] + lines[4:])
     with pytest.raises(DatasetError, match=r"edge.csv.gz: node ids must be whole numbers, found 2.5 in row 4$"):
         read_ogb_folder(folder, read_meta_json(folder))
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_declared_features_that_are_missing_are_named(make_ogb_folder, binary):
+    """OGB's reader skips a missing feature file: the graph trained featureless without a word."""
+    folder = make_ogb_folder(binary=binary)
+    raw = folder / "raw"
+    if binary:
+        with np.load(raw / "data.npz") as npz:
+            arrays = {k: v for k, v in npz.items() if k != "node_feat"}
+        np.savez(raw / "data.npz", **arrays)
+        message = r"data.npz: expected an array named 'node_feat' \(meta.json says 'has_node_attr': True\)"
+    else:
+        (raw / "node-feat.csv.gz").unlink()
+        message = r"node-feat.csv.gz: missing \(meta.json says 'has_node_attr': True\)"
+    with pytest.raises(DatasetError, match=message):
+        read_ogb_folder(folder, read_meta_json(folder))

@@ -168,6 +168,10 @@ BREAKS = {
     "text edge": ("edge.csv.gz", _set_line(5, "a,b"), "edge.csv.gz: node ids must be numbers, found 'a'"),
     "fractional edge id": ("edge.csv.gz", _set_line(1500, "3,1.7"),
                            "edge.csv.gz: node ids must be whole numbers, found 1.7 in row 1501"),
+    "three edge columns": ("edge.csv.gz", lambda lines: [f"{line},0" for line in lines],
+                           "edge.csv.gz: expected two node ids a line (src,dst), found 3"),
+    "one edge column": ("edge.csv.gz", lambda lines: [line.split(",")[0] for line in lines],
+                        "edge.csv.gz: expected two node ids a line (src,dst), found 1"),
     "empty edge id": ("edge.csv.gz", _set_line(9, "3,"), "edge.csv.gz: node ids must be whole numbers, found nan"),
 }
 
