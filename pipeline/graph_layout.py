@@ -32,7 +32,7 @@ import numpy as np
 
 from pipeline.errors import DatasetError
 from pipeline.graph import SPLITS
-from pipeline.ogb_layout import as_bool, meta_counts, read_csv, read_raw_graphs, read_split, split_name
+from pipeline.ogb_layout import as_bool, meta_counts, numeric, read_csv, read_raw_graphs, read_split, split_name
 
 if TYPE_CHECKING:
     import torch
@@ -122,21 +122,36 @@ def _read_labels(raw_dir: Path, meta: dict[str, Any], num_graphs: int) -> tuple[
             labels = np.asarray(npz["graph_label"])
     else:
         path = raw_dir / "graph-label.csv.gz"
-        labels = read_csv(path)
+        labels = read_csv(path, blank_is_missing=True)
+    labels = numeric(labels, path, "graph labels")
     labels = labels.reshape(labels.shape[0], -1) if labels.ndim else labels.reshape(1, 1)
     if labels.shape[0] != num_graphs:
         raise DatasetError(path, f"has {labels.shape[0]} label rows, expected one per graph ({num_graphs})")
     if labels.shape[1] != meta["num_tasks"]:
         raise DatasetError(path, f"has {labels.shape[1]} label columns, expected 'num tasks' = {meta['num_tasks']}")
     if meta["task_type"] == "multiclass classification":
-        if labels.dtype.kind not in "iu" or (labels < 0).any() or (labels >= meta["num_classes"]).any():
-            raise DatasetError(path, f"expected integer class ids in [0, {meta['num_classes']})")
-        return labels.astype(np.int64), path
+        return _class_ids(labels, path, meta["num_classes"]), path
     values = labels.astype(np.float32)
     known = values[~np.isnan(values)]
     if not np.isin(known, (0.0, 1.0)).all():
         raise DatasetError(path, "expected binary labels 0 or 1 (empty = missing)")
     return values, path
+
+
+def _class_ids(labels: np.ndarray, path: Path, num_classes: int) -> np.ndarray:
+    """Multi-class labels as int64 class ids: whole numbers (``2.0`` too, as pandas writes a column
+    that held a NaN) in ``[0, num_classes)``, one for every graph.
+
+    Raises:
+        DatasetError: Naming the file, the first bad graph and its value.
+    """
+    good = np.isfinite(labels) & (labels == np.round(labels)) & (labels >= 0) & (labels < num_classes)
+    if not good.all():
+        graph = int(np.flatnonzero(~good.all(axis=1))[0])
+        value = labels[graph][~good[graph]][0].item()
+        raise DatasetError(path, f"graph {graph} has label {value!r}; expected an integer class id in "
+                                 f"[0, {num_classes}) for every graph (multi-class labels cannot be missing)")
+    return labels.astype(np.int64)
 
 
 def _check_split(split: dict[str, np.ndarray], files: dict[str, str], num_graphs: int) -> None:

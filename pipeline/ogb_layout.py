@@ -214,14 +214,16 @@ def numeric(values: np.ndarray, where: str | Path, what: str) -> np.ndarray:
     return values.astype(np.float64)
 
 
-def read_csv(path: Path) -> np.ndarray:
-    """A headerless gzipped CSV of OGB's raw layout as an array (:class:`DatasetError` naming the file)."""
+def read_csv(path: Path, blank_is_missing: bool = False) -> np.ndarray:
+    """A headerless gzipped CSV of OGB's raw layout as an array (:class:`DatasetError` naming the file);
+    with ``blank_is_missing`` a blank line is a row of NaN (a one-column label file's missing label)
+    rather than skipped."""
     import pandas as pd
 
     if not path.is_file():
         raise DatasetError(path, "missing")
     with _csv_errors(path):
-        return pd.read_csv(path, compression="gzip", header=None).values
+        return pd.read_csv(path, compression="gzip", header=None, skip_blank_lines=not blank_is_missing).values
 
 
 def csv_chunks(path: Path, rows: int, where: Path | None = None, ogb: bool = False,

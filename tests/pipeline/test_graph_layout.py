@@ -162,6 +162,43 @@ def test_label_rows_must_match_the_graph_count(folder: Path):
         _build(folder)
 
 
+def _as_multiclass(folder: Path, labels: list[str]) -> None:
+    meta = json.loads((folder / "meta.json").read_text())
+    meta.update({"task type": "multiclass classification", "eval metric": "acc", "num classes": 3})
+    (folder / "meta.json").write_text(json.dumps(meta))
+    _rewrite(folder / "raw" / "graph-label.csv.gz", labels)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({4: "active"}, r"graph-label.csv.gz: graph labels must be numbers, found 'active'"),
+    ({4: ""}, r"graph-label.csv.gz: graph 4 has label nan; expected an integer class id in \[0, 3\) for every graph"),
+    ({7: "3"}, r"graph 7 has label 3; expected an integer class id in \[0, 3\)"),
+    ({7: "1.5"}, r"graph 7 has label 1.5;"),
+])
+def test_bad_multiclass_labels_name_the_graph(folder: Path, change: dict, message: str):
+    """Text was a traceback, a NaN or a fraction 'expected integer class ids' with no row."""
+    labels = [str(i % 3) for i in range(400)]
+    _as_multiclass(folder, [change.get(i, value) for i, value in enumerate(labels)])
+    with pytest.raises(DatasetError, match=message):
+        _build(folder)
+
+
+def test_whole_float_class_ids_read_as_the_integers(folder: Path):
+    """pandas writes a column that held a NaN as 2.0; those were refused."""
+    _as_multiclass(folder, [f"{i % 3}.0" for i in range(400)])
+    arrays, _ = _build(folder)
+    assert arrays["y"].dtype == np.int64 and arrays["y"][:, 0].tolist() == [i % 3 for i in range(400)]
+
+
+def test_a_blank_line_is_a_missing_binary_label(folder: Path):
+    """It was skipped, and the file then had one label row too few."""
+    labels = _lines(folder / "raw" / "graph-label.csv.gz")
+    labels[5] = ""
+    _rewrite(folder / "raw" / "graph-label.csv.gz", labels)
+    arrays, _ = _build(folder)
+    assert arrays["y"].shape[0] == 400 and np.isnan(arrays["y"][5, 0]) and not np.isnan(arrays["y"][6, 0])
+
+
 def test_split_out_of_range_is_one_line(folder: Path):
     path = folder / "split" / "scaffold" / "test.csv.gz"
     _rewrite(path, [*_lines(path), "400"])
