@@ -77,6 +77,25 @@ def task_family(name: str) -> TaskFamily:
     return TASKS[name]
 
 
+def resolve_dataset(dataset: str, task: str) -> Any:
+    """``data.dataset`` resolved (:func:`pipeline.resolve`) and checked to be of ``task``'s family
+    before anything is preprocessed: a link or graph folder given to a node recipe failed deep in
+    preprocessing or in the cache reader.
+
+    Raises:
+        ValueError: Naming the dataset's family and the recipes that train it.
+    """
+    from pipeline.registry import resolve, spec_family
+
+    spec = resolve(dataset)
+    found = spec_family(spec)
+    if found is not None and found != task:
+        raise ValueError(f"data.dataset: {spec.name} is a {found}-property dataset; this recipe trains the {task} "
+                         f"task (give a {found} recipe, whose 'task: {found}' picks that family, or a {task}-property "
+                         "dataset)")
+    return spec
+
+
 def read_recipe(path: str | Path) -> Any:
     """A recipe's YAML (``safe_load``: no tags that build objects).
 

@@ -34,8 +34,9 @@ from gnnkit.partitioned.sampled_loader import PartitionNodeLoader
 from gnnkit.partitioned.seed_balance import rank_seeds
 from gnnkit.partitioned.stale_halo import StaleHalo
 from gnnkit.rank_state import gather_ranks, my_rank_state
+from gnnkit.tasks import resolve_dataset
 from gnnkit.sparse import Adjacency
-from pipeline import EVERY_RANK, CacheEntry, CanonicalGraph, log, resolve
+from pipeline import EVERY_RANK, CacheEntry, CanonicalGraph, log
 from pipeline import preprocess as preprocess_dataset
 
 SPLIT_OF_STAGE = {"train": "train", "val": "valid", "test": "test"}
@@ -201,7 +202,7 @@ class GraphDataModule(PrecisionBatches):
         self.save_hyperparameters(ignore=["reuse", "preprocess"])
         self.hparams["reuse"] = asdict(reuse) if reuse is not None else None
         self.hparams["preprocess"] = asdict(preprocess) if preprocess is not None else None
-        spec = resolve(dataset)
+        spec = resolve_dataset(dataset, "node")
         options = resolve_options(spec.preprocess, preprocess, undirected=undirected, self_loops=self_loops,
                                   reorder=reorder)
         self.entry: CacheEntry = preprocess_dataset(

@@ -10,7 +10,8 @@ from torch.utils.data import DataLoader
 
 from gnnkit import setting_checks
 from gnnkit.data.batch_precision import PrecisionBatches
-from pipeline import log, resolve
+from gnnkit.tasks import resolve_dataset
+from pipeline import log
 from pipeline import preprocess as preprocess_dataset
 from pipeline.graph_layout import GraphSet, open_entry
 
@@ -51,13 +52,10 @@ class GraphSetDataModule(PrecisionBatches):
         setting_checks.optional_at_least("data.eval_batch_size", eval_batch_size, 1, ">= 1 graphs per batch")
         setting_checks.at_least("data.num_workers", num_workers, 0, "worker processes >= 0")
         setting_checks.at_least("data.seed", seed, -(2**63), "an integer")
-        spec = resolve(dataset)
+        spec = resolve_dataset(dataset, "graph")
         self.entry = preprocess_dataset(
             spec, data_root=Path(data_root) if data_root else None, cache_root=Path(cache_root) if cache_root else None
         )
-        if self.entry.manifest["meta"].get("family") != "graph":
-            raise ValueError(f"data.dataset: {spec.name} is a {self.entry.manifest['meta'].get('family')}-property "
-                             "dataset; the graph task needs a graph-property one (ogbg-*, synthetic-molhiv)")
         self.graphs: GraphSet = open_entry(self.entry)
         meta = self.graphs.meta
         log.info("%s: %s graphs, %s nodes, %s edges", meta["name"], f"{self.graphs.num_graphs:,}",

@@ -37,7 +37,8 @@ from gnnkit.data.batch_precision import PrecisionBatches
 from gnnkit.data.preprocessing import PreprocessOverrides, resolve_options
 from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats
 from gnnkit.sparse import Adjacency
-from pipeline import log, resolve
+from gnnkit.tasks import resolve_dataset
+from pipeline import log
 from pipeline import preprocess as preprocess_dataset
 from pipeline.link_layout import LinkGraph, open_entry
 
@@ -216,7 +217,7 @@ class LinkDataModule(PrecisionBatches):
         self.reuse = reuse if reuse is not None and reuse.epochs > 0 else None
         self.reuse_stats = ReuseStats()
         self._reuse_folder: Path | None = None
-        spec = resolve(dataset)
+        spec = resolve_dataset(dataset, "link")
         options = resolve_options(spec.preprocess, preprocess, undirected=undirected)
         self.entry = preprocess_dataset(spec, options, data_root=Path(data_root) if data_root else None,
                                         cache_root=Path(cache_root) if cache_root else None)

@@ -53,3 +53,18 @@ def test_every_family_imports():
     for family in TASKS.values():
         module, datamodule = family.classes()
         assert callable(module) and callable(datamodule)
+
+
+@pytest.mark.parametrize(("dataset", "task", "found"), [
+    ("synthetic-collab-tiny", "node", "link"), ("synthetic-molhiv-small", "node", "graph"),
+    ("synthetic-tiny", "link", "node"), ("synthetic-collab-tiny", "graph", "link"),
+])
+def test_a_dataset_of_another_family_is_refused_before_preprocessing(dataset, task, found):
+    """A link folder under the quickstart recipe ended in KeyError: 'y' in the cache reader, a graph one
+    in a dtype error or a misleading 'graph datasets take no preprocessing option'."""
+    from gnnkit.tasks import resolve_dataset
+
+    with pytest.raises(ValueError, match=rf"data.dataset: {dataset} is a {found}-property dataset; this recipe "
+                                         rf"trains the {task} task \(give a {found} recipe"):
+        resolve_dataset(dataset, task)
+    assert resolve_dataset(dataset, found).name == dataset
