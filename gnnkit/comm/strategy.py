@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from datetime import timedelta
 from typing import Any, Callable, Literal, Optional, Union
 
@@ -21,7 +22,7 @@ from typing_extensions import override
 from gnnkit import setting_checks
 from gnnkit.comm.allreduce import AllReduce
 from gnnkit.comm.base import Communicator
-from gnnkit.comm import failures
+from gnnkit.comm import failures, mode_options
 from gnnkit.comm.dear import DeAR
 from gnnkit.comm.fusion import CommHook, FusionTuner
 from gnnkit.comm.multistream import MultiStreamAllReduce
@@ -113,11 +114,16 @@ class GnnkitStrategy(DDPStrategy):
         self.comm = resolve_mode(comm)
         if gather not in GATHERS:
             raise ValueError(f"gather must be one of {list(GATHERS)}, got {gather!r}")
-        if bucket_mb != "auto":
-            setting_checks.positive_number("bucket_mb (or 'auto')", bucket_mb)  # inf overflowed in DDP
+        mode_options.check_numbers(density, sign_momentum, bucket_mb)
+        mode_options.check_switches(sign_error_feedback=sign_error_feedback, fixed_buckets=fixed_buckets,
+                                    find_unused_parameters=find_unused_parameters, static_graph=static_graph)
         for name, value, low in (("streams", streams, 1), ("powersgd_rank", powersgd_rank, 1),
                                  ("warmup_steps", warmup_steps, 0), ("tune_steps", tune_steps, 1)):
             setting_checks.at_least(name, value, low, f"an integer >= {low}")  # 2.5 failed inside fit
+        given = {"streams": streams, "density": density, "gather": gather, "sign_error_feedback": sign_error_feedback,
+                 "sign_momentum": sign_momentum, "powersgd_rank": powersgd_rank}
+        if unused := mode_options.unused_options(self.comm, given, _DEFAULTS):
+            rank_zero_warn(f"GnnkitStrategy(comm={self.comm!r}) does not use {'; '.join(unused)}")
         self.streams, self.density, self.gather = streams, density, gather
         self.warmup_steps, self.powersgd_rank = warmup_steps, powersgd_rank
         self.sign_error_feedback, self.sign_momentum = sign_error_feedback, sign_momentum
@@ -203,6 +209,9 @@ class GnnkitStrategy(DDPStrategy):
     def _register_ddp_hooks(self) -> None:
         """Register gnnkit's comm hook on any device (Lightning's own does so only on CUDA)."""
         assert isinstance(self.model, torch.nn.parallel.DistributedDataParallel)
+        if self.comm != "allreduce" and (sparse := mode_options.sparse_gradient_layers(self.model.module)):
+            raise ValueError(f"GnnkitStrategy(comm={self.comm!r}): layers {sparse} give sparse gradients, which "
+                             "only comm='allreduce' reduces (or build them with sparse=False)")
         backend = dist.get_backend()
         group = dist.new_group(backend=backend, timeout=self._timeout)  # never interleaves with Lightning's
         self.communicator.setup(group)
@@ -384,5 +393,8 @@ class GnnkitStrategy(DDPStrategy):
                 f"powersgd_rank={self.powersgd_rank}, bucket_mb={self.bucket_mb!r}, "
                 f"tune_steps={self.tune_steps})")
 
+
+#: The constructor's defaults, to tell an option a user set from one left alone.
+_DEFAULTS = {name: p.default for name, p in inspect.signature(GnnkitStrategy.__init__).parameters.items()}
 
 GnnkitStrategy.register_strategies(StrategyRegistry)
