@@ -47,16 +47,6 @@ def _check_pseudo_labels(gamma: float, full_batch: bool, multiclass: bool) -> No
         raise ValueError("model.pseudo_label_gamma: needs a multi-class task (pseudo-labels are argmax classes)")
 
 
-def _inrank_options(fields: dict[str, Any] | None) -> InRankOptions:
-    """:class:`InRankOptions` from ``model.inrank``'s fields, naming an unknown one."""
-    fields = dict(fields or {})
-    known = set(InRankOptions.__dataclass_fields__)
-    unknown = sorted(set(fields) - known)
-    if unknown:
-        raise ValueError(f"model.inrank: unknown fields {unknown}; expected some of {sorted(known)}")
-    return InRankOptions(**fields)
-
-
 class NodeClassifier(RunLengthHooks, TaskModule):
     """Node classification (multi-class, or multi-task binary) with OGB's metrics.
 
@@ -209,7 +199,7 @@ class NodeClassifier(RunLengthHooks, TaskModule):
             num_layers=num_layers, dropout=dropout, input_dropout=input_dropout, batch_norm=batch_norm,
             activation=activation, heads=heads, output_heads=output_heads, attention_dropout=attention_dropout,
             cached=full_batch, aggregation=aggregation, format=format, low_rank=low_rank,
-            inrank=_inrank_options(inrank),
+            inrank=InRankOptions.of(inrank, "model.inrank"),
         )
         self.gnn = NodeGNN(resolve_model(model), features + embedding_dim, hidden_channels, out_channels, options)
         self.evaluator = make_evaluator(self.task["name"], self.task["eval_metric"], self.task["num_tasks"])

@@ -42,6 +42,7 @@ better than the efficient variant at the same ranks (see the recipe's header).
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -49,6 +50,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 from torch_geometric.nn.dense.linear import Linear as PygLinear
+
+from gnnkit import setting_checks
 
 
 @dataclass(frozen=True)
@@ -87,19 +90,37 @@ class InRankOptions:
     frozen_base: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("init_rank", "gap"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"inrank.{name}: expected >= 1, got {getattr(self, name)!r}")
-        if self.buffer < 0 or self.warmup < 0:
-            raise ValueError(f"inrank.buffer / warmup: expected >= 0, got {self.buffer!r} / {self.warmup!r}")
-        if not 0.0 < self.threshold <= 1.0:
-            raise ValueError(f"inrank.threshold: expected a ratio in (0, 1], got {self.threshold!r}")
-        if not 0.0 < self.max_rank_fraction <= 1.0:
-            raise ValueError(f"inrank.max_rank_fraction: expected a fraction in (0, 1], got {self.max_rank_fraction!r}")
-        if self.max_params_fraction is not None and not 0.0 < self.max_params_fraction <= 1.0:
-            raise ValueError(f"inrank.max_params_fraction: expected a fraction in (0, 1], got {self.max_params_fraction!r}")
-        if not self.init_scale > 0.0:
-            raise ValueError(f"inrank.init_scale: expected > 0, got {self.init_scale!r}")
+        for name, low in (("init_rank", 1), ("gap", 1), ("buffer", 0), ("warmup", 0)):
+            setting_checks.at_least(f"inrank.{name}", getattr(self, name), low, f"an integer >= {low}")
+        for name in ("threshold", "max_rank_fraction", "max_params_fraction"):
+            value = getattr(self, name)
+            if (value is not None or name != "max_params_fraction") and not _fraction(value):
+                raise ValueError(f"inrank.{name}: expected a fraction in (0, 1], got {value!r}")
+        setting_checks.positive_number("inrank.init_scale", self.init_scale)
+        if not isinstance(self.frozen_base, bool):
+            raise ValueError(f"inrank.frozen_base: expected true or false, got {self.frozen_base!r}")
+
+
+    @classmethod
+    def of(cls, fields: InRankOptions | dict | None, where: str = "inrank") -> InRankOptions:
+        """``fields`` as options: options as given, a dict's fields (the form the CLI and YAML give)
+        or ``None`` for the defaults.
+
+        Raises:
+            ValueError: Naming an unknown field, or a value that is neither.
+        """
+        if isinstance(fields, cls):
+            return fields
+        if fields is not None and not isinstance(fields, dict):
+            raise ValueError(f"{where}: expected InRankOptions or a dict of its fields, got {type(fields).__name__}")
+        known = set(cls.__dataclass_fields__)
+        if unknown := sorted(set(fields or {}) - known):
+            raise ValueError(f"{where}: unknown fields {unknown}; expected some of {sorted(known)}")
+        return cls(**(fields or {}))
+
+
+def _fraction(value: object) -> bool:
+    return setting_checks.is_finite(value, 0, 1) and value != 0
 
 
 def explained_ratio(s: Tensor, k: int) -> float:
@@ -169,6 +190,7 @@ class InRankLinear(nn.Module):
         self._base: Tensor | None = None
         # Python mirrors of rank_ / steps, so forward and step read no tensor (a device sync on GPU)
         self._rank, self._steps = self.init_rank, 0
+        self._unstepped_forwards = 0  # training passes before the first step(), to warn a script without one
         self.reset_parameters()
 
     @property
@@ -230,10 +252,21 @@ class InRankLinear(nn.Module):
         return self.update() if base is None else base + self.update()
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.training and self._steps == 0 and torch.is_grad_enabled():
+            self._count_unstepped()
         m = self.applied_rank
         out = F.linear(F.linear(x, self.v[:m]), self.u[:, :m], self.bias)
         base = self.base()
         return out if base is None else out + F.linear(x, base)
+
+    def _count_unstepped(self) -> None:
+        """Warn once when training has run past the first rank check without :meth:`step`: the rank
+        then stays at ``init_rank``, silently, in a training loop that never calls it."""
+        self._unstepped_forwards += 1
+        if self._unstepped_forwards == self.options.warmup + self.options.gap + 1:
+            warnings.warn(f"InRankLinear: {self._unstepped_forwards - 1} training passes and no step(), so the rank "
+                          "stays at init_rank; call model.update_ranks() (NodeGNN) or each layer's step() after "
+                          "every optimizer step (gnnkit's modules do)", stacklevel=3)
 
     @torch.no_grad()
     def step(self) -> bool:

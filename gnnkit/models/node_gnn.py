@@ -100,6 +100,7 @@ class NodeGNNOptions:
     inrank: InRankOptions = InRankOptions()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "inrank", InRankOptions.of(self.inrank))  # a dict, as a user's script gives it
         if self.low_rank is not None and self.low_rank not in LOW_RANKS:
             raise ValueError(f"low_rank: expected null or one of {list(LOW_RANKS)}, got {self.low_rank!r}")
         if self.num_layers < 1:

@@ -159,12 +159,51 @@ def test_node_gnn_low_rank_option(model):
 def test_bad_options_raise_one_line_errors():
     with pytest.raises(ValueError, match="low_rank: expected null or one of"):
         NodeGNNOptions(low_rank="svd")
-    with pytest.raises(ValueError, match=r"inrank.threshold: expected a ratio in \(0, 1\]"):
+    with pytest.raises(ValueError, match=r"inrank.threshold: expected a fraction in \(0, 1\]"):
         InRankOptions(threshold=1.5)
-    with pytest.raises(ValueError, match="inrank.init_rank: expected >= 1"):
+    with pytest.raises(ValueError, match="inrank.init_rank: expected an integer >= 1"):
         InRankOptions(init_rank=0)
     with pytest.raises(ValueError, match=r"inrank.max_params_fraction: expected a fraction in \(0, 1\]"):
         InRankOptions(max_params_fraction=0.0)
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"init_rank": 2.5}, "inrank.init_rank: expected an integer >= 1, got 2.5"),  # failed at the first forward
+    ({"gap": 2.5}, "inrank.gap: expected an integer >= 1, got 2.5"),  # was taken
+    ({"init_rank": True}, "inrank.init_rank: expected an integer >= 1, got True"),
+    ({"threshold": "0.9"}, r"inrank.threshold: expected a fraction in \(0, 1\], got '0.9'"),  # a raw TypeError
+    ({"warmup": None}, "inrank.warmup: expected an integer >= 0, got None"),
+    ({"init_scale": float("inf")}, "inrank.init_scale: expected a finite number > 0, got inf"),
+    ({"frozen_base": "yes"}, "inrank.frozen_base: expected true or false, got 'yes'"),
+])
+def test_option_values_of_the_wrong_kind_are_one_line_errors(fields, message):
+    with pytest.raises(ValueError, match=message):
+        InRankOptions(**fields)
+
+
+def test_node_gnn_takes_inrank_options_as_a_dict():
+    """The CLI's form, natural in a script too: an AttributeError on 'max_params_fraction' before."""
+    net = NodeGNN("mlp", 8, 16, 3, low_rank="inrank", inrank={"init_rank": 4, "buffer": 2})
+    assert net.options.inrank == InRankOptions(init_rank=4, buffer=2)
+    with pytest.raises(ValueError, match=r"inrank: unknown fields \['rank'\]; expected some of"):
+        NodeGNN("mlp", 8, 16, 3, low_rank="inrank", inrank={"rank": 4})
+
+
+def test_training_without_step_warns_once_past_the_first_check():
+    """In a user's loop without update_ranks() the rank stayed at init_rank, silently."""
+    layer = InRankLinear(6, 6, options=InRankOptions(warmup=3, gap=2))
+    x = torch.randn(4, 6)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(12):
+            layer(x).sum().backward()
+    assert [str(w.message)[:56] for w in caught] == ["InRankLinear: 5 training passes and no step(), so the ra"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        stepped = InRankLinear(6, 6, options=InRankOptions(warmup=3, gap=2))
+        for _ in range(12):
+            stepped(x).sum().backward()
+            stepped.step()
 
 
 @pytest.mark.parametrize("shape", [(128, 256), (256, 256), (256, 40), (1433, 16), (3, 5)])
