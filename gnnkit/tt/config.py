@@ -9,6 +9,8 @@ INITS = ("orthogonal", "normal")
 
 
 def _positive_ints(name: str, values: tuple[int, ...]) -> tuple[int, ...]:
+    if not isinstance(values, (tuple, list)):
+        raise ValueError(f"TTConfig.{name}: expected a list of positive integers, got {values!r}")
     out = tuple(values)
     if not out or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in out):
         raise ValueError(f"TTConfig.{name}: expected positive integers, got {values!r}")
@@ -30,7 +32,7 @@ class TTConfig:
         num_embeddings (int): Rows of the table (``<= prod(p_shapes)``).
         p_shapes (tuple[int, ...]): Row factorisation, one entry per core (at least 2 cores).
         q_shapes (tuple[int, ...]): Column factorisation; ``embedding_dim = prod(q_shapes)``.
-        ranks (tuple[int, ...]): The ``d - 1`` inner TT ranks.
+        ranks (tuple[int, ...]): The ``d - 1`` inner TT ranks (one int: the same for every core).
         init (str): ``"orthogonal"`` (semi-orthogonal core slices, Yin et al., "Nimble GNN
             Embedding with Tensor-Train Decomposition", KDD 2022,
             <https://arxiv.org/abs/2206.10581>) or ``"normal"`` (Gaussian cores); both are scaled so
@@ -61,16 +63,21 @@ class TTConfig:
             raise ValueError(
                 f"TTConfig.q_shapes: expected {d} factors like p_shapes (and at least 2 cores), got {self.q_shapes!r}"
             )
-        ranks = tuple(self.ranks) if d > 1 else ()
-        if len(ranks) != d - 1:
-            raise ValueError(f"TTConfig.ranks: expected {d - 1} inner ranks for {d} cores, got {self.ranks!r}")
+        uniform = isinstance(self.ranks, int) and not isinstance(self.ranks, bool)
+        ranks = (self.ranks,) * (d - 1) if uniform else self.ranks
         object.__setattr__(self, "ranks", _positive_ints("ranks", ranks))
+        if len(self.ranks) != d - 1:
+            raise ValueError(f"TTConfig.ranks: expected {d - 1} inner ranks for {d} cores (or one for all), got "
+                             f"{ranks!r}")
         if self.num_embeddings > self.capacity:
             raise ValueError(
                 f"TTConfig.p_shapes: prod{self.p_shapes} = {self.capacity} < num_embeddings = {self.num_embeddings}"
             )
         if self.init not in INITS:
             raise ValueError(f"TTConfig.init: expected one of {list(INITS)}, got {self.init!r}")
+        for name in ("dedup", "prefix_reuse"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"TTConfig.{name}: expected true or false, got {getattr(self, name)!r}")
         if self.prefix_reuse and not self.dedup:
             raise ValueError("TTConfig.prefix_reuse: prefix reuse works on deduplicated rows; set dedup=True")
         if isinstance(self.hot_rows, bool) or not isinstance(self.hot_rows, int) or self.hot_rows < 0:

@@ -151,6 +151,8 @@ class TTEmbedding(nn.Module):
 
     def rows_of(self, indices: Tensor) -> Tensor:
         """TT rows of node ids (int64), after checking they are in range."""
+        if not isinstance(indices, Tensor):
+            raise TypeError(f"TTEmbedding: indices must be a torch integer tensor, got {type(indices).__name__}")
         if indices.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8):
             raise TypeError(f"TTEmbedding: indices must be an integer tensor, got {indices.dtype}")
         flat = indices.reshape(-1).long()
@@ -165,12 +167,13 @@ class TTEmbedding(nn.Module):
     def set_hot_nodes(self, nodes: Tensor | None) -> None:
         """Cache the decompressed rows of these node ids (at most ``config.hot_rows``);
         ``None`` or empty turns the cache off."""
+        if nodes is not None and (not isinstance(nodes, Tensor) or nodes.is_floating_point() or nodes.is_complex()
+                                  or nodes.dtype == torch.bool):
+            got = nodes.dtype if isinstance(nodes, Tensor) else type(nodes).__name__
+            raise TypeError(f"TTEmbedding.set_hot_nodes: nodes must be an integer tensor of node ids, got {got}")
         if nodes is None or nodes.numel() == 0:
             self._cache, self._hot_nodes = None, None
             return
-        if not isinstance(nodes, Tensor) or nodes.is_floating_point() or nodes.is_complex() or nodes.dtype == torch.bool:
-            got = nodes.dtype if isinstance(nodes, Tensor) else type(nodes).__name__
-            raise TypeError(f"TTEmbedding.set_hot_nodes: nodes must be an integer tensor of node ids, got {got}")
         nodes = torch.unique(nodes.reshape(-1).long())
         if nodes.numel() > self.config.hot_rows:
             raise ValueError(
@@ -181,6 +184,8 @@ class TTEmbedding(nn.Module):
 
     def set_hot_nodes_by_degree(self, degree: Tensor) -> None:
         """Cache the ``config.hot_rows`` nodes of highest ``degree`` ``[num_embeddings]``."""
+        if not isinstance(degree, Tensor):
+            raise TypeError(f"TTEmbedding.set_hot_nodes_by_degree: degree must be a tensor, got {type(degree).__name__}")
         if degree.numel() != self.num_embeddings:
             raise ValueError(f"TTEmbedding.set_hot_nodes_by_degree: expected {self.num_embeddings} degrees, got {degree.numel()}")
         k = min(self.config.hot_rows, self.num_embeddings)

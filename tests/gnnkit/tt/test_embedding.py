@@ -47,6 +47,27 @@ def test_non_integer_indices_are_refused():
         _emb()(torch.tensor([0.0, 1.0]))
 
 
+@pytest.mark.parametrize("ids", [[1, 2], (1,), 3, None, "1"])
+def test_ids_that_are_no_tensor_are_named(ids):
+    """A list was an AttributeError on 'dtype'; a numpy array 'must be an integer tensor, got int64'."""
+    import numpy as np
+
+    with pytest.raises(TypeError, match=rf"TTEmbedding: indices must be a torch integer tensor, got {type(ids).__name__}"):
+        _emb()(ids)
+    with pytest.raises(TypeError, match="must be a torch integer tensor, got ndarray"):
+        _emb()(np.array([1, 2]))
+    with pytest.raises(TypeError, match="set_hot_nodes: nodes must be an integer tensor of node ids, got list"):
+        _emb().set_hot_nodes([1, 2])
+    with pytest.raises(TypeError, match="set_hot_nodes_by_degree: degree must be a tensor, got list"):
+        _emb().set_hot_nodes_by_degree([1] * 50)
+
+
+def test_one_rank_is_every_inner_rank():
+    """TTConfig(ranks=16) was "'int' object is not iterable"."""
+    config = TTConfig(num_embeddings=50, p_shapes=(4, 3, 5), q_shapes=(2, 3, 2), ranks=4)
+    assert config.ranks == (4, 4)
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [
@@ -57,6 +78,10 @@ def test_non_integer_indices_are_refused():
         (dict(init="xavier"), "TTConfig.init"),
         (dict(dedup=False), "prefix_reuse"),
         (dict(hot_rows=-1), "hot_rows"),
+        (dict(p_shapes=10), "TTConfig.p_shapes: expected a list of positive integers, got 10"),
+        (dict(ranks=0), r"TTConfig.ranks: expected positive integers, got \(0, 0\)"),
+        (dict(ranks=True), "TTConfig.ranks: expected a list of positive integers, got True"),
+        (dict(dedup="no"), "TTConfig.dedup: expected true or false, got 'no'"),
     ],
 )
 def test_config_errors_name_the_field(kwargs, match):
