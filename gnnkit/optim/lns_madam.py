@@ -36,6 +36,7 @@ computes with is a working buffer, rebuilt from the codes on every step.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Iterable
 
 import torch
@@ -122,6 +123,7 @@ class LNSMadam(torch.optim.Optimizer):
         super().__init__(params, defaults)  # each group checked by add_param_group
         for param in self._params():
             if self.quantized(param):
+                _warn_zeros(param)
                 self._encode(param)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
@@ -216,3 +218,13 @@ class LNSMadam(torch.optim.Optimizer):
             state = self.state.get(param, {})
             stored += code_bytes(state["codes"]) if "codes" in state else param.numel() * 4
         return {"weight_bytes": stored, "weight_bytes_fp32": fp32}
+
+
+def _warn_zeros(param: Tensor) -> None:
+    """Warn about entries of a quantized weight that are exactly 0: a multiplicative update keeps them
+    at 0 for good (a zero-initialised layer, or InRank's spare modes, never learn)."""
+    zeros = param.numel() - int(torch.count_nonzero(param))
+    if zeros:
+        warnings.warn(f"LNSMadam: {zeros} of {param.numel()} entries of a {list(param.shape)} weight are 0, which "
+                      "a multiplicative update never moves; initialise it non-zero or train it with another "
+                      "optimizer", stacklevel=3)

@@ -51,7 +51,8 @@ def test_step_matches_the_hand_written_reference(bits, gamma, lr, wd):
     with torch.no_grad():
         w[0, 0] = 0.0  # zeros stay zero under a multiplicative update
     w0 = w.detach().clone()
-    optimizer = LNSMadam([w], lr=lr, bits=bits, gamma=gamma, weight_decay=wd, rounding="nearest")
+    with pytest.warns(UserWarning, match=r"1 of 12 entries of a \[3, 4\] weight are 0"):
+        optimizer = LNSMadam([w], lr=lr, bits=bits, gamma=gamma, weight_decay=wd, rounding="nearest")
     grads = [_grad(w.shape, step) for step in range(5)]
     for grad in grads:
         w.grad = grad.clone()
@@ -205,3 +206,12 @@ def test_gnnkit_run_with_the_recipe_reports_weight_bytes(tmp_path):
 def test_hyper_parameters_are_checked_in_every_group(make, message):
     with pytest.raises(ValueError, match=message):
         make([torch.nn.Parameter(torch.randn(4, 4))])
+
+
+def test_zero_entries_of_a_weight_are_named_in_a_warning():
+    """A zero-initialised 2-D weight stayed at zero for good, without a word."""
+    layer = torch.nn.Linear(6, 5)
+    torch.nn.init.zeros_(layer.weight)
+    with pytest.warns(UserWarning, match=r"LNSMadam: 30 of 30 entries of a \[5, 6\] weight are 0, which a "
+                                         r"multiplicative update never moves"):
+        LNSMadam(layer.parameters(), lr=0.05)
