@@ -37,6 +37,7 @@ import numpy as np
 from pipeline.errors import DatasetError
 from pipeline.graph import SPLITS, check_edges, check_features
 from pipeline.ogb_layout import as_bool, as_list, count_lines, read_raw_graphs, split_name
+from pipeline.safe_pt import load_pt
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -121,22 +122,6 @@ def _read_graph(raw_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
                 raise DatasetError(path, f"has {found} lines, but edge.csv.gz has {edges} (expected one per edge)")
     return read_raw_graphs(raw_dir, meta, additional_node_files=meta["additional_node_files"],
                            additional_edge_files=meta["additional_edge_files"])[0]
-
-
-def load_pt(path: Path) -> Any:
-    """A split file loaded with ``torch.load(weights_only=True)`` (numpy arrays allowed too)."""
-    import torch
-
-    if not path.is_file():
-        raise DatasetError(path, "missing")
-    reconstruct = np._core.multiarray._reconstruct  # numpy >= 2; pickles may name numpy.core too
-    safe: list = [np.ndarray, np.dtype, reconstruct, (reconstruct, "numpy.core.multiarray._reconstruct")]
-    safe += [type(np.dtype(t)) for t in ("int64", "int32", "float32", "float64", "uint8")]
-    try:
-        with torch.serialization.safe_globals(safe):
-            return torch.load(path, weights_only=True)
-    except Exception as err:  # noqa: BLE001 - any unpickling failure is a bad file
-        raise DatasetError(path, f"cannot be read with weights_only=True ({type(err).__name__})") from None
 
 
 def _numpy(value: Any) -> np.ndarray:

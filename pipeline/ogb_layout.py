@@ -35,6 +35,7 @@ import numpy as np
 from pipeline.errors import DatasetError
 from pipeline.graph import SPLITS
 from pipeline.npz_stream import member_headers
+from pipeline.safe_pt import as_ids, load_pt
 from pipeline.temp_paths import published_folder
 
 #: meta.json keys a folder must provide (OGB's meta_dict names).
@@ -281,19 +282,12 @@ def _no_objects(path: Path) -> Iterator[None]:
 
 def _read_split_pt(path: Path) -> dict[str, np.ndarray]:
     """``split_dict.pt`` as DatasetSaver writes it, loaded with the weights-only unpickler."""
-    import torch
-
-    reconstruct = np._core.multiarray._reconstruct  # numpy >= 2; pickles may name numpy.core too
-    safe: list = [np.ndarray, np.dtype, reconstruct, (reconstruct, "numpy.core.multiarray._reconstruct")]
-    safe += [type(np.dtype(t)) for t in ("int64", "int32", "uint8")]
-    try:
-        with torch.serialization.safe_globals(safe):
-            loaded = torch.load(path, weights_only=True)
-    except Exception as err:  # noqa: BLE001 - any unpickling failure is a bad file
-        raise DatasetError(path, f"cannot be read with weights_only=True ({type(err).__name__})") from None
+    loaded = load_pt(path)
     if not isinstance(loaded, dict):
         raise DatasetError(path, "expected a dict with train/valid/test")
-    return {k: np.asarray(v, dtype=np.int64).reshape(-1) for k, v in loaded.items() if k in SPLITS}
+    if missing := [name for name in SPLITS if name not in loaded]:
+        raise DatasetError(path, f"expected a dict with train/valid/test, missing {missing}")
+    return {name: as_ids(loaded[name], path, name).reshape(-1) for name in SPLITS}
 
 
 

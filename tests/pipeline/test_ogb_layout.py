@@ -202,3 +202,14 @@ def test_declared_features_that_are_missing_are_named(make_ogb_folder, binary):
         message = r"node-feat.csv.gz: missing \(meta.json says 'has_node_attr': True\)"
     with pytest.raises(DatasetError, match=message):
         read_ogb_folder(folder, read_meta_json(folder))
+
+
+def test_split_dict_pt_needs_every_split(make_ogb_folder):
+    """The graph reader failed on KeyError: 'valid'; the node reader went on without it."""
+    folder = make_ogb_folder()
+    split_dir = folder / "split" / "random"
+    for name in ("train", "valid", "test"):
+        (split_dir / f"{name}.csv.gz").unlink()
+    torch.save({"train": torch.arange(10), "test": torch.arange(10, 20)}, split_dir / "split_dict.pt")
+    with pytest.raises(DatasetError, match=r"split_dict.pt: expected a dict with train/valid/test, missing \['valid'\]"):
+        read_ogb_folder(folder, read_meta_json(folder))

@@ -1,0 +1,51 @@
+"""Files saved with ``torch.save`` (OGB's ``split_dict.pt`` and link splits), read with the
+weights-only unpickler: tensors, and numpy arrays of plain dtypes, never arbitrary objects."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import DatasetError
+
+#: The dtypes of the numpy arrays a split file may hold.
+DTYPES = ("int64", "int32", "int16", "uint8", "float32", "float64", "bool")
+
+
+def load_pt(path: Path) -> Any:
+    """``torch.load(path, weights_only=True)`` with numpy arrays allowed (``bytes`` too: numpy pickles
+    an empty array's data as ``bytes()``).
+
+    Raises:
+        DatasetError: The file is missing, or anything else unpickling it refuses or fails on.
+    """
+    import torch
+
+    if not path.is_file():
+        raise DatasetError(path, "missing")
+    reconstruct = np._core.multiarray._reconstruct  # numpy >= 2; pickles may name numpy.core too
+    safe: list = [np.ndarray, np.dtype, bytes, reconstruct, (reconstruct, "numpy.core.multiarray._reconstruct")]
+    safe += [type(np.dtype(t)) for t in DTYPES]
+    try:
+        with torch.serialization.safe_globals(safe):
+            return torch.load(path, weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any unpickling failure is a bad file
+        raise DatasetError(path, f"cannot be read with weights_only=True ({type(err).__name__})") from None
+
+
+def as_ids(value: Any, where: Path | str, key: str) -> np.ndarray:
+    """A tensor's or array's values as int64 ids: whole numbers only (``3.0`` is 3; ``19.9`` was cut
+    to 19 before).
+
+    Raises:
+        DatasetError: Naming the file, the key and the first value that is no whole number.
+    """
+    array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+    if array.dtype.kind in "iu":
+        return array.astype(np.int64, copy=False)
+    if array.dtype.kind != "f" or not (whole := np.isfinite(array) & (array == np.round(array))).all():
+        bad = array.reshape(-1)[0] if array.dtype.kind != "f" else array[~whole].reshape(-1)[0]
+        raise DatasetError(where, f"'{key}' must hold whole-number ids, found {bad.item()!r} (dtype {array.dtype})")
+    return array.astype(np.int64)
