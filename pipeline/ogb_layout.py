@@ -371,6 +371,15 @@ def _npz_rows(path: Path) -> dict[str, int]:
             for name, header in member_headers(path).items()}
 
 
+def _npz_total(path: Path, npz: Any, key: str, what: str) -> int:
+    """The sum of a binary layout's count list, after checking it is one 1-D list of counts."""
+    counts = npz[key]
+    if counts.ndim != 1 or counts.dtype.kind not in "iu" or (counts < 0).any():
+        raise DatasetError(path, f"'{key}' must be a 1-D list of non-negative integer {what} counts, got dtype "
+                                 f"{counts.dtype} and shape {list(counts.shape)}")
+    return int(counts.sum())
+
+
 def _declared_total(path: Path, what: str) -> int:
     values = read_csv(path)
     if values.ndim != 2 or values.shape[1] != 1 or values.dtype.kind not in "iu" or (values < 0).any():
@@ -407,14 +416,14 @@ def check_row_counts(raw_dir: Path, meta: dict[str, Any]) -> None:
             raise DatasetError(data, "expected arrays 'num_nodes_list' and 'num_edges_list'")
         if "edge_index" in rows and (kind := member_headers(data)["edge_index"].dtype).kind not in "iu":
             raise DatasetError(data, f"'edge_index' must hold integer node ids, got dtype {kind}")
-        with np.load(data, allow_pickle=False) as npz:
-            nodes, edges = int(npz["num_nodes_list"].sum()), int(npz["num_edges_list"].sum())
-        for key, declared, unit, source in (
-            ("edge_index", edges, "edges", "num_edges_list"), ("edge_feat", edges, "rows", "num_edges_list"),
-            ("node_feat", nodes, "rows", "num_nodes_list"),
-        ):
-            if key in rows and rows[key] != declared:
-                raise _mismatch(data, rows[key], f"{unit} in '{key}'", declared, f"'{source}'")
+        with np.load(data, allow_pickle=False) as npz, _no_objects(data):
+            nodes, edges = (_npz_total(data, npz, f"num_{what}s_list", what) for what in ("node", "edge"))
+        for key, found in rows.items():  # edge_index, edge_feat, node_feat and additional files (edge_weight)
+            if key.startswith(("edge_", "node_")):
+                declared, unit, source = ((edges, "edges" if key == "edge_index" else "rows", "num_edges_list")
+                                          if key.startswith("edge_") else (nodes, "rows", "num_nodes_list"))
+                if found != declared:
+                    raise _mismatch(data, found, f"{unit} in '{key}'", declared, f"'{source}'")
         labels = raw_dir / "node-label.npz"
         if labels.is_file():
             found = _npz_rows(labels).get("node_label")

@@ -213,3 +213,20 @@ def test_split_dict_pt_needs_every_split(make_ogb_folder):
     torch.save({"train": torch.arange(10), "test": torch.arange(10, 20)}, split_dir / "split_dict.pt")
     with pytest.raises(DatasetError, match=r"split_dict.pt: expected a dict with train/valid/test, missing \['valid'\]"):
         read_ogb_folder(folder, read_meta_json(folder))
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"num_nodes_list": np.array([200.0])}, r"data.npz: 'num_nodes_list' must be a 1-D list of non-negative integer "
+                                            r"node counts, got dtype float64 and shape \[1\]"),
+    ({"num_edges_list": np.array([[1000]])}, r"'num_edges_list' must be a 1-D list .* shape \[1, 1\]"),
+    ({"edge_weight": np.ones(999)}, r"data.npz: has 999 rows in 'edge_weight', but 'num_edges_list' says 1000"),
+])
+def test_binary_count_lists_and_additional_arrays_are_checked(make_ogb_folder, change, message):
+    """A float count list was a TypeError in OGB's reader; an edge_weight of another length passed."""
+    folder = make_ogb_folder(binary=True)
+    data = folder / "raw" / "data.npz"
+    with np.load(data) as npz:
+        arrays = {**npz, **change}
+    np.savez(data, **arrays)
+    with pytest.raises(DatasetError, match=message):
+        read_ogb_folder(folder, read_meta_json(folder))
