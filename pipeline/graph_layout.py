@@ -170,8 +170,10 @@ def _check_split(split: dict[str, np.ndarray], files: dict[str, str], num_graphs
         seen[ids] = 1
 
 
-def _concatenate(graphs: list[dict[str, Any]], edge_file: Path, node_file: Path) -> dict[str, np.ndarray]:
-    """One CSR (rows = destinations) over all graphs, validated, with features in CSR order."""
+def _concatenate(graphs: list[dict[str, Any]], edge_file: Path, node_file: Path, node_feat_file: Path,
+                 edge_feat_file: Path) -> dict[str, np.ndarray]:
+    """One CSR (rows = destinations) over all graphs, validated, with features in CSR order; an error
+    names the file it is about (the node counts', the edges', a feature file)."""
     counts = np.array([int(g["num_nodes"]) for g in graphs], dtype=np.int64)
     if (counts <= 0).any():
         raise DatasetError(node_file, f"graph {int(np.flatnonzero(counts <= 0)[0])} has no nodes; "
@@ -198,11 +200,15 @@ def _concatenate(graphs: list[dict[str, Any]], edge_file: Path, node_file: Path)
         arrays["x"] = np.concatenate([g["node_feat"] for g in graphs])
     if graphs and graphs[0].get("edge_feat") is not None:
         arrays["edge_attr"] = np.concatenate([g["edge_feat"] for g in graphs])[order]
-    for name in ("x", "edge_attr"):
+    for name, file in (("x", node_feat_file), ("edge_attr", edge_feat_file)):
         if name in arrays and arrays[name].dtype.kind == "f":
             arrays[name] = arrays[name].astype(np.float32)
-            if not np.isfinite(arrays[name]).all():
-                raise DatasetError(node_file if name == "x" else edge_file, f"{name}: expected finite features")
+            finite = np.isfinite(arrays[name]).all(axis=1)
+            if not finite.all():
+                row = int(np.flatnonzero(~finite)[0])
+                row = row if name == "x" else int(order[row])  # edge features are in CSR order by now
+                raise DatasetError(file, f"{name}: expected finite features, found a missing or non-finite "
+                                         f"value in row {row}")
         elif name in arrays:
             arrays[name] = arrays[name].astype(np.int64)
     return arrays
@@ -238,9 +244,8 @@ def build(
     graphs = read_raw_graphs(raw_dir, meta)
     if not graphs:
         raise DatasetError(raw_dir / "num-node-list.csv.gz", "holds no graph; expected at least one")
-    edge_file = raw_dir / ("data.npz" if meta["binary"] else "edge.csv.gz")
-    node_file = raw_dir / ("data.npz" if meta["binary"] else "num-node-list.csv.gz")
-    arrays = _concatenate(graphs, edge_file, node_file)
+    names = ("edge.csv.gz", "num-node-list.csv.gz", "node-feat.csv.gz", "edge-feat.csv.gz")
+    arrays = _concatenate(graphs, *(raw_dir / ("data.npz" if meta["binary"] else name) for name in names))
     num_graphs = len(graphs)
     del graphs
     labels, _ = _read_labels(raw_dir, meta, num_graphs)

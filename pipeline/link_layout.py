@@ -113,7 +113,7 @@ def raw_files(folder: Path, meta: dict[str, Any]) -> list[Path]:
 def _read_graph(raw_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
     """The training graph through OGB's raw readers, after checking every file's row count."""
     if not meta["binary"] and (raw_dir / "edge.csv.gz").is_file():
-        edges = count_lines(raw_dir / "edge.csv.gz")
+        edges = count_lines(raw_dir / "edge.csv.gz", pairs=True)
         for name in meta["additional_edge_files"]:
             path = raw_dir / f"{name}.csv.gz"
             if not path.is_file():

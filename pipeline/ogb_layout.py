@@ -236,7 +236,7 @@ def csv_chunks(path: Path, rows: int, where: Path | None = None, ogb: bool = Fal
         rows: Lines per chunk.
         where: What a read error names (default ``path``).
         ogb: The file is one OGB's own reader parses (edges, features, additional node files): its
-            errors read as that reader's do (``unreadable raw CSV files``, conversion errors included).
+            errors read as that reader's do (``unreadable raw CSV file``, conversion errors included).
         convert: Applied to each chunk where read errors are caught (a conversion to numbers fails
             on text in the file).
     """
@@ -244,7 +244,7 @@ def csv_chunks(path: Path, rows: int, where: Path | None = None, ogb: bool = Fal
 
     if not path.is_file():
         raise DatasetError(path, "missing")
-    problem, also = ("unreadable raw CSV files", (ValueError,)) if ogb else ("unreadable CSV", ())
+    problem, also = ("unreadable raw CSV file", (ValueError,)) if ogb else ("unreadable CSV", ())
     with _csv_errors(path, where, problem, also), \
             pd.read_csv(path, compression="gzip", header=None, chunksize=rows) as reader:
         for frame in reader:
@@ -505,7 +505,24 @@ def read_raw_graphs(raw_dir: Path, meta: dict[str, Any], additional_node_files: 
                                       additional_node_files=list(additional_node_files),
                                       additional_edge_files=list(additional_edge_files))
     except (pd.errors.ParserError, ValueError, OSError, EOFError) as err:
-        raise DatasetError(raw_dir, f"unreadable raw CSV files ({str(err).splitlines()[0]})") from None
+        raise _unreadable_file(raw_dir, err) from None
+
+
+def ogb_values(values: np.ndarray) -> np.ndarray:
+    """OGB's conversion of a node or edge CSV file: integer columns to int64, anything else to float32."""
+    return values.astype(np.int64) if "int" in str(values.dtype) else values.astype(np.float32)
+
+
+def _unreadable_file(raw_dir: Path, err: BaseException) -> DatasetError:
+    """The error of the raw file OGB's reader failed on (its own error names no file), found by
+    parsing each as it does; ``raw/`` itself when none fails alone."""
+    for path in sorted(raw_dir.glob("*.csv.gz")):
+        try:
+            for _ in csv_chunks(path, 1 << 20, ogb=True, convert=ogb_values):
+                pass
+        except DatasetError as found:
+            return found
+    return DatasetError(raw_dir, f"unreadable raw CSV files ({str(err).splitlines()[0]})")
 
 
 def _read_graph(raw_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:

@@ -29,15 +29,10 @@ import numpy as np
 
 from pipeline.errors import DatasetError
 from pipeline.npz_stream import MemberHeader, NpzReader
-from pipeline.ogb_layout import check_raw_folder, csv_chunks, label_file, numeric, read_csv, read_split
+from pipeline.ogb_layout import check_raw_folder, csv_chunks, label_file, numeric, ogb_values, read_csv, read_split
 
 #: data.npz members that are neither node nor edge arrays (OGB's binary reader).
 COUNT_MEMBERS = ("edge_index", "num_nodes_list", "num_edges_list")
-
-
-def _ogb_node_values(values: np.ndarray) -> np.ndarray:
-    """OGB's conversion of a node CSV file: integer columns to int64, anything else to float32."""
-    return values.astype(np.int64) if "int" in str(values.dtype) else values.astype(np.float32)
 
 
 def _as_int64(values: np.ndarray) -> np.ndarray:
@@ -135,7 +130,7 @@ class RawNodeChunks:
 
     def _csv_width(self, path: Path, ogb: bool = False) -> int:
         """Columns of a CSV file, from its first line."""
-        first = next(csv_chunks(path, 1, self.raw_dir if ogb else None, ogb), None)
+        first = next(csv_chunks(path, 1, ogb=ogb), None)
         return 0 if first is None else int(first.shape[1])
 
     def _extra_file(self, name: str) -> Path:
@@ -165,7 +160,7 @@ class RawNodeChunks:
         """
         where = self.files["edges"]
         if not self.binary:
-            chunks = csv_chunks(self.edge_file, chunk, self.raw_dir, ogb=True, convert=_as_int64)
+            chunks = csv_chunks(self.edge_file, chunk, ogb=True, convert=_as_int64)
             for values in _rows(chunks, self.num_edges):
                 if values.shape[1] != 2:
                     shape = [values.shape[1], self.num_edges]
@@ -195,7 +190,7 @@ class RawNodeChunks:
         if self.feature_shape is None:
             return
         if not self.binary:
-            chunks = csv_chunks(self.feature_file, chunk, self.raw_dir, ogb=True, convert=_ogb_node_values)
+            chunks = csv_chunks(self.feature_file, chunk, ogb=True, convert=ogb_values)
             yield from _rows(chunks, self.num_nodes)
             return
         yield from self._npz_rows(self.data, "node_feat", self._headers["node_feat"], self.feature_shape[0], chunk)
@@ -213,8 +208,7 @@ class RawNodeChunks:
         if self.binary:
             return self._headers[name].dtype.newbyteorder("=")
         if name not in self._extra_dtypes:
-            kinds = {_ogb_node_values(v[:1]).dtype for v in csv_chunks(self._extra_file(name), 1 << 20,
-                                                                       self.raw_dir, ogb=True)}
+            kinds = {ogb_values(v[:1]).dtype for v in csv_chunks(self._extra_file(name), 1 << 20, ogb=True)}
             self._extra_dtypes[name] = np.dtype(np.float32 if np.dtype(np.float32) in kinds else np.int64)
         return self._extra_dtypes[name]
 
@@ -226,7 +220,7 @@ class RawNodeChunks:
             for values in self._npz_rows(self.data, name, header, self.extras[name][0], chunk):
                 yield values.astype(dtype)
             return
-        chunks = csv_chunks(self._extra_file(name), chunk, self.raw_dir, ogb=True, convert=_ogb_node_values)
+        chunks = csv_chunks(self._extra_file(name), chunk, ogb=True, convert=ogb_values)
         for values in _rows(chunks, self.num_nodes):
             yield values.astype(dtype)
 

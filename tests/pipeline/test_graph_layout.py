@@ -269,3 +269,19 @@ def test_out_of_core_preprocessing_is_refused_by_name(small_folder: Path, tmp_pa
     with pytest.raises(DatasetError, match="preprocess.memory_budget_mb: out-of-core preprocessing reads "
                                            "node-property datasets; small is a graph-property dataset"):
         preprocess(str(small_folder), PreprocessOptions(memory_budget_mb=512), cache_root=tmp_path)
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("node-feat.csv.gz", "C", r"node-feat.csv.gz: unreadable raw CSV file \(could not convert string to float: 'C'\)"),
+    ("edge-feat.csv.gz", "x", r"edge-feat.csv.gz: unreadable raw CSV file \(could not convert string to float: 'x'\)"),
+    ("node-feat.csv.gz", "", r"node-feat.csv.gz: x: expected finite features, found a missing or non-finite value "
+                             r"in row 6"),
+])
+def test_a_bad_feature_value_names_its_file(folder: Path, name: str, value: str, message: str):
+    """They named raw/ alone, or num-node-list.csv.gz."""
+    lines = _lines(folder / "raw" / name)
+    fields = lines[6].split(",")
+    lines[6] = ",".join([value, *fields[1:]])
+    _rewrite(folder / "raw" / name, lines)
+    with pytest.raises(DatasetError, match=message):
+        _build(folder)

@@ -164,7 +164,7 @@ BREAKS = {
     "unlabelled split node": ("node-label.csv.gz", None, "nodes of the 'train' split have no label"),
     "text label": ("node-label.csv.gz", _set_line(3, "cat"), "node-label.csv.gz: labels must be numbers, found 'cat'"),
     "text feature": ("node-feat.csv.gz", _set_line(7, ",".join(["abc"] * 8)),
-                     "raw: unreadable raw CSV files (could not convert string to float: 'abc')"),
+                     "node-feat.csv.gz: unreadable raw CSV file (could not convert string to float: 'abc')"),
     "text edge": ("edge.csv.gz", _set_line(5, "a,b"), "edge.csv.gz: node ids must be numbers, found 'a'"),
     "fractional edge id": ("edge.csv.gz", _set_line(1500, "3,1.7"),
                            "edge.csv.gz: node ids must be whole numbers, found 1.7 in row 1501"),
