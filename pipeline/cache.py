@@ -355,17 +355,41 @@ def verify(entry: CacheEntry) -> list[str]:
     return problems
 
 
-def clear(cache_root: Path, dataset: str | None = None) -> int:
-    """Delete all entries (or one dataset's) and leftover temp folders; returns folders removed."""
+def clear(cache_root: Path, dataset: str | None = None, folder: Path | None = None) -> int:
+    """Delete all entries (or one dataset's) and leftover temp folders; returns folders removed.
+
+    Args:
+        cache_root: The cache folder.
+        dataset: Only this dataset's entries.
+        folder: Only the entries of ``dataset`` built from this source folder (and those that do not
+            record theirs): two folders of the same name share ``cache/<name>/``.
+    """
     if not cache_root.is_dir():
         return 0
     targets = [paths.dataset_folder(cache_root, dataset)] if dataset else [p for p in cache_root.iterdir() if p.is_dir()]
     removed = 0
     for target in targets:
-        if target.is_dir():
+        if not target.is_dir():
+            continue
+        if folder is None:
             removed += sum(1 for p in target.iterdir() if p.is_dir())
             shutil.rmtree(target)
+            continue
+        for entry in [p for p in target.iterdir() if p.is_dir()]:
+            if _built_from(entry) in (None, str(folder)):
+                shutil.rmtree(entry)
+                removed += 1
+        if not any(target.iterdir()):
+            target.rmdir()
     return removed
+
+
+def _built_from(entry: Path) -> str | None:
+    """The source folder an entry's manifest records (``None``: unrecorded, or unreadable)."""
+    try:
+        return load_entry(entry).manifest["meta"].get("folder")
+    except DatasetError:
+        return None
 
 
 def stale_temps(cache_root: Path) -> list[Path]:

@@ -74,7 +74,7 @@ def preprocess(
             if hit is not None:
                 say(f"cache hit {hit.path}")
                 return hit
-    names = {"name": spec.name, "family": source.meta["family"]}
+    names = {"name": spec.name, "family": source.meta["family"], "folder": str(source.folder)}  # not in the key
     if options.memory_budget_mb is None:
         arrays, meta = layout.build(source.folder, source.meta, options, say)
         stats = {"build_s": round(say.elapsed, 2), "peak_rss_mb": round(peak_rss_mb(), 1)}

@@ -88,23 +88,25 @@ def _batch_caches(args: argparse.Namespace) -> int:
     return bad
 
 
-def _cache_name(dataset: str | None) -> str | None:
-    """The name the caches file ``dataset`` under: a name as given, an OGB-format folder path by its
-    folder's name (as ``preprocess`` filed it). Never a path: ``cache clear`` removes that folder.
+def _cache_target(dataset: str | None) -> tuple[str | None, Path | None]:
+    """The name the caches file ``dataset`` under, and for an OGB-format folder path the folder: a
+    name as given, a path by its folder's name (as ``preprocess`` filed it). Never a path as the
+    name: ``cache clear`` removes that folder.
 
     Raises:
         DatasetError: A path that is no dataset folder.
     """
     if dataset is None or not looks_like_path(dataset):
-        return dataset
-    return resolve(dataset).name
+        return dataset, None
+    spec = resolve(dataset)
+    return spec.name, spec.path
 
 
 def _cache(args: argparse.Namespace) -> int:
     root = paths.cache_root()
-    args.dataset = _cache_name(args.dataset)
+    args.dataset, folder = _cache_target(args.dataset)
     if args.action == "clear":
-        removed = cache.clear(root, args.dataset)
+        removed = cache.clear(root, args.dataset, folder)
         _batch_caches(args)
         print(f"removed {removed} cache folder(s) from {root} and the batch caches in {paths.batch_root()}")
         for stale in temp_paths.stale_temps_under(paths.data_root()):

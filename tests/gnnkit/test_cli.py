@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gnnkit.cli import COMMANDS, build_parser, main
@@ -83,6 +84,21 @@ def test_console_script_help():
     out = subprocess.run([sys.executable, "-m", "gnnkit.cli", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "preprocess" in out.stdout
     assert "``" not in out.stdout  # plain text, not the module docstring's reST
+
+
+def test_cache_clear_of_a_folder_leaves_another_folder_of_the_same_name(capsys, make_ogb_folder, tmp_path):
+    """Two folders named alike share cache/<name>/; clearing one removed both's entries."""
+    first = make_ogb_folder()
+    second = tmp_path / "elsewhere" / first.name
+    shutil.copytree(make_ogb_folder(labels=np.ones(200, dtype=int)), second)
+    entries = []
+    for folder in (first, second):
+        assert main(["preprocess", str(folder)]) == 0
+        entries.append(Path(capsys.readouterr().out.strip().splitlines()[-1]))
+    assert entries[0].parent == entries[1].parent and entries[0] != entries[1]
+    assert main(["cache", "clear", str(second)]) == 0
+    assert "removed 1 cache folder(s)" in capsys.readouterr().out
+    assert entries[0].is_dir() and not entries[1].exists()
 
 
 def test_cache_commands_cover_batch_caches(capsys, monkeypatch, tmp_path):
