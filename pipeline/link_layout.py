@@ -315,6 +315,7 @@ def build(
         "num_nodes": n,
         "num_edges": int(indices.size),
         "num_raw_edges": int(edge_index.shape[1]),
+        "num_raw_self_loops": int(np.count_nonzero(edge_index[0] == edge_index[1])),
         "num_features": 0 if x is None else int(x.shape[1]),
         "task_type": TASK_TYPE,
         "eval_metric": meta["eval_metric"],

@@ -34,7 +34,7 @@ from torch_geometric.data import Data
 
 from gnnkit import setting_checks
 from gnnkit.data.batch_precision import PrecisionBatches
-from gnnkit.data.preprocessing import PreprocessOverrides, resolve_options
+from gnnkit.data.preprocessing import PreprocessOverrides, describe_line, graph_facts, resolve_options
 from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats
 from gnnkit.sparse import Adjacency
 from gnnkit.tasks import resolve_dataset
@@ -223,8 +223,8 @@ class LinkDataModule(PrecisionBatches):
                                         cache_root=Path(cache_root) if cache_root else None)
         self.graph: LinkGraph = open_entry(self.entry)
         meta = self.graph.meta
-        log.info("%s: %d nodes, %d message-passing edges, %d features; %s", meta["name"], self.graph.num_nodes,
-                 self.graph.num_edges, self.graph.num_features,
+        log.info("%s (message passing); %s nodes, %d features; %s",
+                 describe_line(meta["name"], graph_facts(self.entry)), f"{self.graph.num_nodes:,}", self.graph.num_features,
                  ", ".join(f"{s} {n:,} edges" for s, n in meta["num_split_edges"].items()))
         self.num_neighbors = list(num_neighbors) if num_neighbors is not None else None
         self._full: Data | None = None
@@ -266,6 +266,7 @@ class LinkDataModule(PrecisionBatches):
             "split_edges": meta["num_split_edges"],
             "cache_entry": str(self.entry.path),
             "preprocess": self.entry.manifest["inputs"]["options"],
+            **graph_facts(self.entry),
             "loader": "full-batch" if self.full_batch else f"neighbor-sampled {self.num_neighbors}",
             "batch_size": self.hparams.batch_size,
         }

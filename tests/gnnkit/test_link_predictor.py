@@ -207,3 +207,14 @@ def test_gnnkit_strategy_trains_a_link_recipe_on_two_ranks(tmp_path):
     # 15,000 training edges dealt to 2 ranks in batches of 4,096: 2 steps an epoch on each
     rows = (tmp_path / "r" / "metrics.csv").read_text().splitlines()
     assert rows[-1].split(",")[1] == "4"  # the test row's step counter: 2 epochs of 2 steps (one rank: 4 each)
+
+
+def test_the_graph_trained_is_stated_in_the_log_and_report(gnnkit_log):
+    """Link runs said '3000 nodes, 30000 message-passing edges' and no more; the README promised the
+    node runs' line (symmetrised or directed, raw -> trained edges) and report keys for them too."""
+    data = LinkDataModule(TINY, batch_size=4096)
+    facts = data.describe()
+    assert facts["graph"] == "symmetrised" and facts["num_edges"] >= facts["raw_edges"] > 0
+    assert facts["raw_self_loops"] is not None
+    line = next(r.getMessage() for r in gnnkit_log.records if r.getMessage().startswith(f"data {TINY}:"))
+    assert f"symmetrised graph, {facts['raw_edges']:,} -> {facts['num_edges']:,} edges" in line
