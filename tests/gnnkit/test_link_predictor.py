@@ -212,6 +212,7 @@ def test_gnnkit_strategy_trains_a_link_recipe_on_two_ranks(tmp_path):
 def test_the_graph_trained_is_stated_in_the_log_and_report(gnnkit_log):
     """Link runs said '3000 nodes, 30000 message-passing edges' and no more; the README promised the
     node runs' line (symmetrised or directed, raw -> trained edges) and report keys for them too."""
+    gnnkit_log.set_level("INFO", logger="gnnkit")
     data = LinkDataModule(TINY, batch_size=4096)
     facts = data.describe()
     assert facts["graph"] == "symmetrised" and facts["num_edges"] >= facts["raw_edges"] > 0
