@@ -296,6 +296,8 @@ EDGE_FILES = ("edge.csv.gz", "edge-feat.csv.gz")
 NODE_FILES = ("node-feat.csv.gz", "node-label.csv.gz")
 
 
+#: Digits of the longest id read without a second look (int64 holds every 18-digit number).
+MAX_ID_DIGITS = 18
 #: The bytes of a CSV file holding only non-negative integers written as such.
 INTEGER_CSV_BYTES = b"0123456789,\r\n"
 
@@ -309,9 +311,9 @@ def count_lines(path: Path, pairs: bool = False) -> int:
         path: The file.
         pairs: The file holds a ``src,dst`` pair of node ids a line (an edge list), which OGB's reader
             casts to int64: ``1.7`` would be cut to ``1``, an empty field become ``-2**63`` and a
-            third column fail deep inside it. Any byte besides digits, commas and line ends, an
-            empty field or a comma count other than one a line makes :func:`check_id_pairs` parse
-            the file.
+            third column or a 20-digit id fail deep inside it. Any byte besides digits, commas and
+            line ends, an empty field, a field of more than 18 digits or a comma count other than
+            one a line makes :func:`check_id_pairs` parse the file.
     """
     lines, trailing, last, commas, other_bytes = 0, 0, b"\n", 0, False
     try:
@@ -344,7 +346,10 @@ def _not_plain_integers(chunk: bytes, before: bytes) -> bool:
     text = np.frombuffer(before + chunk, dtype=np.uint8)
     separator = text < ord("0")  # a comma or a line end, the only other bytes left
     pairs = np.flatnonzero(separator[:-1] & separator[1:])  # "\r\n" and blank lines, or an empty field
-    return bool(((text[pairs] == ord(",")) | (text[pairs + 1] == ord(","))).any())
+    if ((text[pairs] == ord(",")) | (text[pairs + 1] == ord(","))).any():
+        return True
+    ends = np.flatnonzero(separator)
+    return bool(np.diff(ends, prepend=-1, append=text.size).max() > MAX_ID_DIGITS + 1)  # a field and its end
 
 
 def check_id_pairs(path: Path, rows: int = 1 << 20) -> None:
@@ -362,6 +367,10 @@ def check_id_pairs(path: Path, rows: int = 1 << 20) -> None:
             row, col = (int(i[0]) for i in np.nonzero(~whole))
             raise DatasetError(path, f"node ids must be whole numbers, found {values[row, col].item()!r} in row "
                                      f"{done + row + 1}")
+        if values.dtype.kind in "uf" and (huge := np.abs(values) >= 2.0**63).any():
+            row = int(np.flatnonzero(huge.any(axis=1))[0])
+            raise DatasetError(path, f"node id {values[row][huge[row]][0]:.0f} in row {done + row + 1} does not fit "
+                                     "in 64 bits; expected ids in [0, number of nodes)")
         done += values.shape[0]
 
 
@@ -504,7 +513,7 @@ def read_raw_graphs(raw_dir: Path, meta: dict[str, Any], additional_node_files: 
             return read_csv_graph_raw(str(raw_dir), add_inverse_edge=meta["add_inverse_edge"],
                                       additional_node_files=list(additional_node_files),
                                       additional_edge_files=list(additional_edge_files))
-    except (pd.errors.ParserError, ValueError, OSError, EOFError) as err:
+    except (pd.errors.ParserError, ValueError, OverflowError, OSError, EOFError) as err:
         raise _unreadable_file(raw_dir, err) from None
 
 

@@ -172,6 +172,8 @@ BREAKS = {
                            "edge.csv.gz: expected two node ids a line (src,dst), found 3"),
     "one edge column": ("edge.csv.gz", lambda lines: [line.split(",")[0] for line in lines],
                         "edge.csv.gz: expected two node ids a line (src,dst), found 1"),
+    "huge edge id": ("edge.csv.gz", _set_line(30, "3,99999999999999999999"),
+                     "edge.csv.gz: node id 100000000000000000000 in row 31 does not fit in 64 bits"),
     "empty edge id": ("edge.csv.gz", _set_line(9, "3,"), "edge.csv.gz: node ids must be whole numbers, found nan"),
 }
 
