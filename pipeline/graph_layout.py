@@ -138,6 +138,32 @@ def _read_labels(raw_dir: Path, meta: dict[str, Any], num_graphs: int) -> tuple[
     return values, path
 
 
+def _check_vocabularies(arrays: dict[str, np.ndarray], node_feat_file: Path, edge_feat_file: Path) -> None:
+    """Molecules' features (``'data type': 'mol'``) as OGB's ``AtomEncoder``/``BondEncoder`` embed them:
+    integer columns, at most 9 atom and 3 bond ones, each value inside its vocabulary
+    (:func:`ogb.utils.features.get_atom_feature_dims`); they failed only in training, in a lookup.
+
+    Raises:
+        DatasetError: Naming the file, the column, the vocabulary and the first value outside it.
+    """
+    from ogb.utils.features import get_atom_feature_dims, get_bond_feature_dims
+
+    for name, file, what, sizes in (("x", node_feat_file, "atom", get_atom_feature_dims()),
+                                    ("edge_attr", edge_feat_file, "bond", get_bond_feature_dims())):
+        values = arrays.get(name)
+        if values is None:
+            continue
+        if values.dtype.kind not in "iu" or values.ndim != 2 or values.shape[1] > len(sizes):
+            raise DatasetError(file, f"expected at most {len(sizes)} integer {what} feature columns ('data type': "
+                                     f"'mol', OGB's encoders), got dtype {values.dtype} and shape {list(values.shape)}")
+        outside = (values < 0) | (values >= np.array(sizes[: values.shape[1]]))
+        if outside.any():
+            column = int(np.flatnonzero(outside.any(axis=0))[0])
+            value = int(values[outside[:, column], column][0])
+            raise DatasetError(file, f"{what} feature {column} must lie in [0, {sizes[column]}) (OGB's vocabulary for "
+                                     f"'data type': 'mol'), found {value}")
+
+
 def _class_ids(labels: np.ndarray, path: Path, num_classes: int) -> np.ndarray:
     """Multi-class labels as int64 class ids: whole numbers (``2.0`` too, as pandas writes a column
     that held a NaN) in ``[0, num_classes)``, one for every graph.
@@ -245,7 +271,10 @@ def build(
     if not graphs:
         raise DatasetError(raw_dir / "num-node-list.csv.gz", "holds no graph; expected at least one")
     names = ("edge.csv.gz", "num-node-list.csv.gz", "node-feat.csv.gz", "edge-feat.csv.gz")
-    arrays = _concatenate(graphs, *(raw_dir / ("data.npz" if meta["binary"] else name) for name in names))
+    files = [raw_dir / ("data.npz" if meta["binary"] else name) for name in names]
+    arrays = _concatenate(graphs, *files)
+    if meta["molecular"]:
+        _check_vocabularies(arrays, *files[2:])
     num_graphs = len(graphs)
     del graphs
     labels, _ = _read_labels(raw_dir, meta, num_graphs)

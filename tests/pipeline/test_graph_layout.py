@@ -285,3 +285,19 @@ def test_a_bad_feature_value_names_its_file(folder: Path, name: str, value: str,
     _rewrite(folder / "raw" / name, lines)
     with pytest.raises(DatasetError, match=message):
         _build(folder)
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("node-feat.csv.gz", "200", r"node-feat.csv.gz: atom feature 0 must lie in \[0, 119\) \(OGB's vocabulary for "
+                                r"'data type': 'mol'\), found 200"),
+    ("edge-feat.csv.gz", "7", r"edge-feat.csv.gz: bond feature 0 must lie in \[0, 5\)"),
+    ("node-feat.csv.gz", "0.5", r"node-feat.csv.gz: expected at most 9 integer atom feature columns \('data type': "
+                                r"'mol', OGB's encoders\), got dtype float32"),
+])
+def test_molecule_features_outside_ogbs_vocabularies_are_named(folder: Path, name: str, value: str, message: str):
+    """They passed preprocessing and failed in training, in an embedding lookup."""
+    lines = _lines(folder / "raw" / name)
+    lines[3] = ",".join([value, *lines[3].split(",")[1:]])
+    _rewrite(folder / "raw" / name, lines)
+    with pytest.raises(DatasetError, match=message):
+        _build(folder)
