@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import statistics
 from pathlib import Path
 from typing import Any
@@ -178,6 +179,19 @@ def plot_curves(rows: list[dict[str, float]], metric: str, path: Path) -> None:
     plt.close(fig)
 
 
+def _score(value: Any, metric: str, split: str) -> float | None:
+    """A metric for the report, rounded; ``None`` (JSON's null, not the non-standard ``NaN``) with a
+    warning when it is undefined, as ROC-AUC is on a split holding one class."""
+    if value is None:
+        return None
+    value = float(value)
+    if not math.isfinite(value):
+        log.warning("the %s %s is undefined (%s): %s", split, metric, value,
+                    "its split holds one class only" if metric in ("rocauc", "ap") else "see the run log")
+        return None
+    return round(value, 6)
+
+
 def write_report(
     run_dir: Path,
     *,
@@ -201,8 +215,8 @@ def write_report(
         "dataset": datamodule.describe()["name"],
         "model": model.hparams.model,
         "metric": metric,
-        "val": None if best is None else round(float(best), 6),
-        "test": round(float(test), 6),
+        "val": _score(best, metric, "validation"),
+        "test": _score(test, metric, "test"),
         "epochs": trainer.current_epoch,
         **timer.summary(),
         "peak_rss_mb": round(peak_rss_mb(), 1),

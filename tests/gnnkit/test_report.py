@@ -142,3 +142,12 @@ def test_with_a_progress_bar_the_stop_reason_has_a_line_of_its_own(monkeypatch):
     timer.on_train_end(trainer, None)
     timer.on_fit_end(trainer, None)
     assert lines == ["epoch 3/9  (0.50s); stopped: max_steps=7 reached"]
+
+
+def test_an_undefined_score_is_null_in_the_report_with_a_warning(gnnkit_log):
+    """A one-class test split gave rocauc NaN, written as JSON's non-standard NaN without a word."""
+    from gnnkit.report import _score
+
+    assert _score(0.12345678, "acc", "test") == 0.123457 and _score(None, "acc", "validation") is None
+    assert _score(float("nan"), "rocauc", "test") is None
+    assert "the test rocauc is undefined (nan): its split holds one class only" in gnnkit_log.text
