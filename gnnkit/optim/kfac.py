@@ -235,6 +235,8 @@ class KFAC(torch.optim.Optimizer):
 
         On 2+ initialised torch.distributed ranks this is collective (it creates the factors'
         process group), so every rank must bind the same model."""
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"KFAC.bind: expected the model (a torch.nn.Module), got {type(module).__name__}")
         self.unbind()
         mine = {id(p) for group in self.param_groups for p in group["params"]}
         for name, sub in module.named_modules():

@@ -170,6 +170,8 @@ def test_a_groups_own_settings_are_checked():
 def test_bind_needs_a_linear_layer():
     with pytest.raises(ValueError, match="KFAC.bind"):
         KFAC(nn.Embedding(3, 2).parameters()).bind(nn.Embedding(3, 2))
+    with pytest.raises(TypeError, match=r"KFAC.bind: expected the model \(a torch.nn.Module\), got NoneType"):
+        KFAC(_tiny().parameters()).bind(None)
 
 
 def test_owner_ranks_balance_cubic_costs():
