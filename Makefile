@@ -1,11 +1,13 @@
 # Set-up and everyday commands. Each target creates or updates the virtualenv it needs.
 #   make quickstart   venv + install + train the quickstart recipe on the embedded dataset
 #   make test         venv + test extras + the test suite
-# TORCH_SPEC picks the torch build (GPU users: make quickstart TORCH_SPEC=torch==2.13.0+cu126 ...).
+# TORCH_SPEC picks the torch version, TORCH_INDEX the index its build comes from
+# (make quickstart TORCH_INDEX=https://download.pytorch.org/whl/cu126; .../whl/cpu for a CPU-only build).
 
 PYTHON     ?= python3
 VENV       ?= .venv
 TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?=
 PYTEST_ARGS ?=
 # pytest-xdist workers: one per core, at most 4 (most tests start processes that import torch,
 # Lightning and PyG; a 2-rank test starts two). PYTEST_WORKERS=0 runs in this process.
@@ -20,7 +22,7 @@ $(BIN)/python:
 
 # Re-install when the project metadata changes.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url "$(TORCH_INDEX)")
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
