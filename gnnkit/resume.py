@@ -33,6 +33,7 @@ RUN_DIR_ENV = "GNNKIT_RUN_DIR"
 CONFIG = "config.yaml"
 METRICS = "metrics.csv"
 REPORT = "report.json"  # written by gnnkit.report when a run has finished
+CHECKPOINTS = "checkpoints"
 
 
 class ResumeError(ValueError):
@@ -218,7 +219,7 @@ class RunPlan:
 def _checkpoint(run_dir: Path, ckpt_path: str | None, resumed: bool) -> str | None:
     """The checkpoint ``fit`` starts from: ``--ckpt_path`` (``last``/``best`` name the run folder's
     own), else ``last.ckpt`` when resuming, else none."""
-    folder = run_dir / "checkpoints"
+    folder = run_dir / CHECKPOINTS
     if ckpt_path in ("last", "best"):
         ckpt_path = str(folder / f"{ckpt_path}.ckpt")
     if ckpt_path is not None:
@@ -239,8 +240,8 @@ def _say_what_the_folder_holds(run_dir: Path) -> None:
     """A line when a new run is given a folder that is not empty: an earlier run's (whose results the
     new one replaces), or other files (among which the run's are written)."""
     if (run_dir / CONFIG).is_file():
-        log.warning("%s holds an earlier run: this one starts afresh there and replaces its metrics, report and "
-                    "plots (gnnkit run --resume %s continues it instead)", run_dir, run_dir)
+        log.warning("%s holds an earlier run: this one starts afresh there and replaces its checkpoints, metrics, "
+                    "report and plots (gnnkit run --resume %s continues it instead)", run_dir, run_dir)
     elif run_dir.is_dir() and any(run_dir.iterdir()):
         log.warning("%s is not empty and holds no run: the run's files are written among what is there", run_dir)
 
@@ -278,8 +279,11 @@ def plan_run(args: RunArgs) -> RunPlan:
 
 
 def prepare_metrics(plan: RunPlan) -> None:
-    """Make ``metrics.csv`` ready for the run (global rank 0 only): trimmed to the checkpoint's
-    epochs when continuing a run in its folder, removed when a run starts afresh in a used folder."""
+    """Make ``metrics.csv`` and ``checkpoints/`` ready for the run (global rank 0 only): the metrics
+    trimmed to the checkpoint's epochs when continuing a run in its folder; when a run starts afresh
+    in a used folder, the metrics removed and so are the earlier run's checkpoints (Lightning saved
+    ``best-v1.ckpt`` beside its ``best.ckpt``, which ``--ckpt_path best`` and a later ``--resume``
+    would then take), but for one the new run starts from."""
     if not is_rank_zero():
         return
     metrics = plan.run_dir / METRICS
@@ -287,5 +291,11 @@ def prepare_metrics(plan: RunPlan) -> None:
         dropped = trim_metrics(metrics, epochs_done(Path(plan.ckpt_path)))
         if dropped:
             log.info("resume: dropped %d row(s) of %s logged after the checkpoint", dropped, metrics)
-    else:
-        metrics.unlink(missing_ok=True)
+        return
+    metrics.unlink(missing_ok=True)
+    if plan.resumed or not (plan.run_dir / CONFIG).is_file():  # checkpoints only of an earlier gnnkit run
+        return
+    start = Path(plan.ckpt_path).resolve() if plan.ckpt_path is not None else None
+    for checkpoint in sorted((plan.run_dir / CHECKPOINTS).glob("*.ckpt")):
+        if checkpoint.resolve() != start:
+            checkpoint.unlink()

@@ -332,3 +332,25 @@ def test_torchrun_restart_of_a_top_k_run_takes_the_same_steps(tmp_path):
     _torchrun(restarted, tmp_path / "restarted.log", {FAULT_ENV: "exit@1:1"}, TOPK)
     assert "torchrun restart 1" in (tmp_path / "restarted.log").read_text()
     torch.testing.assert_close(losses(restarted), losses(straight), rtol=1e-5, atol=1e-6)
+
+
+def test_a_fresh_run_in_a_used_folder_replaces_the_earlier_runs_checkpoints(tmp_path, monkeypatch):
+    """Lightning wrote best-v1.ckpt beside the earlier run's best.ckpt, which --ckpt_path best and a
+    later --resume then took; a checkpoint the new run starts from, and a folder that held no run,
+    keep theirs."""
+    from gnnkit.resume import prepare_metrics
+
+    monkeypatch.chdir(tmp_path)
+    used = tmp_path / "used"
+    (used / "checkpoints").mkdir(parents=True)
+    (used / "config.yaml").write_text("model: {}\n")
+    for name in ("best.ckpt", "best-v1.ckpt", "last.ckpt", "start.ckpt"):
+        (used / "checkpoints" / name).write_text("")
+    prepare_metrics(plan_run(parse_run_args([QUICKSTART, "--run_dir", str(used),
+                                             "--ckpt_path", str(used / "checkpoints" / "start.ckpt")])))
+    assert [p.name for p in (used / "checkpoints").iterdir()] == ["start.ckpt"]
+    mine = tmp_path / "mine"
+    (mine / "checkpoints").mkdir(parents=True)
+    (mine / "checkpoints" / "model.ckpt").write_text("")
+    prepare_metrics(plan_run(parse_run_args([QUICKSTART, "--run_dir", str(mine)])))
+    assert (mine / "checkpoints" / "model.ckpt").is_file()
