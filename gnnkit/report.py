@@ -13,6 +13,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import EarlyStopping, Timer
 
 from gnnkit.device_clock import device_clock
+from gnnkit.native import loader
 from gnnkit.optim.state import describe_optimizers
 from pipeline import atomic_write_text, log, peak_rss_mb, save_figure
 
@@ -43,16 +44,19 @@ class EpochTimer(pl.Callback):
         self._validation = 0.0
         self._batches = 0
         self._trained: float | None = None  # the epoch's training seconds, once its last batch has ended
+        self._built_before = 0.0  # native build seconds before the epoch
         self.peak_train_gpu_mb: float | None = None
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.times.append(_clock(pl_module) - self._start)
+        build = loader.build_seconds() - self._built_before  # a first use's one-time build is no training
+        self.times.append(_clock(pl_module) - self._start - build)
         cut_short = self._trained is None  # no last batch: trained until now
-        self.train_times.append(self.times[-1] - self._validation if cut_short else self._trained)
+        self.train_times.append(self.times[-1] - self._validation if cut_short else self._trained - build)
         self.train_batches.append(self._batches)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._start = _clock(pl_module)
+        self._built_before = loader.build_seconds()
         self._validation, self._batches, self._trained = 0.0, 0, None
         if trainer.current_epoch > 0:
             self._log_epoch(trainer, trainer.current_epoch)

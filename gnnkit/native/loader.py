@@ -34,8 +34,8 @@ from types import ModuleType
 
 import torch
 
-__all__ = ["available", "build_dir", "cuda_mode", "disabled", "enabled", "get", "kernels", "library_path", "reset",
-           "source_dir", "status"]
+__all__ = ["available", "build_dir", "build_seconds", "cuda_mode", "disabled", "enabled", "get", "kernels",
+           "library_path", "reset", "source_dir", "status"]
 
 _CFLAGS = ["-O3", "-march=native", "-fopenmp"]  # the C++ standard is torch's choice
 _LDFLAGS = ["-fopenmp"]
@@ -46,6 +46,13 @@ _module: ModuleType | None = None
 _error: str | None = None  # why the build failed (then it is not retried in this process)
 _off_depth = 0
 _by_key: dict[str, ModuleType] = {}  # every build loaded in this process (torch cannot load one twice)
+_build_seconds = 0.0  # spent building (or waiting on another process's build) in this process
+
+
+def build_seconds() -> float:
+    """Seconds this process has spent building the native kernels (a first use builds them), which
+    a timer of training leaves out."""
+    return _build_seconds
 
 
 def source_dir() -> Path:
@@ -261,6 +268,8 @@ def _load(cpp_extension: ModuleType, key: str, files: list[Path], folder: Path, 
             verbose=verbose,
         )
     if building:
+        global _build_seconds
+        _build_seconds += time.perf_counter() - start
         _say(f"native kernels built in {time.perf_counter() - start:.0f}s")
     return module
 

@@ -70,6 +70,19 @@ def test_epoch_timer_times_training_to_the_last_batch_without_validation(monkeyp
                                "train_batches_per_s": 0.769}
 
 
+def test_epoch_timer_leaves_out_a_native_build(monkeypatch):
+    """The first run's 35 s kernel build landed in epoch 1: train_time_s 35.5 for 0.8 s of training."""
+    clock = iter([0.0, 40.0, 41.0])
+    built = iter([0.0, 35.0, 35.0])
+    monkeypatch.setattr("gnnkit.device_clock.time.perf_counter", lambda: next(clock))
+    monkeypatch.setattr("gnnkit.native.loader.build_seconds", lambda: next(built))
+    timer, trainer = EpochTimer(), SimpleNamespace(current_epoch=0, is_last_batch=True)
+    timer.on_train_epoch_start(trainer, None)
+    timer.on_train_batch_end(trainer, None)  # the batch that built the kernels ends at 40
+    timer.on_train_epoch_end(trainer, None)
+    assert timer.times == [6.0] and timer.train_times == [5.0]
+
+
 def test_epoch_timer_waits_for_the_gpu_at_each_boundary(monkeypatch):
     """On a GPU an epoch ends when its kernels have run, not when they were queued: every clock
     reading of the timer synchronises the module's device first (and none on the CPU)."""
