@@ -125,7 +125,7 @@ def _explain(args: argparse.Namespace) -> int:
 def _calibrate(args: argparse.Namespace) -> int:
     from gnnkit.sparse.calibrate import label_corpus, train_and_save
     from gnnkit.sparse.corpus import sample_specs
-    from gnnkit.sparse.selector import calibrated_path, device_kind
+    from gnnkit.sparse.selector import MODEL_ENV, calibrated_path, device_kind
 
     device, kind = args.device, device_kind(args.device)
     out = Path(args.out) if args.out else calibrated_path(kind)
@@ -143,9 +143,13 @@ def _calibrate(args: argparse.Namespace) -> int:
     selector = train_and_save(records, out, folds=args.folds, meta={"calibrated": True, "corpus": str(labels)})
     quality: dict[str, Any] = {k: round(v, 3) for k, v in selector.meta.items()
                                if k.startswith("cv_") and isinstance(v, float)}
+    if out.resolve() == calibrated_path(kind).resolve():
+        use = (f"used for {selector.device} matrices from now on; delete it to return to the shipped {kind} model, "
+               "or to none where none ships")
+    else:  # only the calibrated path is read without being named
+        use = f"to use it: export {MODEL_ENV[kind]}={out}"
     print(f"measured {len(records)} samples on {device} in {time.perf_counter() - start:.0f}s; "
-          f"held-out quality {quality}\nsaved {out} (used for {selector.device} matrices from now on; delete it to "
-          f"return to the shipped {kind} model, or to none where none ships)")
+          f"held-out quality {quality}\nsaved {out} ({use})")
     return 0
 
 

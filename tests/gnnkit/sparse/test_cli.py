@@ -55,3 +55,12 @@ def test_calibrate_writes_a_model_that_is_used_from_then_on(capsys):
         calibrated_path().unlink(missing_ok=True)
         selector_module._loaded.clear()
     assert model_path() == SHIPPED_MODEL
+
+
+def test_calibrate_to_another_path_says_how_to_use_it(capsys, tmp_path):
+    """It claimed the model was used from now on; only the calibrated path is read unnamed."""
+    out = tmp_path / "mine.json"
+    assert main(["formats", "calibrate", "--count", "3", "--max-rows", "1500", "--max-nnz", "5000",
+                 "--widths-per-matrix", "1", "--repeats", "1", "--folds", "0", "--out", str(out)]) == 0
+    assert f"saved {out} (to use it: export GNNKIT_SELECTOR={out})" in capsys.readouterr().out
+    assert model_path() == SHIPPED_MODEL and out.is_file()
