@@ -108,17 +108,18 @@ def _explain(args: argparse.Namespace) -> int:
             feats = transposed_features(matrix_features(adj))
             print(f"  (A^T: {feats['n_rows']:.0f} rows, row nnz max {feats['row_max']:.0f}, cv {feats['row_cv']:.3g})")
         timings = {} if args.no_measure else measure_formats(matrix, args.width, repeats=args.repeats)
-        best = best_format(timings) if timings else None
+        best = best_format(timings, run.products) if timings else None
         print(f"  {'format':15s} {'predicted':>10s} {'spmm ms':>10s} {'convert ms':>11s} {'cost ms':>10s}")
         for fmt in decision.scores or timings or decision.timings_s:  # no model: no predictions
             t = timings.get(fmt)
             predicted = f"{decision.scores[fmt]:10.3f}" if fmt in decision.scores else f"{'-':>10s}"
-            cells = ([f"{t.spmm_s * 1e3:10.3f}", f"{t.convert_s * 1e3:11.2f}", f"{t.cost() * 1e3:10.3f}"]
+            cells = ([f"{t.spmm_s * 1e3:10.3f}", f"{t.convert_s * 1e3:11.2f}", f"{t.cost(run.products) * 1e3:10.3f}"]
                      if t else [f"{'-':>10s}", f"{'-':>11s}", f"{'-':>10s}"])
             marks = (" <- auto" if fmt == decision.choice else "") + (" <- fastest" if fmt == best else "")
             print(f"  {fmt:15s} {predicted} {' '.join(cells)}{marks}")
     if not args.no_measure:
-        print(f"\npredicted = log(cost / best cost); cost = spmm + convert / {AMORTIZE_STEPS} (conversion amortised)")
+        print(f"\ncost = spmm + convert / {run.products} (conversion amortised over the run's products); predicted = "
+              f"the model's log(cost / best cost), which it learnt with conversion over {AMORTIZE_STEPS} products")
     return 0
 
 

@@ -37,6 +37,8 @@ def test_explain_prints_features_prediction_and_measured_times(capsys, make_ogb_
     assert "model: cpu: " in out and out.count("model: the cpu model (") == 2
     for name in ("csr", "coo", "segment", "gather_scatter"):
         assert f"\n  {name} " in out
+    products = int(out.split(" products per pass and width")[0].rsplit("= ", 1)[1])  # the cost column's, too
+    assert f"cost = spmm + convert / {products} (conversion amortised over the run's products)" in out
 
 
 def test_calibrate_writes_a_model_that_is_used_from_then_on(capsys):
