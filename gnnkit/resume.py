@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -88,6 +89,15 @@ def elastic_restart() -> int:
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0) or 0)
 
 
+def recipe_name(recipe: str | Path | None) -> str:
+    """What a run of ``recipe`` is named after: its file's stem, and for a run folder's
+    ``config.yaml`` (a rerun) the recipe that folder is named after (``runs/config-<time>`` before)."""
+    path = Path(recipe or "run")
+    if path.name == CONFIG and (match := re.fullmatch(r"(.+)-\d{8}-\d{6}(-\d+)?", path.resolve().parent.name)):
+        return match.group(1)
+    return path.stem
+
+
 def choose_run_dir(args: RunArgs) -> tuple[Path, bool]:
     """The run folder: ``--resume``, ``--run_dir``, ``$GNNKIT_RUN_DIR``, the torchrun rendezvous id,
     or ``runs/<recipe>-<time>``, in that order; and whether the run claims it
@@ -96,7 +106,7 @@ def choose_run_dir(args: RunArgs) -> tuple[Path, bool]:
     given = _given_run_dir(args)
     if given is not None:
         return given, False
-    made_up = Path("runs") / f"{Path(args.recipe or 'run').stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    made_up = Path("runs") / f"{recipe_name(args.recipe)}-{time.strftime('%Y%m%d-%H%M%S')}"
     return made_up, not os.environ.get("TORCHELASTIC_RUN_ID")
 
 
@@ -111,7 +121,7 @@ def _given_run_dir(args: RunArgs) -> Path | None:
         return args.run_dir
     if os.environ.get(RUN_DIR_ENV):
         return Path(os.environ[RUN_DIR_ENV])
-    stem = Path(args.recipe or "run").stem
+    stem = recipe_name(args.recipe)
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
     if run_id and run_id != "none":
         return Path("runs") / f"{stem}-elastic-{run_id}"

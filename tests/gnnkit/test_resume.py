@@ -354,3 +354,13 @@ def test_a_fresh_run_in_a_used_folder_replaces_the_earlier_runs_checkpoints(tmp_
     (mine / "checkpoints" / "model.ckpt").write_text("")
     prepare_metrics(plan_run(parse_run_args([QUICKSTART, "--run_dir", str(mine)])))
     assert (mine / "checkpoints" / "model.ckpt").is_file()
+
+
+def test_a_rerun_of_a_runs_config_is_named_after_its_recipe(tmp_path):
+    """`gnnkit run runs/quickstart-<time>/config.yaml` made runs/config-<time>."""
+    from gnnkit.resume import recipe_name
+
+    assert recipe_name("recipes/quickstart.yaml") == "quickstart" and recipe_name(None) == "run"
+    assert recipe_name(tmp_path / "quickstart-20261128-134917" / "config.yaml") == "quickstart"
+    assert recipe_name(tmp_path / "gcn_arxiv-20261128-134917-2" / "config.yaml") == "gcn_arxiv"
+    assert recipe_name(tmp_path / "mine" / "config.yaml") == "config"
