@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
@@ -45,6 +46,16 @@ def _check_pseudo_labels(gamma: float, full_batch: bool, multiclass: bool) -> No
                          "batch has no predictions for the nodes outside its seeds")
     if not multiclass:
         raise ValueError("model.pseudo_label_gamma: needs a multi-class task (pseudo-labels are argmax classes)")
+
+
+def _as_model_setting(err: ValueError) -> ValueError:
+    """A :class:`NodeGNNOptions` error named as the recipe's setting (``dropout: ...`` ->
+    ``model.dropout: ...``, as ``model.lr`` is)."""
+    text = str(err)
+    field = re.match(r"\w+", text)
+    if field and field.group(0) in NodeGNNOptions.__dataclass_fields__ and not text.startswith("model."):
+        return ValueError(f"model.{text}")
+    return err
 
 
 class NodeClassifier(RunLengthHooks, TaskModule):
@@ -195,12 +206,15 @@ class NodeClassifier(RunLengthHooks, TaskModule):
         elif embedding_dim:
             self.embedding = nn.Embedding(num_nodes, embedding_dim)
         features = 0 if replace_features else in_channels
-        options = NodeGNNOptions(
-            num_layers=num_layers, dropout=dropout, input_dropout=input_dropout, batch_norm=batch_norm,
-            activation=activation, heads=heads, output_heads=output_heads, attention_dropout=attention_dropout,
-            cached=full_batch, aggregation=aggregation, format=format, low_rank=low_rank,
-            inrank=InRankOptions.of(inrank, "model.inrank"),
-        )
+        try:
+            options = NodeGNNOptions(
+                num_layers=num_layers, dropout=dropout, input_dropout=input_dropout, batch_norm=batch_norm,
+                activation=activation, heads=heads, output_heads=output_heads, attention_dropout=attention_dropout,
+                cached=full_batch, aggregation=aggregation, format=format, low_rank=low_rank,
+                inrank=InRankOptions.of(inrank, "model.inrank"),
+            )
+        except ValueError as err:
+            raise _as_model_setting(err) from None
         self.gnn = NodeGNN(resolve_model(model), features + embedding_dim, hidden_channels, out_channels, options)
         self.evaluator = make_evaluator(self.task["name"], self.task["eval_metric"], self.task["num_tasks"])
         self._outputs: dict[str, list[tuple[Tensor, Tensor]]] = {s: [] for s in STAGES}

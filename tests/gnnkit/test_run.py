@@ -185,7 +185,7 @@ def test_a_run_without_validation_says_so_once_and_tests_the_last_weights(tmp_pa
 
 
 @pytest.mark.parametrize(("setting", "line"), [
-    (["--model.dropout", "3"], "dropout: expected a probability in [0, 1), got 3.0"),  # gnnkit's check
+    (["--model.dropout", "3"], "model.dropout: expected a probability in [0, 1), got 3.0"),  # gnnkit's check
     (["--model.lr", "-1"], "model.lr: expected a finite number > 0, got -1.0"),  # torch's optimizer: inside fit
     (["--data.batch_size", "64", "--data.num_neighbors", "[-3, 5]"],
      "data.num_neighbors: expected a list of at least one fan-out per layer, each >= 0 or -1"),  # PyG's: inside fit
