@@ -83,7 +83,7 @@ class GnnkitCLI(LightningCLI):
     validation metric) and the saved config."""
 
     def __init__(self, run_dir: Path, args: list[str], resumed: bool = False,
-                 family: TaskFamily | None = None) -> None:
+                 family: TaskFamily | None = None, recipe_defaults: str | None = None) -> None:
         self.run_dir = run_dir
         self.family = family or task_family(DEFAULT_TASK)
         self.timer = EpochTimer(log_lines=not sys.stderr.isatty())
@@ -96,7 +96,9 @@ class GnnkitCLI(LightningCLI):
             run=False,
             seed_everything_default=0,
             save_config_kwargs={"overwrite": True},
-            parser_kwargs={"prog": "gnnkit run", "description": RUN_HELP, "formatter_class": _HelpFormatter},
+            parser_kwargs={"prog": "gnnkit run", "description": RUN_HELP, "formatter_class": _HelpFormatter,
+                           # --help of a recipe shows its values as the defaults
+                           **({"default_config_files": [recipe_defaults]} if recipe_defaults else {})},
             parser_class=_OneLineErrors,
             trainer_defaults={
                 "default_root_dir": str(run_dir),
@@ -217,12 +219,13 @@ def _plan(recipe: str, overrides: list[str]) -> RunPlan | None:
     return plan_run(args)
 
 
-def _cli(run_dir: Path, args: list[str], resumed: bool = False, task: str = DEFAULT_TASK) -> GnnkitCLI:
+def _cli(run_dir: Path, args: list[str], resumed: bool = False, task: str = DEFAULT_TASK,
+         recipe_defaults: str | None = None) -> GnnkitCLI:
     """Parse ``args`` with LightningCLI for ``task``'s classes (it exits on ``--print_config`` and
-    ``--help``)."""
+    ``--help``), with ``recipe_defaults``'s values as the defaults when given."""
     argv, sys.argv = sys.argv, sys.argv[:1]  # LightningCLI reads `args`, not gnnkit's own argv
     try:
-        return GnnkitCLI(run_dir, args, resumed=resumed, family=task_family(task))
+        return GnnkitCLI(run_dir, args, resumed=resumed, family=task_family(task), recipe_defaults=recipe_defaults)
     finally:
         sys.argv = argv
 
@@ -251,6 +254,9 @@ def run(recipe: str, overrides: list[str]) -> dict[str, Any]:
         task_family(task)
     except ValueError as err:  # reported like gnnkit's other run arguments: one line, exit 2
         raise ResumeError(str(err)) from None
+    if _wants_help(plan.overrides):  # the recipe's settings, its values shown as the defaults; exits
+        _cli(Path("."), ["--help"], task=task, recipe_defaults=plan.config)
+        return {}
     with claimed_run_dir(plan) as run_dir:  # a new folder of its own, removed again if parsing fails
         try:
             cli = _cli(run_dir, ["--config", plan.config, *plan.overrides], resumed=plan.resumed, task=task)

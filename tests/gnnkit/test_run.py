@@ -55,6 +55,20 @@ def test_recipe_typo_gets_lightningclis_error(tmp_path):
     assert "usage:" not in out.stderr  # not the 80 lines of every setting ahead of it
 
 
+def test_help_of_a_recipe_shows_its_values_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    """It showed the classes' defaults (hidden_channels 256 where the recipe says 64)."""
+    from gnnkit.run import run
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as done:
+        run(str(QUICKSTART), ["--help"])
+    out = capsys.readouterr().out
+    assert done.value.code == 0 and "Note: default values below are the ones overridden by the contents of" in out
+    hidden = out[out.index("--model.hidden_channels HIDDEN_CHANNELS\n"):].split("--model.num_layers")[0]
+    assert "default: 64)" in " ".join(hidden.split())
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.slow
 def test_print_config_and_bad_arguments_write_no_run_folder(tmp_path):
     out = _gnnkit("run", QUICKSTART, "--trainer.max_epochs", "2", "--print_config", cwd=tmp_path)
