@@ -64,6 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C: what was being written is a temp, removed on the way out
         print("gnnkit: interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
+    except SystemExit as stop:  # Lightning's SIGTERMException exits without a code: status 0, a success
+        if type(stop).__name__ != "SIGTERMException":
+            raise
+        print("gnnkit: stopped by SIGTERM (gnnkit run --resume RUN_DIR continues a run)", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except BrokenPipeError:  # `gnnkit datasets | head`: the reader left, as for any Unix tool
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
         return 128 + signal.SIGPIPE

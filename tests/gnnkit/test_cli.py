@@ -243,6 +243,21 @@ def test_ctrl_c_is_one_line_and_the_shells_status(capsys, monkeypatch):
     assert capsys.readouterr().err == "gnnkit: interrupted\n"
 
 
+def test_sigterm_is_a_failure_status(capsys, monkeypatch):
+    """Lightning stops a run on SIGTERM (a scheduler's preemption, `timeout`) with an exception that
+    exits without a code: the run ended with status 0, a success, without its test or report."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    import gnnkit.data.cli as data_cli
+
+    def terminated(args):
+        raise SIGTERMException
+
+    monkeypatch.setattr(data_cli, "_datasets", terminated)
+    assert main(["datasets"]) == 143
+    assert capsys.readouterr().err == "gnnkit: stopped by SIGTERM (gnnkit run --resume RUN_DIR continues a run)\n"
+
+
 def test_gnnkit_home_that_is_a_file_is_one_line(tmp_path, monkeypatch, capsys):
     """It was NotADirectoryError from deep in preprocess, and an empty listing from `cache list`."""
     home = tmp_path / "home"
