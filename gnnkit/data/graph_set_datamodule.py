@@ -60,6 +60,17 @@ class GraphSetDataModule(PrecisionBatches):
         meta = self.graphs.meta
         log.info("%s: %s graphs, %s nodes, %s edges", meta["name"], f"{self.graphs.num_graphs:,}",
                  f"{self.graphs.num_nodes:,}", f"{self.graphs.num_edges:,}")
+        self._shuffle = torch.Generator().manual_seed(seed)  # draws each epoch's order of the training graphs
+
+    def state_dict(self) -> dict[str, Any]:
+        """The shuffle generator's state, saved in checkpoints: a resumed run then draws the epochs'
+        orders an uninterrupted one would (a fresh generator repeated the first epochs' orders)."""
+        return {"shuffle": self._shuffle.get_state()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the shuffle generator when resuming a fit (not when testing a checkpoint)."""
+        if "shuffle" in state_dict and (self.trainer is None or self.trainer.state.fn == "fit"):
+            self._shuffle.set_state(state_dict["shuffle"])
 
     # -- what the model needs to know (linked into the model by `gnnkit run`) --
     @property
@@ -107,10 +118,9 @@ class GraphSetDataModule(PrecisionBatches):
         hp = self.hparams
         train = stage == "train"
         ids = self.graphs.split[SPLIT_OF_STAGE[stage]].clone()
-        generator = torch.Generator().manual_seed(hp.seed) if train else None
         return DataLoader(
             ids, batch_size=hp.batch_size if train or hp.eval_batch_size is None else hp.eval_batch_size,
-            shuffle=train, generator=generator, collate_fn=self._collate, num_workers=hp.num_workers,
+            shuffle=train, generator=self._shuffle if train else None, collate_fn=self._collate, num_workers=hp.num_workers,
             persistent_workers=hp.num_workers > 0,
         )
 

@@ -279,10 +279,19 @@ class LinkDataModule(PrecisionBatches):
                           **self.reuse_stats.state_dict()}}
 
     def state_dict(self) -> dict[str, Any]:
-        """The reuse counters (so a resumed run's report covers the whole schedule)."""
-        return {"reuse_stats": self.reuse_stats.state_dict()} if self.reuse is not None else {}
+        """What a resumed run needs to continue exactly, saved in checkpoints: the generators of the
+        shuffles and negatives (every rank draws the same) and the reuse counters (so the report
+        covers the whole schedule)."""
+        state: dict[str, Any] = {"generators": {stage: g.get_state() for stage, g in self._generators.items()}}
+        return {**state, "reuse_stats": self.reuse_stats.state_dict()} if self.reuse is not None else state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore them when resuming a fit (not when testing a checkpoint): fresh generators drew the
+        first epochs' shuffles and negatives again."""
+        if self.trainer is not None and self.trainer.state.fn != "fit":
+            return
+        for stage, state in state_dict.get("generators", {}).items():
+            self._generators[stage].set_state(state)
         if "reuse_stats" in state_dict:
             self.reuse_stats.load_state_dict(state_dict["reuse_stats"])
 

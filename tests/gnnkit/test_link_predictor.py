@@ -219,3 +219,19 @@ def test_the_graph_trained_is_stated_in_the_log_and_report(gnnkit_log):
     assert facts["raw_self_loops"] is not None
     line = next(r.getMessage() for r in gnnkit_log.records if r.getMessage().startswith(f"data {TINY}:"))
     assert f"symmetrised graph, {facts['raw_edges']:,} -> {facts['num_edges']:,} edges" in line
+
+
+def test_a_resumed_datamodule_draws_the_next_epochs_shuffles_and_negatives():
+    """Fresh generators drew the first epochs' again: a resumed link run trained other batches."""
+    def epoch(dm):
+        return [torch.cat([batch.pos, batch.neg]) for batch in dm.train_dataloader()]
+
+    straight = LinkDataModule(TINY, batch_size=4096)
+    uninterrupted = [epoch(straight) for _ in range(3)]
+    first = LinkDataModule(TINY, batch_size=4096)
+    epoch(first)
+    resumed = LinkDataModule(TINY, batch_size=4096)
+    resumed.load_state_dict(first.state_dict())
+    for want in uninterrupted[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(epoch(resumed), want))
+    assert not torch.equal(uninterrupted[0][0], uninterrupted[1][0])
