@@ -37,6 +37,7 @@ from gnnkit.quiet import quietly, resuming, unvalidated
 from gnnkit.report import EpochTimer, write_report
 from gnnkit.resume import (RUN_DIR_ENV, ResumeError, RunPlan, claimed_run_dir, parse_run_args, plan_run,
                            prepare_metrics)
+from gnnkit.saved_config import AtomicSaveConfig
 from gnnkit.tasks import DEFAULT_TASK, SHARED_LINKS, TaskFamily, add_task_argument, recipe_task, task_family
 from pipeline import log, setup_logging
 
@@ -95,6 +96,7 @@ class GnnkitCLI(LightningCLI):
             args=args,
             run=False,
             seed_everything_default=0,
+            save_config_callback=AtomicSaveConfig,
             save_config_kwargs={"overwrite": True},
             parser_kwargs={"prog": "gnnkit run", "description": RUN_HELP, "formatter_class": _HelpFormatter,
                            # --help of a recipe shows its values as the defaults
