@@ -76,6 +76,17 @@ class EpochTimer(pl.Callback):
             self._validation += _clock(pl_module) - self._validating_since
             self._validating_since = None
 
+    def state_dict(self) -> dict[str, Any]:
+        """The epochs timed so far, saved in checkpoints: a resumed run's report then covers every
+        epoch (it covered those of the last process only, none after a resume of a finished run)."""
+        return {"times": list(self.times), "train_times": list(self.train_times),
+                "train_batches": list(self.train_batches)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # noqa: D102
+        self.times = list(state_dict.get("times", []))
+        self.train_times = list(state_dict.get("train_times", []))
+        self.train_batches = list(state_dict.get("train_batches", []))
+
     def summary(self) -> dict[str, float | None]:
         """``epoch_time_s`` (median epoch, its validation included), ``train_epoch_time_s`` (median
         epoch's training: to its last batch, without validation), ``train_time_s`` (all epochs' training) and

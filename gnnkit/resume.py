@@ -290,10 +290,11 @@ def plan_run(args: RunArgs) -> RunPlan:
 
 def prepare_metrics(plan: RunPlan) -> None:
     """Make ``metrics.csv`` and ``checkpoints/`` ready for the run (global rank 0 only): the metrics
-    trimmed to the checkpoint's epochs when continuing a run in its folder; when a run starts afresh
-    in a used folder, the metrics removed and so are the earlier run's checkpoints (Lightning saved
-    ``best-v1.ckpt`` beside its ``best.ckpt``, which ``--ckpt_path best`` and a later ``--resume``
-    would then take), but for one the new run starts from."""
+    trimmed to the checkpoint's epochs when continuing a run in its folder; when a run starts from
+    its first epoch in a used folder (afresh, or resumed before its first ``last.ckpt``), the metrics
+    removed and so are the earlier run's or attempt's checkpoints (Lightning saved ``best-v1.ckpt``
+    beside a stale ``best.ckpt``, which ``--ckpt_path best`` then took), but for one the run starts
+    from."""
     if not is_rank_zero():
         return
     metrics = plan.run_dir / METRICS
@@ -303,7 +304,7 @@ def prepare_metrics(plan: RunPlan) -> None:
             log.info("resume: dropped %d row(s) of %s logged after the checkpoint", dropped, metrics)
         return
     metrics.unlink(missing_ok=True)
-    if plan.resumed or not (plan.run_dir / CONFIG).is_file():  # checkpoints only of an earlier gnnkit run
+    if not (plan.run_dir / CONFIG).is_file():  # checkpoints only of an earlier gnnkit run (or attempt)
         return
     start = Path(plan.ckpt_path).resolve() if plan.ckpt_path is not None else None
     for checkpoint in sorted((plan.run_dir / CHECKPOINTS).glob("*.ckpt")):

@@ -164,3 +164,12 @@ def test_an_undefined_score_is_null_in_the_report_with_a_warning(gnnkit_log):
     assert _score(0.12345678, "acc", "test") == 0.123457 and _score(None, "acc", "validation") is None
     assert _score(float("nan"), "rocauc", "test") is None
     assert "the test rocauc is undefined (nan): its split holds one class only" in gnnkit_log.text
+
+
+def test_epoch_timer_state_carries_the_epochs_timed_over_a_resume():
+    """A resumed run's report timed only the last process's epochs (0.40 s of 76.9 s)."""
+    timer = EpochTimer()
+    timer.times, timer.train_times, timer.train_batches = [2.0, 3.0], [1.5, 2.5], [4, 4]
+    resumed = EpochTimer()
+    resumed.load_state_dict(timer.state_dict())
+    assert resumed.summary() == timer.summary() and resumed.summary()["train_time_s"] == 4.0

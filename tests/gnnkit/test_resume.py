@@ -349,6 +349,9 @@ def test_a_fresh_run_in_a_used_folder_replaces_the_earlier_runs_checkpoints(tmp_
     prepare_metrics(plan_run(parse_run_args([QUICKSTART, "--run_dir", str(used),
                                              "--ckpt_path", str(used / "checkpoints" / "start.ckpt")])))
     assert [p.name for p in (used / "checkpoints").iterdir()] == ["start.ckpt"]
+    (used / "checkpoints" / "best.ckpt").write_text("")  # a killed attempt's, saved before its first last.ckpt
+    prepare_metrics(plan_run(parse_run_args(["--resume", str(used)])))
+    assert [p.name for p in (used / "checkpoints").iterdir()] == []
     mine = tmp_path / "mine"
     (mine / "checkpoints").mkdir(parents=True)
     (mine / "checkpoints" / "model.ckpt").write_text("")
