@@ -88,6 +88,12 @@ def _batch_caches(args: argparse.Namespace) -> int:
     return bad
 
 
+def _stale_temps() -> list[Path]:
+    """Temps that killed processes left in the raw-data folders and the batch caches (a reuse run
+    killed while recording left its shards there, never removed)."""
+    return [*temp_paths.stale_temps_under(paths.data_root()), *temp_paths.stale_temps_under(paths.batch_root())]
+
+
 def _cache_target(dataset: str | None) -> tuple[str | None, Path | None]:
     """The name the caches file ``dataset`` under, and for an OGB-format folder path the folder: a
     name as given, a path by its folder's name (as ``preprocess`` filed it). Never a path as the
@@ -109,9 +115,9 @@ def _cache(args: argparse.Namespace) -> int:
         removed = cache.clear(root, args.dataset, folder)
         _batch_caches(args)
         print(f"removed {removed} cache folder(s) from {root} and the batch caches in {paths.batch_root()}")
-        for stale in temp_paths.stale_temps_under(paths.data_root()):
+        for stale in _stale_temps():
             temp_paths.remove(stale)
-            print(f"removed {stale} (left by an interrupted generation or download)")
+            print(f"removed {stale} (left by an interrupted generation, download or batch recording)")
         return 0
     bad = 0
     for item in cache.entries(root):
@@ -127,8 +133,8 @@ def _cache(args: argparse.Namespace) -> int:
         print(f"{status:8} {item.path}" + "".join(f"\n         {p}" for p in problems))
     for tmp in cache.stale_temps(root):
         print(f"STALE    {tmp} (left by an interrupted preprocess; 'gnnkit cache clear' removes it)")
-    for tmp in temp_paths.stale_temps_under(paths.data_root()):
-        print(f"STALE    {tmp} (left by an interrupted generation; 'gnnkit cache clear' removes it)")
+    for tmp in _stale_temps():
+        print(f"STALE    {tmp} (left by an interrupted generation or batch recording; 'gnnkit cache clear' removes it)")
     bad += _batch_caches(args)
     return 1 if bad else 0
 

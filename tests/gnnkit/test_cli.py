@@ -284,3 +284,17 @@ def test_cache_verify_of_one_dataset_leaves_the_others_entries_alone(tmp_path, m
     assert main(["cache", "verify", "other"]) == 1
     assert f"CORRUPT  {other}: unreadable manifest" in capsys.readouterr().out
     shutil.rmtree(other.parent)  # the session's cache is shared with later tests
+
+
+def test_a_killed_batch_recordings_temp_is_listed_and_cleared(capsys, monkeypatch):
+    """A reuse run killed while recording left its shards in a temp under the batch caches, which no
+    command showed or removed."""
+    from pipeline import paths, temp_paths
+
+    temp = temp_paths.make_temp_dir(paths.batch_root() / "toy" / "0123abcd")
+    (temp / "shard-0.bin").write_bytes(b"")
+    monkeypatch.setattr(temp_paths, "pid_alive", lambda pid: False)  # its recorder was killed
+    assert main(["cache", "list"]) == 0
+    assert f"STALE    {temp} (left by an interrupted generation or batch recording" in capsys.readouterr().out
+    assert main(["cache", "clear"]) == 0
+    assert f"removed {temp}" in capsys.readouterr().out and not temp.exists()
