@@ -283,9 +283,49 @@ def plan_run(args: RunArgs) -> RunPlan:
     if resumed:  # the folder may have moved since config.yaml recorded it
         overrides = ["--trainer.default_root_dir", str(run_dir), *overrides]
     ckpt = _checkpoint(run_dir, args.ckpt_path, resumed)
+    if args.resume is not None and ckpt is not None:
+        _check_resume_overrides(args.overrides, run_dir, Path(ckpt))
     if restart:
         log.info("torchrun restart %d: %s from %s", restart, run_dir, ckpt or "the start")
     return RunPlan(run_dir, config, overrides, ckpt, resumed, claim)
+
+
+#: Settings a resumed run may change: how long it trains and how the loaders run, not what it trains.
+RESUMABLE = ("trainer.", "data.num_workers")
+#: Which settings the checkpoint's weights, optimizer and samplers were made with.
+CHECKPOINTED = ("model.", "data.", "optimizer", "lr_scheduler", "seed_everything")
+
+
+def _override_values(overrides: list[str]) -> dict[str, str | None]:
+    """``--key value`` and ``--key=value`` overrides by key (``None``: no value follows)."""
+    values: dict[str, str | None] = {}
+    for i, arg in enumerate(overrides):
+        if arg.startswith("--"):
+            key, eq, value = arg[2:].partition("=")
+            following = overrides[i + 1] if i + 1 < len(overrides) else None
+            values[key] = value if eq else (None if following is None or following.startswith("--") else following)
+    return values
+
+
+def _check_resume_overrides(overrides: list[str], run_dir: Path, ckpt: Path) -> None:
+    """Overrides a resumed run cannot honour, refused in one line before anything is written: a model,
+    data or optimizer setting (the checkpoint restores its own optimizer, so ``--model.lr`` changed
+    nothing but config.yaml; a new width failed in a size mismatch after config.yaml was rewritten,
+    and every later resume failed alike), or fewer epochs than it has trained.
+
+    Raises:
+        ResumeError: Naming the overrides, and what to do instead.
+    """
+    values = _override_values(overrides)
+    fixed = [key for key in values if key.startswith(CHECKPOINTED) and not key.startswith(RESUMABLE)]
+    if fixed:
+        raise ResumeError(f"gnnkit run --resume {run_dir}: {', '.join('--' + k for k in fixed)} would change what its "
+                          f"checkpoint holds (weights, optimizer state, samplers); a resumed run continues them, so "
+                          f"start a new run for that (gnnkit run {run_dir / CONFIG} --run_dir NEW ...)")
+    epochs = values.get("trainer.max_epochs")
+    if epochs is not None and epochs.lstrip("-").isdigit() and 0 <= int(epochs) < (done := epochs_done(ckpt)):
+        raise ResumeError(f"gnnkit run --resume {run_dir}: it has trained {done} epochs, and --trainer.max_epochs "
+                          f"{epochs} is fewer (give at least {done})")
 
 
 def prepare_metrics(plan: RunPlan) -> None:

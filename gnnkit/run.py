@@ -53,7 +53,8 @@ curves.png.
   --run_dir DIR      the run folder
   --resume RUN_DIR   continue a stopped (or killed) run in its folder, with its config.yaml and from
                      checkpoints/last.ckpt; metrics.csv is continued, report.json and curves.png cover
-                     every epoch. Overrides still apply (e.g. a larger --trainer.max_epochs).
+                     every epoch. Trainer overrides apply (e.g. a larger --trainer.max_epochs);
+                     model, data and optimizer ones are refused (the checkpoint holds them).
   --ckpt_path CKPT   the checkpoint Lightning's fit starts from (a file, or last / best of the run
                      folder); with --resume it replaces last.ckpt
 Under torchrun --max-restarts N a restarted job resumes from last.ckpt by itself (give --run_dir, or

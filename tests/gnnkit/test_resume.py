@@ -134,7 +134,17 @@ def test_last_checkpoint_is_written_every_epoch_beside_best(tmp_path, monkeypatc
 def test_resume_takes_more_epochs_and_the_ckpt_path(tmp_path):
     run_dir = tmp_path / "r"
     run(QUICKSTART, ["--trainer.max_epochs", "2", "--run_dir", str(run_dir)])
-    report = run("--resume", [str(run_dir), "--trainer.max_epochs", "3", "--ckpt_path", "best"])
+    config = (run_dir / "config.yaml").read_text()
+    for overrides, message in [
+        (["--model.lr", "0.05"], "--model.lr would change what its checkpoint holds"),  # ignored before
+        (["--model.hidden_channels=32"], "--model.hidden_channels would change"),  # a size-mismatch traceback
+        (["--trainer.max_epochs", "1"], "it has trained 2 epochs, and --trainer.max_epochs 1 is fewer"),
+    ]:
+        with pytest.raises(ResumeError, match=f"^gnnkit run --resume {run_dir}: {message}"):
+            run("--resume", [str(run_dir), *overrides])
+    assert (run_dir / "config.yaml").read_text() == config  # refused before config.yaml was rewritten
+    report = run("--resume", [str(run_dir), "--trainer.max_epochs", "3", "--ckpt_path", "best",
+                              "--data.num_workers", "0"])
     assert report["epochs"] == 3 and sorted(epoch_rows(run_dir)) == [0, 1, 2, 3]  # epoch 3: the test row
 
 
