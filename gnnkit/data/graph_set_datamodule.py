@@ -120,7 +120,8 @@ class GraphSetDataModule(PrecisionBatches):
         ids = self.graphs.split[SPLIT_OF_STAGE[stage]].clone()
         return DataLoader(
             ids, batch_size=hp.batch_size if train or hp.eval_batch_size is None else hp.eval_batch_size,
-            shuffle=train, generator=self._shuffle if train else None, collate_fn=self._collate, num_workers=hp.num_workers,
+            shuffle=train, generator=self._shuffle if train else None, collate_fn=self._collate,
+            num_workers=hp.num_workers,
             persistent_workers=hp.num_workers > 0,
         )
 

@@ -223,8 +223,8 @@ class LinkDataModule(PrecisionBatches):
                                         cache_root=Path(cache_root) if cache_root else None)
         self.graph: LinkGraph = open_entry(self.entry)
         meta = self.graph.meta
-        log.info("%s (message passing); %s nodes, %d features; %s",
-                 describe_line(meta["name"], graph_facts(self.entry)), f"{self.graph.num_nodes:,}", self.graph.num_features,
+        log.info("%s (message passing); %s nodes, %d features; %s", describe_line(meta["name"], graph_facts(self.entry)),
+                 f"{self.graph.num_nodes:,}", self.graph.num_features,
                  ", ".join(f"{s} {n:,} edges" for s, n in meta["num_split_edges"].items()))
         self.num_neighbors = list(num_neighbors) if num_neighbors is not None else None
         self._full: Data | None = None

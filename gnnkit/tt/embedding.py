@@ -185,7 +185,8 @@ class TTEmbedding(nn.Module):
     def set_hot_nodes_by_degree(self, degree: Tensor) -> None:
         """Cache the ``config.hot_rows`` nodes of highest ``degree`` ``[num_embeddings]``."""
         if not isinstance(degree, Tensor):
-            raise TypeError(f"TTEmbedding.set_hot_nodes_by_degree: degree must be a tensor, got {type(degree).__name__}")
+            raise TypeError("TTEmbedding.set_hot_nodes_by_degree: degree must be a tensor, got "
+                            f"{type(degree).__name__}")
         if degree.numel() != self.num_embeddings:
             raise ValueError(f"TTEmbedding.set_hot_nodes_by_degree: expected {self.num_embeddings} degrees, got {degree.numel()}")
         k = min(self.config.hot_rows, self.num_embeddings)

@@ -52,7 +52,7 @@ def test_ids_that_are_no_tensor_are_named(ids):
     """A list was an AttributeError on 'dtype'; a numpy array 'must be an integer tensor, got int64'."""
     import numpy as np
 
-    with pytest.raises(TypeError, match=rf"TTEmbedding: indices must be a torch integer tensor, got {type(ids).__name__}"):
+    with pytest.raises(TypeError, match=rf"indices must be a torch integer tensor, got {type(ids).__name__}"):
         _emb()(ids)
     with pytest.raises(TypeError, match="must be a torch integer tensor, got ndarray"):
         _emb()(np.array([1, 2]))
