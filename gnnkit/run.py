@@ -27,6 +27,7 @@ from jsonargparse import DefaultHelpFormatter
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, LRSchedulerTypeTuple
 
 from gnnkit.allocator import retain_freed_memory
+from gnnkit.best_checkpoint import BestCheckpoint
 from gnnkit.checkpoint_io import AtomicCheckpointIO
 from gnnkit.csv_logger import RunCSVLogger
 from gnnkit.fault_injection import FaultInjection, fault_from_env
@@ -108,8 +109,8 @@ class GnnkitCLI(LightningCLI):
                 "enable_progress_bar": sys.stderr.isatty(),
                 "enable_model_summary": False,
                 "callbacks": [
-                    ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="best",
-                                    monitor="val_metric", mode="max", save_top_k=1),
+                    BestCheckpoint(dirpath=run_dir / "checkpoints", filename="best",
+                                   monitor="val_metric", mode="max", save_top_k=1, resumed=resumed),
                     LastCheckpoint(run_dir / "checkpoints"),
                     self.timer,
                     *([FaultInjection(fault)] if fault is not None else []),

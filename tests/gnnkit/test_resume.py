@@ -377,3 +377,33 @@ def test_a_rerun_of_a_runs_config_is_named_after_its_recipe(tmp_path):
     assert recipe_name(tmp_path / "quickstart-20261128-134917" / "config.yaml") == "quickstart"
     assert recipe_name(tmp_path / "gcn_arxiv-20261128-134917-2" / "config.yaml") == "gcn_arxiv"
     assert recipe_name(tmp_path / "mine" / "config.yaml") == "config"
+
+
+def test_a_moved_run_folder_resumes_with_its_best_checkpoint(tmp_path, monkeypatch):
+    """Lightning reloaded only the best path after the folder moved, not its score: the next
+    validation counted as best, and the test took other weights than the uninterrupted run's."""
+    import shutil
+
+    straight = tmp_path / "straight"
+    run(QUICKSTART, ["--trainer.max_epochs", "4", "--run_dir", str(straight)])
+    killed = tmp_path / "killed"
+    monkeypatch.setenv(FAULT_ENV, "raise@3")
+    with pytest.raises(InjectedFault):
+        run(QUICKSTART, ["--trainer.max_epochs", "4", "--run_dir", str(killed)])
+    monkeypatch.delenv(FAULT_ENV)
+    moved = tmp_path / "moved"
+    shutil.move(killed, moved)
+    report = run("--resume", [str(moved)])
+    want = json.loads((straight / "report.json").read_text())
+    assert (report["val"], report["test"]) == (want["val"], want["test"])
+    assert report["best_checkpoint"] == str(moved.resolve() / "checkpoints" / "best.ckpt")
+
+
+def test_best_checkpoint_paths_follow_the_folder():
+    from gnnkit.best_checkpoint import moved
+
+    state = {"dirpath": "/a/ck", "best_model_path": "/a/ck/best.ckpt", "best_model_score": 0.7,
+             "best_k_models": {"/a/ck/best.ckpt": 0.7}, "last_model_path": ""}
+    assert moved(state, "/a/ck", "/b/ck") == {"dirpath": "/b/ck", "best_model_path": "/b/ck/best.ckpt",
+                                              "best_model_score": 0.7, "best_k_models": {"/b/ck/best.ckpt": 0.7},
+                                              "last_model_path": ""}
