@@ -194,6 +194,8 @@ def _csv_errors(path: Path, where: Path | None = None, problem: str = "unreadabl
         yield
     except UnicodeDecodeError as err:
         raise DatasetError(where or path, f"{problem} (not UTF-8 text: byte {err.start} of a line)") from None
+    except pd.errors.EmptyDataError:  # pandas says "No columns to parse from file"
+        raise DatasetError(where or path, f"{problem} (the file holds no line; expected at least one)") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, OSError, EOFError, *also) as err:
         raise DatasetError(where or path, f"{problem} ({str(err).splitlines()[0]})") from None
 

@@ -230,3 +230,12 @@ def test_binary_count_lists_and_additional_arrays_are_checked(make_ogb_folder, c
     np.savez(data, **arrays)
     with pytest.raises(DatasetError, match=message):
         read_ogb_folder(folder, read_meta_json(folder))
+
+
+def test_an_empty_file_says_so(make_ogb_folder):
+    import gzip
+
+    folder = make_ogb_folder()
+    (folder / "split" / "random" / "valid.csv.gz").write_bytes(gzip.compress(b""))  # pandas: "No columns to parse"
+    with pytest.raises(DatasetError, match=r"valid.csv.gz: unreadable CSV \(the file holds no line; expected at least"):
+        read_ogb_folder(folder, read_meta_json(folder))
