@@ -95,6 +95,12 @@ def edges_to_csr(
     return indptr, indices
 
 
+def whole(values: np.ndarray) -> np.ndarray:
+    """Which of ``values`` (a float array) are whole numbers: finite and without a fraction (``3.0``,
+    not ``3.5``, NaN or inf), as ids and class labels must be."""
+    return np.isfinite(values) & (values == np.round(values))
+
+
 def check_edges(edge_index: np.ndarray, num_nodes: int, where: str) -> None:
     """Reject an edge list that is malformed or names nodes outside ``0..N-1``."""
     if edge_index.ndim != 2 or edge_index.shape[0] != 2:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from pipeline.errors import DatasetError
-from pipeline.graph import SPLITS
+from pipeline.graph import SPLITS, whole
 from pipeline.ogb_layout import as_bool, meta_counts, numeric, read_csv, read_raw_graphs, read_split, split_name
 
 if TYPE_CHECKING:
@@ -171,7 +171,7 @@ def _class_ids(labels: np.ndarray, path: Path, num_classes: int) -> np.ndarray:
     Raises:
         DatasetError: Naming the file, the first bad graph and its value.
     """
-    good = np.isfinite(labels) & (labels == np.round(labels)) & (labels >= 0) & (labels < num_classes)
+    good = whole(labels) & (labels >= 0) & (labels < num_classes)
     if not good.all():
         graph = int(np.flatnonzero(~good.all(axis=1))[0])
         value = labels[graph][~good[graph]][0].item()

@@ -36,8 +36,8 @@ import numpy as np
 
 from pipeline.errors import DatasetError
 from pipeline.graph import SPLITS, check_edges, check_features
-from pipeline.ogb_layout import as_bool, as_list, count_lines, read_raw_graphs, split_name
-from pipeline.safe_pt import load_pt
+from pipeline.ogb_layout import as_bool, as_list, read_raw_graphs, split_name
+from pipeline.safe_pt import as_array, load_pt
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -111,26 +111,15 @@ def raw_files(folder: Path, meta: dict[str, Any]) -> list[Path]:
 
 
 def _read_graph(raw_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
-    """The training graph through OGB's raw readers, after checking every file's row count."""
-    if not meta["binary"] and (raw_dir / "edge.csv.gz").is_file():
-        edges = count_lines(raw_dir / "edge.csv.gz", pairs=True)
-        for name in meta["additional_edge_files"]:
-            path = raw_dir / f"{name}.csv.gz"
-            if not path.is_file():
-                raise DatasetError(path, "missing (listed in 'additional edge files')")
-            if (found := count_lines(path)) != edges:
-                raise DatasetError(path, f"has {found} lines, but edge.csv.gz has {edges} (expected one per edge)")
+    """The training graph through OGB's raw readers, after checking every file's row count
+    (:func:`pipeline.ogb_layout.check_row_counts`, the additional edge files' too)."""
     return read_raw_graphs(raw_dir, meta, additional_node_files=meta["additional_node_files"],
                            additional_edge_files=meta["additional_edge_files"])[0]
 
 
-def _numpy(value: Any) -> np.ndarray:
-    return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
-
-
 def _ids(value: Any, where: str, key: str, shape: str, num_nodes: int) -> np.ndarray:
     """An integer node-id array, in range."""
-    array = _numpy(value)
+    array = as_array(value)
     if array.dtype.kind not in "iu":
         raise DatasetError(where, f"'{key}' must hold integer node ids {shape}, got dtype {array.dtype}")
     array = array.astype(np.int64, copy=False)
@@ -191,7 +180,7 @@ def split_arrays(record: Any, name: str, where: str, num_nodes: int) -> dict[str
         raise DatasetError(where, f"the '{name}' split needs negatives: 'edge_neg' [M, 2] or 'target_node_neg' [n, K]")
     for key in OPTIONAL_KEYS:
         if key in record:
-            values = _numpy(record[key]).reshape(-1)
+            values = as_array(record[key]).reshape(-1)
             if values.size != edges:
                 raise DatasetError(where, f"'{key}' has {values.size} entries, expected {edges} (one per edge)")
             out[key] = values.astype(np.float32 if key == "weight" else np.int64)

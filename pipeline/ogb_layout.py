@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import DatasetError
-from pipeline.graph import SPLITS
+from pipeline.graph import SPLITS, whole
 from pipeline.npz_stream import member_headers
 from pipeline.safe_pt import as_ids, load_pt
 from pipeline.temp_paths import published_folder
@@ -196,7 +196,7 @@ def _csv_errors(path: Path, where: Path | None = None, problem: str = "unreadabl
         raise DatasetError(where or path, f"{problem} (not UTF-8 text: byte {err.start} of a line)") from None
     except pd.errors.EmptyDataError:  # pandas says "No columns to parse from file"
         raise DatasetError(where or path, f"{problem} (the file holds no line; expected at least one)") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, OSError, EOFError, *also) as err:
+    except (pd.errors.ParserError, OSError, EOFError, *also) as err:
         raise DatasetError(where or path, f"{problem} ({str(err).splitlines()[0]})") from None
 
 
@@ -364,9 +364,9 @@ def check_id_pairs(path: Path, rows: int = 1 << 20) -> None:
     for values in csv_chunks(path, rows, convert=lambda v: numeric(v, path, "node ids")):
         if values.shape[1] != 2:
             raise DatasetError(path, f"expected two node ids a line (src,dst), found {values.shape[1]}")
-        whole = np.isfinite(values) & (values == np.round(values)) if values.dtype.kind == "f" else None
-        if whole is not None and not whole.all():
-            row, col = (int(i[0]) for i in np.nonzero(~whole))
+        ids = whole(values) if values.dtype.kind == "f" else None
+        if ids is not None and not ids.all():
+            row, col = (int(i[0]) for i in np.nonzero(~ids))
             raise DatasetError(path, f"node ids must be whole numbers, found {values[row, col].item()!r} in row "
                                      f"{done + row + 1}")
         if values.dtype.kind in "uf" and (huge := np.abs(values) >= 2.0**63).any():
@@ -376,10 +376,11 @@ def check_id_pairs(path: Path, rows: int = 1 << 20) -> None:
         done += values.shape[0]
 
 
-def _npz_rows(path: Path) -> dict[str, int]:
-    """First-dimension length of every array in an ``.npz``, read from the headers only."""
+def _npz_rows(headers: dict[str, Any]) -> dict[str, int]:
+    """First-dimension length of every array of an ``.npz`` (edges for ``edge_index``), from its
+    members' headers (:func:`pipeline.npz_stream.member_headers`)."""
     return {name: (header.shape[1] if name == "edge_index" and len(header.shape) == 2 else header.rows)
-            for name, header in member_headers(path).items()}
+            for name, header in headers.items()}
 
 
 def _npz_total(path: Path, npz: Any, key: str, what: str) -> int:
@@ -408,8 +409,8 @@ def _mismatch(path: Path, found: int, unit: str, declared: int, source: str) -> 
 def check_row_counts(raw_dir: Path, meta: dict[str, Any]) -> None:
     """Every per-node and per-edge raw file must have exactly as many rows as declared.
 
-    CSV layout: the line counts of ``edge.csv.gz`` (and ``edge-feat.csv.gz``) must equal the sum of
-    ``num-edge-list.csv.gz``; those of ``node-feat.csv.gz``, ``node-label.csv.gz`` and the
+    CSV layout: the line counts of ``edge.csv.gz`` (and ``edge-feat.csv.gz`` and the additional edge
+    files) must equal the sum of ``num-edge-list.csv.gz``; those of ``node-feat.csv.gz``, ``node-label.csv.gz`` and the
     additional ``node_*`` files the sum of ``num-node-list.csv.gz``. Binary layout: the arrays of
     ``data.npz`` and ``node-label.npz`` against ``num_edges_list``/``num_nodes_list``.
 
@@ -422,10 +423,11 @@ def check_row_counts(raw_dir: Path, meta: dict[str, Any]) -> None:
     """
     if meta["binary"]:
         data = raw_dir / "data.npz"
-        rows = _npz_rows(data)
+        headers = member_headers(data)
+        rows = _npz_rows(headers)
         if "num_nodes_list" not in rows or "num_edges_list" not in rows:
             raise DatasetError(data, "expected arrays 'num_nodes_list' and 'num_edges_list'")
-        if "edge_index" in rows and (kind := member_headers(data)["edge_index"].dtype).kind not in "iu":
+        if "edge_index" in rows and (kind := headers["edge_index"].dtype).kind not in "iu":
             raise DatasetError(data, f"'edge_index' must hold integer node ids, got dtype {kind}")
         with np.load(data, allow_pickle=False) as npz, _no_objects(data):
             nodes, edges = (_npz_total(data, npz, f"num_{what}s_list", what) for what in ("node", "edge"))
@@ -437,7 +439,7 @@ def check_row_counts(raw_dir: Path, meta: dict[str, Any]) -> None:
                     raise _mismatch(data, found, f"{unit} in '{key}'", declared, f"'{source}'")
         labels = raw_dir / "node-label.npz"
         if labels.is_file():
-            found = _npz_rows(labels).get("node_label")
+            found = _npz_rows(member_headers(labels)).get("node_label")
             if found is not None and found != nodes:
                 raise _mismatch(labels, found, "rows in 'node_label'", nodes, "data.npz 'num_nodes_list'")
         return
@@ -449,6 +451,12 @@ def check_row_counts(raw_dir: Path, meta: dict[str, Any]) -> None:
     for path, declared, source in checks:
         if path.is_file() and (found := count_lines(path, pairs=path.name == "edge.csv.gz")) != declared:
             raise _mismatch(path, found, "lines", declared, source.name)
+    for name in meta.get("additional_edge_files", ()):  # ogbl-collab's edge_weight, edge_year
+        path = raw_dir / f"{name}.csv.gz"
+        if not path.is_file():
+            raise DatasetError(path, "missing (listed in 'additional edge files')")
+        if (found := count_lines(path)) != edges:  # edges: edge.csv.gz's lines, checked above
+            raise DatasetError(path, f"has {found} lines, but edge.csv.gz has {edges} (expected one per edge)")
 
 
 def check_raw_folder(raw_dir: Path, meta: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import DatasetError
+from pipeline.graph import whole
 
 #: The dtypes of the numpy arrays a split file may hold.
 DTYPES = ("int64", "int32", "int16", "uint8", "float32", "float64", "bool")
@@ -35,6 +36,11 @@ def load_pt(path: Path) -> Any:
         raise DatasetError(path, f"cannot be read with weights_only=True ({type(err).__name__})") from None
 
 
+def as_array(value: Any) -> np.ndarray:
+    """A loaded tensor's or array's values as a numpy array."""
+    return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+
+
 def as_ids(value: Any, where: Path | str, key: str) -> np.ndarray:
     """A tensor's or array's values as int64 ids: whole numbers only (``3.0`` is 3; ``19.9`` was cut
     to 19 before).
@@ -42,10 +48,10 @@ def as_ids(value: Any, where: Path | str, key: str) -> np.ndarray:
     Raises:
         DatasetError: Naming the file, the key and the first value that is no whole number.
     """
-    array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+    array = as_array(value)
     if array.dtype.kind in "iu":
         return array.astype(np.int64, copy=False)
-    if array.dtype.kind != "f" or not (whole := np.isfinite(array) & (array == np.round(array))).all():
-        bad = array.reshape(-1)[0] if array.dtype.kind != "f" else array[~whole].reshape(-1)[0]
+    if array.dtype.kind != "f" or not (ids := whole(array)).all():
+        bad = array.reshape(-1)[0] if array.dtype.kind != "f" else array[~ids].reshape(-1)[0]
         raise DatasetError(where, f"'{key}' must hold whole-number ids, found {bad.item()!r} (dtype {array.dtype})")
     return array.astype(np.int64)
