@@ -26,6 +26,7 @@ import torch
 
 from gnnkit.csv_logger import read_rows, write_rows
 from gnnkit.last_checkpoint import LAST
+from gnnkit.tasks import override_values
 from pipeline import is_rank_zero, log
 
 #: Environment variable naming the run folder (``gnnkit run`` sets it for the ranks Lightning starts,
@@ -290,21 +291,9 @@ def plan_run(args: RunArgs) -> RunPlan:
     return RunPlan(run_dir, config, overrides, ckpt, resumed, claim)
 
 
-#: Settings a resumed run may change: how long it trains and how the loaders run, not what it trains.
-RESUMABLE = ("trainer.", "data.num_workers")
-#: Which settings the checkpoint's weights, optimizer and samplers were made with.
+#: The settings the checkpoint's weights, optimizer and samplers were made with, which a resumed run
+#: cannot change (how long it trains and how its loaders run, ``trainer.*`` and ``data.num_workers``, it can).
 CHECKPOINTED = ("model.", "data.", "optimizer", "lr_scheduler", "seed_everything")
-
-
-def _override_values(overrides: list[str]) -> dict[str, str | None]:
-    """``--key value`` and ``--key=value`` overrides by key (``None``: no value follows)."""
-    values: dict[str, str | None] = {}
-    for i, arg in enumerate(overrides):
-        if arg.startswith("--"):
-            key, eq, value = arg[2:].partition("=")
-            following = overrides[i + 1] if i + 1 < len(overrides) else None
-            values[key] = value if eq else (None if following is None or following.startswith("--") else following)
-    return values
 
 
 def _check_resume_overrides(overrides: list[str], run_dir: Path, ckpt: Path) -> None:
@@ -316,14 +305,14 @@ def _check_resume_overrides(overrides: list[str], run_dir: Path, ckpt: Path) -> 
     Raises:
         ResumeError: Naming the overrides, and what to do instead.
     """
-    values = _override_values(overrides)
-    fixed = [key for key in values if key.startswith(CHECKPOINTED) and not key.startswith(RESUMABLE)]
+    values = override_values(overrides)
+    fixed = [key for key in values if key.startswith(CHECKPOINTED) and key != "data.num_workers"]
     if fixed:
         raise ResumeError(f"gnnkit run --resume {run_dir}: {', '.join('--' + k for k in fixed)} would change what its "
                           f"checkpoint holds (weights, optimizer state, samplers); a resumed run continues them, so "
                           f"start a new run for that (gnnkit run {run_dir / CONFIG} --run_dir NEW ...)")
     epochs = values.get("trainer.max_epochs")
-    if epochs is not None and epochs.lstrip("-").isdigit() and 0 <= int(epochs) < (done := epochs_done(ckpt)):
+    if epochs is not None and epochs.isdigit() and int(epochs) < (done := epochs_done(ckpt)):
         raise ResumeError(f"gnnkit run --resume {run_dir}: it has trained {done} epochs, and --trainer.max_epochs "
                           f"{epochs} is fewer (give at least {done})")
 

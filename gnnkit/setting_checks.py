@@ -47,6 +47,24 @@ def positive_number(field: str, value: Any, zero: bool = False) -> None:
         raise ValueError(f"{field}: expected a finite number {'>= 0' if zero else '> 0'}, got {value!r}")
 
 
+def switch(field: str, value: Any) -> None:
+    """``value`` is a bool (the text ``"false"`` is true to Python, and was taken so)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{field}: expected true or false, got {value!r}")
+
+
+def below_one(field: str, value: Any) -> None:
+    """``value`` is a number in ``[0, 1)``: a decay, a momentum."""
+    if not is_finite(value, 0) or value >= 1:
+        raise ValueError(f"{field}: expected a number in [0, 1), got {value!r}")
+
+
+def fraction(field: str, value: Any) -> None:
+    """``value`` is a fraction in ``(0, 1]``: a density, a threshold."""
+    if not is_finite(value, 0, 1) or value == 0:
+        raise ValueError(f"{field}: expected a fraction in (0, 1], got {value!r}")
+
+
 def fanouts(field: str, value: Sequence[Any] | None) -> list[int] | None:
     """Neighbours sampled per layer: ``None`` (the default), or at least one int ``>= 0`` or ``-1``
     (all neighbours), as PyG's ``NeighborLoader`` takes them.

@@ -117,6 +117,18 @@ def read_recipe(path: str | Path) -> Any:
     return doc
 
 
+def override_values(overrides: list[str]) -> dict[str, str | None]:
+    """LightningCLI-style ``--key value`` and ``--key=value`` overrides by key (``None``: no value
+    follows the key)."""
+    values: dict[str, str | None] = {}
+    for i, arg in enumerate(overrides):
+        if arg.startswith("--"):
+            key, eq, value = arg[2:].partition("=")
+            following = overrides[i + 1] if i + 1 < len(overrides) else None
+            values[key] = value if eq else (None if following is None or following.startswith("--") else following)
+    return values
+
+
 def recipe_task(config: str | Path, overrides: list[str]) -> str:
     """The task a run trains: ``--task X`` / ``--task=X`` among the overrides, else the config's
     top-level ``task:``, else :data:`DEFAULT_TASK`.
@@ -124,13 +136,11 @@ def recipe_task(config: str | Path, overrides: list[str]) -> str:
     Raises:
         ValueError: A config that is not a YAML mapping (:func:`read_recipe`), or ``--task`` without a value.
     """
-    for i, arg in enumerate(overrides):
-        if arg.startswith("--task="):
-            return arg.split("=", 1)[1]
-        if arg == "--task":
-            if i + 1 >= len(overrides):
-                raise ValueError("--task: expected a value (one of " + ", ".join(sorted(TASKS)) + ")")
-            return overrides[i + 1]
+    values = override_values(overrides)
+    if "task" in values:
+        if values["task"] is None:
+            raise ValueError("--task: expected a value (one of " + ", ".join(sorted(TASKS)) + ")")
+        return values["task"]
     doc: Any = read_recipe(config)
     if not isinstance(doc, dict):
         raise ValueError(f"{config}: expected a mapping of recipe sections")

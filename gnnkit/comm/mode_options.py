@@ -29,25 +29,23 @@ def check_numbers(density: Any, sign_momentum: Any, bucket_mb: Any) -> None:
     Raises:
         ValueError: Naming the option and what it takes.
     """
-    if not setting_checks.is_finite(density, 0, 1) or density == 0:
-        raise ValueError(f"density: expected a fraction in (0, 1], got {density!r}")
-    if not setting_checks.is_finite(sign_momentum, 0) or sign_momentum >= 1:
-        raise ValueError(f"sign_momentum: expected a number in [0, 1), got {sign_momentum!r}")
+    setting_checks.fraction("density", density)
+    setting_checks.below_one("sign_momentum", sign_momentum)
     if bucket_mb != "auto" and (not setting_checks.is_finite(bucket_mb, 0, MAX_BUCKET_MB) or bucket_mb == 0):
         raise ValueError(f"bucket_mb: expected 'auto' or a size in MiB in (0, {MAX_BUCKET_MB}], got {bucket_mb!r}")
 
 
-def check_switches(**switches: Any) -> None:
-    """Each of ``switches`` is a bool (``None`` too for ``fixed_buckets``): the text ``"false"`` was
+def check_switches(fixed_buckets: Any, **switches: Any) -> None:
+    """Each of ``switches`` is a bool, ``fixed_buckets`` a bool or ``None``: the text ``"false"`` was
     taken as true and turned error feedback on.
 
     Raises:
         ValueError: Naming the first switch that is not.
     """
     for name, value in switches.items():
-        if not isinstance(value, bool) and not (name == "fixed_buckets" and value is None):
-            allowed = "true, false or null" if name == "fixed_buckets" else "true or false"
-            raise ValueError(f"{name}: expected {allowed}, got {value!r}")
+        setting_checks.switch(name, value)
+    if fixed_buckets is not None and not isinstance(fixed_buckets, bool):
+        raise ValueError(f"fixed_buckets: expected true, false or null, got {fixed_buckets!r}")
 
 
 def unused_options(mode: str, given: dict[str, Any], defaults: dict[str, Any]) -> list[str]:

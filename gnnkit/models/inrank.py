@@ -93,13 +93,10 @@ class InRankOptions:
         for name, low in (("init_rank", 1), ("gap", 1), ("buffer", 0), ("warmup", 0)):
             setting_checks.at_least(f"inrank.{name}", getattr(self, name), low, f"an integer >= {low}")
         for name in ("threshold", "max_rank_fraction", "max_params_fraction"):
-            value = getattr(self, name)
-            if (value is not None or name != "max_params_fraction") and not _fraction(value):
-                raise ValueError(f"inrank.{name}: expected a fraction in (0, 1], got {value!r}")
+            if getattr(self, name) is not None or name != "max_params_fraction":
+                setting_checks.fraction(f"inrank.{name}", getattr(self, name))
         setting_checks.positive_number("inrank.init_scale", self.init_scale)
-        if not isinstance(self.frozen_base, bool):
-            raise ValueError(f"inrank.frozen_base: expected true or false, got {self.frozen_base!r}")
-
+        setting_checks.switch("inrank.frozen_base", self.frozen_base)
 
     @classmethod
     def of(cls, fields: InRankOptions | dict | None, where: str = "inrank") -> InRankOptions:
@@ -117,10 +114,6 @@ class InRankOptions:
         if unknown := sorted(set(fields or {}) - known):
             raise ValueError(f"{where}: unknown fields {unknown}; expected some of {sorted(known)}")
         return cls(**(fields or {}))
-
-
-def _fraction(value: object) -> bool:
-    return setting_checks.is_finite(value, 0, 1) and value != 0
 
 
 def explained_ratio(s: Tensor, k: int) -> float:

@@ -46,7 +46,7 @@ _module: ModuleType | None = None
 _error: str | None = None  # why the build failed (then it is not retried in this process)
 _off_depth = 0
 _by_key: dict[str, ModuleType] = {}  # every build loaded in this process (torch cannot load one twice)
-_build_seconds = 0.0  # spent building (or waiting on another process's build) in this process
+_build_seconds = 0.0  # spent building the kernels in this process
 
 
 def build_seconds() -> float:
@@ -269,8 +269,9 @@ def _load(cpp_extension: ModuleType, key: str, files: list[Path], folder: Path, 
         )
     if building:
         global _build_seconds
-        _build_seconds += time.perf_counter() - start
-        _say(f"native kernels built in {time.perf_counter() - start:.0f}s")
+        took = time.perf_counter() - start
+        _build_seconds += took
+        _say(f"native kernels built in {took:.0f}s")
     return module
 
 

@@ -81,8 +81,7 @@ class KFACOptions:
 
     def __post_init__(self) -> None:
         setting_checks.positive_number("KFAC.damping", self.damping)
-        if not setting_checks.is_finite(self.factor_decay, 0) or self.factor_decay >= 1:
-            raise ValueError(f"KFAC.factor_decay: expected a number in [0, 1), got {self.factor_decay!r}")
+        setting_checks.below_one("KFAC.factor_decay", self.factor_decay)
         for name in ("factor_update_interval", "inv_update_interval"):
             setting_checks.at_least(f"KFAC.{name}", getattr(self, name), 1, "an integer >= 1")
         if self.inverse not in INVERSES:
@@ -223,8 +222,7 @@ class KFAC(torch.optim.Optimizer):
         with dropped_on_error(self) as group:
             for name in ("lr", "weight_decay", "eps"):
                 setting_checks.positive_number(f"KFAC.{name}", group[name], zero=True)
-            if not setting_checks.is_finite(group["momentum"], 0) or group["momentum"] >= 1:
-                raise ValueError(f"KFAC.momentum: expected a number in [0, 1), got {group['momentum']!r}")
+            setting_checks.below_one("KFAC.momentum", group["momentum"])
             setting_checks.betas("KFAC.betas", group["betas"])
             group["betas"] = tuple(group["betas"])
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from gnnkit import setting_checks
+
 INITS = ("orthogonal", "normal")
 
 
@@ -76,8 +78,7 @@ class TTConfig:
         if self.init not in INITS:
             raise ValueError(f"TTConfig.init: expected one of {list(INITS)}, got {self.init!r}")
         for name in ("dedup", "prefix_reuse"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"TTConfig.{name}: expected true or false, got {getattr(self, name)!r}")
+            setting_checks.switch(f"TTConfig.{name}", getattr(self, name))
         if self.prefix_reuse and not self.dedup:
             raise ValueError("TTConfig.prefix_reuse: prefix reuse works on deduplicated rows; set dedup=True")
         if isinstance(self.hot_rows, bool) or not isinstance(self.hot_rows, int) or self.hot_rows < 0:
