@@ -65,6 +65,13 @@ class PairDecoder(nn.Module):
         return self.lins[-1](x).squeeze(-1)
 
 
+def _endpoints(h: Tensor, pairs: Tensor) -> tuple[Tensor, Tensor]:
+    """Rows of ``h`` at both ends of ``pairs [B, 2]``, by ``index_select``: the backward of
+    ``h[pairs[:, 0]]`` (an accumulating ``index_put_``) adds repeated rows in a varying order on a
+    multi-core CPU from about 50,000 pairs, so two runs of one seed drifted apart by float rounding."""
+    return h.index_select(0, pairs[:, 0]), h.index_select(0, pairs[:, 1])
+
+
 def link_loss(pos: Tensor, neg: Tensor) -> Tensor:
     """``-mean log sigmoid(pos) - mean log(1 - sigmoid(neg))`` from logits (OGB's examples' loss,
     computed with ``logsigmoid`` so that no saturated sigmoid loses the gradient)."""
@@ -164,8 +171,8 @@ class LinkPredictor(RunLengthHooks, TaskModule):
         if pairs.numel() == 0:
             return h.new_empty(0)
         if self.training:
-            return self.decoder(h[pairs[:, 0]], h[pairs[:, 1]])
-        return torch.cat([self.decoder(h[c[:, 0]], h[c[:, 1]]) for c in pairs.split(EVAL_CHUNK)])
+            return self.decoder(*_endpoints(h, pairs))
+        return torch.cat([self.decoder(*_endpoints(h, c)) for c in pairs.split(EVAL_CHUNK)])
 
     def forward(self, batch: Data) -> tuple[Tensor, Tensor]:
         """Logits of the batch's positive and negative pairs."""
