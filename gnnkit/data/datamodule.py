@@ -372,9 +372,6 @@ class GraphDataModule(PrecisionBatches):
         if "samplers" in state_dict:
             mine = my_rank_state(state_dict["samplers"], "the sampler state")
             self._sampler_states = dict(mine or {})
-            if self._sampler_states and self.hparams.num_workers > 0:
-                log.warning("resume: data.num_workers > 0: the loader workers' sampler state is not saved, "
-                            "so the resumed run samples other (equally random) batches than an uninterrupted one")
 
     # -- loaders --
     def _full_graph(self) -> Data:

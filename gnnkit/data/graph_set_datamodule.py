@@ -10,6 +10,7 @@ from torch.utils.data import DataLoader
 
 from gnnkit import setting_checks
 from gnnkit.data.batch_precision import PrecisionBatches
+from gnnkit.data.worker_seeds import separate_worker_seeds
 from gnnkit.tasks import resolve_dataset
 from pipeline import log
 from pipeline import preprocess as preprocess_dataset
@@ -118,12 +119,12 @@ class GraphSetDataModule(PrecisionBatches):
         hp = self.hparams
         train = stage == "train"
         ids = self.graphs.split[SPLIT_OF_STAGE[stage]].clone()
-        return DataLoader(
+        return separate_worker_seeds(DataLoader(
             ids, batch_size=hp.batch_size if train or hp.eval_batch_size is None else hp.eval_batch_size,
             shuffle=train, generator=self._shuffle if train else None, collate_fn=self._collate,
             num_workers=hp.num_workers,
             persistent_workers=hp.num_workers > 0,
-        )
+        ))
 
     def _collate(self, ids: list[torch.Tensor]) -> Any:
         return self.graphs.batch(torch.stack(ids))

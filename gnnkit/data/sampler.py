@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import hashlib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,8 +41,9 @@ from torch_geometric.sampler import (
     SamplerOutput,
 )
 
+from gnnkit.data.worker_seeds import separate_worker_seeds
 from gnnkit.native import checks
-from pipeline import log
+from pipeline import counter_random, log
 
 __all__ = ["CSRNeighborSampler", "CSRNodeLoader", "SampledHops", "neighbor_loader", "relabel", "sample_hops"]
 
@@ -193,6 +195,14 @@ def scratch_dtype(num_nodes: int, device: torch.device) -> torch.dtype:
     return torch.int32 if num_nodes < 2**31 - 2 and device.type != "cuda" else torch.int64
 
 
+def batch_key(seed: int, index: NodeSamplerInput) -> int:
+    """A 63-bit generator seed for one batch: a hash of ``seed`` and the batch's ``input_id`` (its
+    seeds' positions in the loader's input, in batch order; the seed ids when there are none)."""
+    ids = index.input_id if index.input_id is not None else index.node
+    digest = hashlib.blake2b(ids.detach().cpu().contiguous().numpy().tobytes(), digest_size=8).digest()
+    return counter_random.stream_key(seed, int.from_bytes(digest, "little")) % 2**63
+
+
 class CSRNeighborSampler(BaseSampler):
     """Uniform multi-hop neighbour sampler on a destination-major CSR graph.
 
@@ -237,10 +247,14 @@ class CSRNeighborSampler(BaseSampler):
     an integer ``seed`` it uses a private :class:`torch.Generator`: in the
     process that built it the generator is seeded with ``seed``, so the same
     sequence of calls gives the same samples; in a ``DataLoader`` worker it
-    is re-seeded from ``seed`` and the worker's seed (which the loader draws
-    from its ``generator`` or torch's global generator each epoch), so
-    workers and epochs differ, and runs repeat when torch is seeded too
-    (e.g. ``lightning.seed_everything``).
+    is re-seeded for every batch from ``seed`` and the batch's ``input_id``
+    (the positions of its seeds in the loader's input, in batch order), so a
+    batch's neighbourhoods depend on its seeds alone: not on which worker
+    drew it, how many workers there are, or what they drew before. A resumed
+    run whose loader deals the same batches (its shuffle follows torch's
+    global generator, which checkpoints restore) then samples the same
+    neighbourhoods; unshuffled (evaluation) batches sample the same ones
+    every epoch.
 
     Args:
         indptr: Row pointers, int64 ``[num_nodes + 1]``; row ``v`` lists the
@@ -306,7 +320,6 @@ class CSRNeighborSampler(BaseSampler):
         self._generator: torch.Generator | None = self._new_generator(self.seed)
         self._device_generator: torch.Generator | None = None  # see `_on_device`
         self._owner_pid: int = os.getpid()
-        self._worker_seeded: bool = False
         self._local: Tensor | None = None  # global id -> local id, -1 elsewhere
 
     def __repr__(self) -> str:
@@ -337,19 +350,16 @@ class CSRNeighborSampler(BaseSampler):
             self._device_generator = torch.Generator(device=device)  # also another GPU's: each has its own
         return self._device_generator.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
 
-    def _process_state(self) -> tuple[torch.Generator | None, Tensor]:
-        """Returns this process's generator and scratch map, creating them if needed."""
+    def _process_state(self, index: NodeSamplerInput) -> tuple[torch.Generator | None, Tensor]:
+        """Returns this process's generator (in a loader worker, seeded for ``index``'s batch) and
+        scratch map, creating them if needed."""
         pid = os.getpid()
         if pid != self._owner_pid:  # forked (or unpickled) into a new process
             self._owner_pid = pid
-            self._worker_seeded = False
             self._local = None  # do not rely on a copy-on-write parent copy
-        if self.seed is not None and not self._worker_seeded:
-            info = torch.utils.data.get_worker_info()
-            if info is not None:
-                mixed = np.random.SeedSequence([self.seed, info.seed % 2**64]).generate_state(1, np.uint64)[0]
-                self._generator = self._new_generator(int(mixed) % 2**63)
-                self._worker_seeded = True
+        if self.seed is not None and torch.utils.data.get_worker_info() is not None:
+            self._generator = self._generator or self._new_generator(self.seed)
+            self._generator.manual_seed(batch_key(self.seed, index))
         if self._local is None:
             device = self.indptr.device
             self._local = torch.full((self.num_nodes,), -1, dtype=scratch_dtype(self.num_nodes, device), device=device)
@@ -358,8 +368,8 @@ class CSRNeighborSampler(BaseSampler):
     def state_dict(self) -> dict[str, Any]:
         """The private generator's state in this process, for checkpoints (empty with ``seed=None``).
 
-        In ``DataLoader`` workers each worker re-seeds its own copy (see the class docstring); their
-        states stay in the workers and are not part of this."""
+        ``DataLoader`` workers seed their copies for each batch (see the class docstring): their
+        samples need no saved state."""
         if self._generator is None:
             return {}
         return {"generator": self._generator.get_state(), "device": self._generator.device.type}
@@ -600,7 +610,7 @@ class CSRNeighborSampler(BaseSampler):
         checks.in_range(self.__class__.__name__, "seed node ids", seeds, self.num_nodes)
         seed_nodes = seeds.to(device=self.indptr.device, dtype=torch.long)
 
-        generator, local = self._process_state()
+        generator, local = self._process_state(index)
         from gnnkit.native.ops import sample_from_nodes as native_sample  # the C++ sampler, when built
 
         out = native_sample(self, seed_nodes, generator, local, index)
@@ -655,6 +665,7 @@ class CSRNodeLoader(NodeLoader):
         **kwargs: Any,
     ) -> None:
         super().__init__(data, node_sampler, input_nodes=input_nodes, input_time=input_time, **kwargs)
+        separate_worker_seeds(self)  # a resumed run's persistent workers then leave its shuffle alone
         # Applied by `filter_fn` below rather than by NodeLoader.
         self.batch_transform = transform
         self.batch_transform_sampler_output = transform_sampler_output

@@ -26,3 +26,20 @@ def test_a_resumed_datamodule_draws_the_next_epochs_orders():
     resumed.load_state_dict(state)
     assert all(torch.equal(a, b) for a, b in zip(_orders(resumed, 2), uninterrupted[1:]))
     assert not torch.equal(uninterrupted[0], uninterrupted[1])
+
+
+def test_a_resumed_loader_with_workers_draws_the_next_epochs_batches():
+    """The workers' base seed came from the shuffle generator, drawn when a persistent iterator was
+    first built: in the first epoch of an uninterrupted run, in the resumed epoch of a resumed one."""
+    def batches(loader):
+        return [(b.y.clone(), b.ptr.clone()) for b in loader]
+
+    straight = GraphSetDataModule("synthetic-molhiv-small", batch_size=256, num_workers=2)
+    loader = straight.train_dataloader()
+    batches(loader)
+    state = straight.state_dict()
+    want = batches(loader)
+    resumed = GraphSetDataModule("synthetic-molhiv-small", batch_size=256, num_workers=2)
+    resumed.load_state_dict(state)
+    got = batches(resumed.train_dataloader())
+    assert len(got) == len(want) and all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(got, want))

@@ -530,6 +530,32 @@ def test_loader_with_workers_on_readonly_memmap(graph, tmp_path):
     assert _digest(tmp_path) == before
 
 
+def test_workers_sample_each_batch_from_its_seeds_so_a_resumed_loader_repeats_the_epoch(graph):
+    """Workers seeded once from the loader's base seed (drawn from the global generator when a
+    persistent iterator was first built): a resumed run shuffled and sampled other batches."""
+    indptr, indices = graph
+    data = _node_data(indptr.numel() - 1)
+
+    def loader(workers=2):
+        return neighbor_loader(data, indptr, indices, [4, 3], input_nodes=None, batch_size=100, shuffle=True,
+                               seed=9, num_workers=workers, persistent_workers=True)
+
+    def same(a, b):
+        return len(a) == len(b) and all(torch.equal(x.n_id, y.n_id) and torch.equal(x.e_id, y.e_id)
+                                        for x, y in zip(a, b))
+
+    torch.manual_seed(5)
+    run = loader()
+    first = list(run)
+    state = torch.get_rng_state()  # what a checkpoint at the epoch's end restores
+    second = list(run)
+    torch.set_rng_state(state)
+    assert same(list(loader()), second)
+    torch.manual_seed(5)
+    assert same(list(loader(workers=1)), first)  # and whatever the number of workers
+    assert not same(first, second)
+
+
 # Power-law graphs ######################################################
 
 
