@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch.distributed as dist
+from lightning.pytorch.trainer.states import TrainerFn
 
 
 def _distributed() -> bool:
@@ -42,3 +43,10 @@ def my_rank_state(states: list[Any], what: str) -> Any | None:
                     what, len(states), world)
         return None
     return states[dist.get_rank() if _distributed() else 0]
+
+
+def fitting(trainer: Any) -> bool:
+    """Whether a checkpoint restored now continues a fit (or there is no trainer yet), rather than
+    giving its weights to a test or validation: only a fit takes the generators and communication
+    state it saved."""
+    return trainer is None or trainer.state.fn == TrainerFn.FITTING

@@ -13,7 +13,6 @@ from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment
 from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
-from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from torch import Tensor
 from torch.optim import Optimizer
@@ -29,6 +28,7 @@ from gnnkit.comm.multistream import MultiStreamAllReduce
 from gnnkit.comm.powersgd import PowerSGD
 from gnnkit.comm.registry import MODES, resolve_mode
 from gnnkit.device_clock import device_clock
+from gnnkit.rank_state import fitting
 from gnnkit.registration import make_strategy
 from gnnkit.comm.signsgd import SignSGD
 from gnnkit.comm.topk_a2a import GATHERS, TopKA2A
@@ -334,8 +334,7 @@ class GnnkitStrategy(DDPStrategy):
         # kept for the hook of the coming fit (Lightning restores DDP checkpoints before setup);
         # validate/test/predict runs never communicate gradients and leave the state alone
         trainer = getattr(self.lightning_module, "_trainer", None)
-        fitting = trainer is None or trainer.state.fn == TrainerFn.FITTING
-        self._restored = checkpoint.get(CHECKPOINT_KEY) if fitting else None
+        self._restored = checkpoint.get(CHECKPOINT_KEY) if fitting(trainer) else None
         return checkpoint
 
     def _apply_restored(self) -> None:

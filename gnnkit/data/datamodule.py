@@ -33,7 +33,7 @@ from gnnkit.partitioned.remote_sampler import PartitionNeighborSampler
 from gnnkit.partitioned.sampled_loader import PartitionNodeLoader
 from gnnkit.partitioned.seed_balance import rank_seeds
 from gnnkit.partitioned.stale_halo import StaleHalo
-from gnnkit.rank_state import gather_ranks, my_rank_state
+from gnnkit.rank_state import fitting, gather_ranks, my_rank_state
 from gnnkit.tasks import resolve_dataset
 from gnnkit.sparse import Adjacency
 from pipeline import EVERY_RANK, CacheEntry, CanonicalGraph, log
@@ -364,8 +364,7 @@ class GraphDataModule(PrecisionBatches):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the counters and sampler generators when resuming a fit (not when testing a
         checkpoint); the generators reach their loaders when these are built."""
-        fitting = self.trainer is None or self.trainer.state.fn == "fit"
-        if not fitting:
+        if not fitting(self.trainer):
             return
         if "reuse_stats" in state_dict:
             self.reuse_stats.load_state_dict(state_dict["reuse_stats"])

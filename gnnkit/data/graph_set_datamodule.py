@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader
 from gnnkit import setting_checks
 from gnnkit.data.batch_precision import PrecisionBatches
 from gnnkit.data.worker_seeds import separate_worker_seeds
+from gnnkit.rank_state import fitting
 from gnnkit.tasks import resolve_dataset
 from pipeline import log
 from pipeline import preprocess as preprocess_dataset
@@ -70,7 +71,7 @@ class GraphSetDataModule(PrecisionBatches):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the shuffle generator when resuming a fit (not when testing a checkpoint)."""
-        if "shuffle" in state_dict and (self.trainer is None or self.trainer.state.fn == "fit"):
+        if "shuffle" in state_dict and fitting(self.trainer):
             self._shuffle.set_state(state_dict["shuffle"])
 
     # -- what the model needs to know (linked into the model by `gnnkit run`) --

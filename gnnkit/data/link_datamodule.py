@@ -36,6 +36,7 @@ from gnnkit import setting_checks
 from gnnkit.data.batch_precision import PrecisionBatches
 from gnnkit.data.preprocessing import PreprocessOverrides, describe_line, graph_facts, resolve_options
 from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats
+from gnnkit.rank_state import fitting
 from gnnkit.sparse import Adjacency
 from gnnkit.tasks import resolve_dataset
 from pipeline import log
@@ -288,7 +289,7 @@ class LinkDataModule(PrecisionBatches):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore them when resuming a fit (not when testing a checkpoint): fresh generators drew the
         first epochs' shuffles and negatives again."""
-        if self.trainer is not None and self.trainer.state.fn != "fit":
+        if not fitting(self.trainer):
             return
         for stage, state in state_dict.get("generators", {}).items():
             self._generators[stage].set_state(state)

@@ -80,7 +80,6 @@ def test_truncated_array_is_reported(tmp_path):
 def test_temp_folders_are_never_entries(tmp_path):
     import os
 
-    from pipeline.temp_paths import MAX_AGE_S
 
     legacy = tmp_path / "g" / ".tmp-k1-abc"  # an older version's unowned temp: stale by age only
     (legacy / "arrays").mkdir(parents=True)

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import synthetic
 from pipeline.family import read_meta_json
 from pipeline.ogb_layout import read_ogb_folder
 from pipeline.synthetic import GENERATOR_VERSION, SyntheticSpec, build, generate, presets

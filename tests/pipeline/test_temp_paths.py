@@ -9,7 +9,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import pytest
 
 from pipeline import temp_paths
 from pipeline.atomic import atomic_write_text
