@@ -34,6 +34,7 @@ from gnnkit.fault_injection import FaultInjection, fault_from_env
 from gnnkit.hints import add_reference_argument, size_hint
 from gnnkit.last_checkpoint import LastCheckpoint
 from gnnkit.optim import GaLoreAdamW  # noqa: F401  (a known Optimizer subclass: `--optimizer GaLoreAdamW`)
+from gnnkit.optim.foreign_state import ForeignOptimizerState
 from gnnkit.quiet import quietly, resuming, unvalidated
 from gnnkit.report import EpochTimer, write_report
 from gnnkit.resume import (RUN_DIR_ENV, ResumeError, RunPlan, claimed_run_dir, parse_run_args, plan_run,
@@ -320,7 +321,10 @@ def _train_and_test(plan: RunPlan, cli: GnnkitCLI, task: str) -> dict[str, Any]:
         log.info("validation off (limit_val_batches 0): no best checkpoint, the test takes the last weights")
     with (resuming() if plan.ckpt_path is not None else contextlib.nullcontext(),
           contextlib.nullcontext() if validating else unvalidated()):
-        trainer.fit(model, datamodule=data, ckpt_path=plan.ckpt_path)
+        try:
+            trainer.fit(model, datamodule=data, ckpt_path=plan.ckpt_path)
+        except ForeignOptimizerState as err:  # one line, as a refused resume request
+            raise ResumeError(f"{plan.ckpt_path}: {err}") from None
     ckpt = "best" if trainer.checkpoint_callback and trainer.checkpoint_callback.best_model_path else None
     results = trainer.test(model, datamodule=data, ckpt_path=ckpt, verbose=False)
     test = results[0]["test_metric"]

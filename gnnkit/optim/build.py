@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from gnnkit.optim.foreign_state import refuse_foreign_state
+
 #: The keys of a LightningCLI class spec.
 SPEC_KEYS = ("class_path", "init_args")
 
@@ -71,7 +73,7 @@ def module_optimizer(module: torch.nn.Module, groups: list[dict[str, Any]], spec
     """What a gnnkit LightningModule trains with: Adam (``lr``, ``weight_decay`` as the group
     defaults) over ``groups``, fused where :func:`fusable` says so, or the optimizer ``spec`` names;
     an optimizer with a ``bind(module)`` method (K-FAC, which hooks the linear layers) is bound to
-    ``module``."""
+    ``module``. Its ``load_state_dict`` refuses another optimizer's state (:mod:`.foreign_state`)."""
     if spec is None:
         optimizer: torch.optim.Optimizer = torch.optim.Adam(groups, lr=lr, weight_decay=weight_decay,
                                                             fused=fusable(module, groups) or None)
@@ -79,7 +81,7 @@ def module_optimizer(module: torch.nn.Module, groups: list[dict[str, Any]], spec
         optimizer = build_optimizer(spec, groups)
     if callable(getattr(optimizer, "bind", None)):
         optimizer.bind(module)
-    return optimizer
+    return refuse_foreign_state(optimizer)
 
 
 def fusable(module: torch.nn.Module, groups: list[dict[str, Any]]) -> bool:

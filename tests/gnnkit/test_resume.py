@@ -146,6 +146,11 @@ def test_resume_takes_more_epochs_and_the_ckpt_path(tmp_path):
     report = run("--resume", [str(run_dir), "--trainer.max_epochs", "3", "--ckpt_path", "best",
                               "--data.num_workers", "0"])
     assert report["epochs"] == 3 and sorted(epoch_rows(run_dir)) == [0, 1, 2, 3]  # epoch 3: the test row
+    # another optimizer's state: it loaded, and Adam's first step failed with KeyError: 'betas'
+    with pytest.raises(ResumeError, match="checkpoints/last.ckpt: the checkpoint's optimizer state is another "
+                                          "optimizer's: its parameter groups set .*, which SGD does not take"):
+        run(QUICKSTART, ["--trainer.max_epochs", "4", "--run_dir", str(tmp_path / "sgd"), "--optimizer",
+                         "torch.optim.SGD", "--optimizer.lr", "0.1", "--ckpt_path", str(run_dir / "checkpoints" / "last.ckpt")])
 
 
 @pytest.mark.parametrize("argv,message", [
