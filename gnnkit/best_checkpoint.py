@@ -1,4 +1,5 @@
-"""The run's best checkpoint, which a resumed run keeps tracking after its folder has moved."""
+"""The run's best checkpoint, which a resumed run keeps tracking after its folder has moved, and a
+new run started from another run's checkpoint tracks afresh."""
 
 from __future__ import annotations
 
@@ -42,8 +43,13 @@ class BestCheckpoint(ModelCheckpoint):
         """``ModelCheckpoint``'s key, so checkpoints written before this class restore into it."""
         return super().state_key.replace(type(self).__qualname__, ModelCheckpoint.__qualname__, 1)
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # noqa: D102
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the state, moved to this run's folder for a resumed run; a new run started from
+        another run's checkpoint (``--ckpt_path``) keeps its own, empty: Lightning kept the other
+        run's best path, with a warning, and the test could take that run's weights."""
         old = state_dict.get("dirpath")
-        if self.resumed and isinstance(old, str) and self.dirpath is not None and old != self.dirpath:
+        if isinstance(old, str) and self.dirpath is not None and old != self.dirpath:
+            if not self.resumed:
+                return
             state_dict = moved(state_dict, old, self.dirpath)
         super().load_state_dict(state_dict)

@@ -45,6 +45,7 @@ class EpochTimer(pl.Callback):
         self._batches = 0
         self._trained: float | None = None  # the epoch's training seconds, once its last batch has ended
         self._built_before = 0.0  # native build seconds before the epoch
+        self._epochs_here = 0  # epochs this process trained (a resumed run's restored ones are not)
         self.peak_train_gpu_mb: float | None = None
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -53,12 +54,13 @@ class EpochTimer(pl.Callback):
         cut_short = self._trained is None  # no last batch: trained until now
         self.train_times.append(self.times[-1] - self._validation if cut_short else self._trained - build)
         self.train_batches.append(self._batches)
+        self._epochs_here += 1
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._start = _clock(pl_module)
         self._built_before = loader.build_seconds()
         self._validation, self._batches, self._trained = 0.0, 0, None
-        if trainer.current_epoch > 0:
+        if self._epochs_here:  # a resumed run's first: its last line was the previous process's
             self._log_epoch(trainer, trainer.current_epoch)
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
@@ -102,12 +104,17 @@ class EpochTimer(pl.Callback):
                 **({"peak_train_gpu_mb": self.peak_train_gpu_mb} if self.peak_train_gpu_mb is not None else {})}
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._log_epoch(trainer, trainer.current_epoch, force=True)
+        if self._epochs_here:
+            self._log_epoch(trainer, trainer.current_epoch, force=True)
         self.peak_train_gpu_mb = peak_gpu(pl_module).get("peak_gpu_mb")  # before testing's larger batches
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """With a progress bar (no epoch lines), why training stopped before ``max_epochs``, on a line of
-        its own: the bar has closed by now (at ``on_train_end`` the line would continue the bar's)."""
+        its own: the bar has closed by now (at ``on_train_end`` the line would continue the bar's);
+        for a resumed run that had no epoch left, that it trained none."""
+        if not self._epochs_here and trainer.current_epoch:  # a resume of a finished run
+            log.info("nothing to train: the checkpoint has %d of %s epochs", trainer.current_epoch, trainer.max_epochs)
+            return
         reason = None if self.log_lines else stop_reason(trainer)
         if reason:
             log.info("training stopped at epoch %d/%s: %s", trainer.current_epoch, trainer.max_epochs, reason)

@@ -328,9 +328,11 @@ def prepare_metrics(plan: RunPlan) -> None:
         return
     metrics = plan.run_dir / METRICS
     if plan.resumed and plan.ckpt_path is not None:
-        dropped = trim_metrics(metrics, epochs_done(Path(plan.ckpt_path)))
+        epochs = epochs_done(Path(plan.ckpt_path))
+        dropped = trim_metrics(metrics, epochs)
         if dropped:
-            log.info("resume: dropped %d row(s) of %s logged after the checkpoint", dropped, metrics)
+            log.info("resume: %s continues after epoch %d; its %d later row(s) (the test's, or those of "
+                     "epochs the checkpoint does not hold) are logged anew", metrics, epochs, dropped)
         return
     metrics.unlink(missing_ok=True)
     if not (plan.run_dir / CONFIG).is_file():  # checkpoints only of an earlier gnnkit run (or attempt)

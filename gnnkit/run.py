@@ -303,9 +303,9 @@ def _train_and_test(plan: RunPlan, cli: GnnkitCLI, task: str) -> dict[str, Any]:
     run_dir = plan.run_dir
     prepare_metrics(plan)
     trainer, model, data = cli.trainer, cli.model, cli.datamodule
-    log.info("run %s: %s on %s (%s), %d parameters", run_dir, getattr(model, "gnn", type(model).__name__),
-             data.describe()["name"],
-             data.describe()["loader"], model.num_params)
+    ranks = f", {trainer.world_size} ranks ({trainer.strategy.__class__.__name__})" if trainer.world_size > 1 else ""
+    log.info("run %s: %s on %s (%s), %d parameters%s", run_dir, getattr(model, "gnn", type(model).__name__),
+             data.describe()["name"], data.describe()["loader"], model.num_params, ranks)
     if plan.ckpt_path is not None:  # log lines come from rank 0 alone (pipeline.progress)
         log.info("resume: %s continues from %s", run_dir, plan.ckpt_path)
     hint = None if plan.resumed or task != DEFAULT_TASK else size_hint(

@@ -50,6 +50,35 @@ def test_lightnings_hardware_lines_tip_and_max_epochs_or_steps_stop_are_dropped_
     assert seen == ["`Trainer.fit` stopped: No training batches.", "GPU available: False, used: False"]
 
 
+def test_seed_checkpoint_restore_and_process_group_lines_are_dropped_inside_only():
+    """Lightning's lines without gnnkit's prefix in every run: the seed, the checkpoint restored for
+    a resume or a test, and, on several ranks, each rank's process-group banner."""
+    from lightning.fabric.utilities.seed import seed_everything
+
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    loggers = [logging.getLogger(name) for name in LIGHTNING_LOGGERS]
+    for log in loggers:
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+    try:
+        with quiet():
+            seed_everything(3)
+            rank_zero_info("Restoring states from the checkpoint path at /r/checkpoints/best.ckpt")
+            rank_zero_info("Loaded model weights from the checkpoint at /r/checkpoints/best.ckpt")
+            rank_zero_info("Restored all states from the checkpoint at /r/checkpoints/last.ckpt")
+            logging.getLogger(LIGHTNING_LOGGERS[3]).info("Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2")
+            rank_zero_info(f"{'-' * 100}\ndistributed_backend=gloo\nAll distributed processes registered.")
+            rank_zero_info("Restoring states is a user's line")
+        seed_everything(3)
+    finally:
+        for log in loggers:
+            log.removeHandler(handler)
+            log.setLevel(logging.NOTSET)
+    assert seen == ["Restoring states is a user's line", "Seed set to 3"]
+
+
 def test_the_decorator_restores_filters_when_the_function_raises():
     before = list(warnings.filters)
 

@@ -50,7 +50,7 @@ def test_epoch_timer_times_training_to_the_last_batch_without_validation(monkeyp
     # epoch 1: 10-15, cut short
     clock = iter([0.0, 1.0, 3.0, 3.5, 3.6, 3.8, 4.0, 10.0, 15.0])
     monkeypatch.setattr("gnnkit.device_clock.time.perf_counter", lambda: next(clock))
-    timer, trainer = EpochTimer(), SimpleNamespace(current_epoch=0, is_last_batch=False)
+    timer, trainer = EpochTimer(), SimpleNamespace(current_epoch=0, is_last_batch=False, max_epochs=2)
     timer.on_train_epoch_start(trainer, None)
     for _ in range(3):
         timer.on_train_batch_end(trainer, None)
@@ -146,11 +146,17 @@ def test_with_a_progress_bar_the_stop_reason_has_a_line_of_its_own(monkeypatch):
     monkeypatch.setattr(report, "stop_reason", lambda trainer: "max_steps=7 reached")
     monkeypatch.setattr(report, "peak_gpu", lambda module: {})
     trainer = SimpleNamespace(current_epoch=3, max_epochs=9)
-    EpochTimer(log_lines=False).on_fit_end(trainer, None)
+    timer = EpochTimer(log_lines=False)
+    timer.load_state_dict({"times": [0.5] * 3})
+    timer.on_fit_end(trainer, None)  # a resume of a finished run: no epoch of its own
+    assert lines == ["nothing to train: the checkpoint has 3 of 9 epochs"]
+    lines.clear()
+    timer._epochs_here = 3  # as if it had trained them
+    timer.on_fit_end(trainer, None)
     assert lines == ["training stopped at epoch 3/9: max_steps=7 reached"]
     lines.clear()
     timer = EpochTimer(log_lines=True)  # the last epoch line says it instead
-    timer.times = [0.5]
+    timer.times, timer._epochs_here = [0.5], 1
     trainer.callback_metrics = {}
     timer.on_train_end(trainer, None)
     timer.on_fit_end(trainer, None)
@@ -173,3 +179,15 @@ def test_epoch_timer_state_carries_the_epochs_timed_over_a_resume():
     resumed = EpochTimer()
     resumed.load_state_dict(timer.state_dict())
     assert resumed.summary() == timer.summary() and resumed.summary()["train_time_s"] == 4.0
+
+
+def test_a_resumed_run_logs_no_line_for_the_epoch_it_restored(monkeypatch):
+    """Its first epoch start logged "epoch 3/5  (1.90s)": no metrics, the previous process's time."""
+    from gnnkit import report
+
+    lines: list[str] = []
+    monkeypatch.setattr(report.log, "info", lambda message, *args: lines.append(message % args))
+    timer = EpochTimer(log_lines=True)
+    timer.load_state_dict({"times": [1.9] * 3, "train_times": [1.5] * 3, "train_batches": [4] * 3})
+    timer.on_train_epoch_start(SimpleNamespace(current_epoch=3, max_epochs=5, callback_metrics={}), None)
+    assert lines == []

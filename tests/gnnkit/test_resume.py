@@ -412,3 +412,18 @@ def test_best_checkpoint_paths_follow_the_folder():
     assert moved(state, "/a/ck", "/b/ck") == {"dirpath": "/b/ck", "best_model_path": "/b/ck/best.ckpt",
                                               "best_model_score": 0.7, "best_k_models": {"/b/ck/best.ckpt": 0.7},
                                               "last_model_path": ""}
+
+
+def test_a_new_run_from_another_runs_checkpoint_tracks_its_own_best(recwarn):
+    """Lightning kept the other run's best path (with a "dirpath has changed" warning), so the new
+    run's test could take the other run's weights."""
+    from gnnkit.best_checkpoint import BestCheckpoint
+
+    state = {"dirpath": "/a/ck", "best_model_path": "/a/ck/best.ckpt", "best_model_score": torch.tensor(0.7),
+             "best_k_models": {"/a/ck/best.ckpt": torch.tensor(0.7)}, "last_model_path": ""}
+    new = BestCheckpoint(dirpath="/b/ck", filename="best", monitor="val_metric", mode="max")
+    new.load_state_dict(dict(state))
+    assert new.best_model_path == "" and new.best_model_score is None and not recwarn.list
+    resumed = BestCheckpoint(dirpath="/b/ck", filename="best", monitor="val_metric", mode="max", resumed=True)
+    resumed.load_state_dict(dict(state))
+    assert resumed.best_model_path == "/b/ck/best.ckpt" and float(resumed.best_model_score) == pytest.approx(0.7)
