@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,6 +71,24 @@ class _HelpFormatter(DefaultHelpFormatter, argparse.RawDescriptionHelpFormatter)
     """jsonargparse's help, with :data:`RUN_HELP`'s lines kept as written."""
 
 
+#: jsonargparse's refusal of a value of the wrong type, one type or a union of several.
+_WRONG_TYPE = re.compile(r'Parser key "(?P<key>[^"]+)": (Expected a (?P<type><class [^>]+>)\. Got value: |'
+                         r'Does not validate against any of the Union subtypes Subtypes: \[(?P<types>[^\]]*)\].*'
+                         r'Given value: )(?P<value>.*)$')
+
+
+def _plain_type_error(text: str) -> str:
+    """``trainer.max_epochs: expected int or None, got 'abc'`` for jsonargparse's wrong-type refusal
+    (``Parser key "trainer.max_epochs": Does not validate against any of the Union subtypes ...``);
+    any other text as it is."""
+    wrong = _WRONG_TYPE.match(text)
+    if wrong is None:
+        return text
+    names = re.findall(r"<class '([\w.]+)'>", wrong["type"] or wrong["types"])
+    wanted = " or ".join("None" if name == "NoneType" else name for name in names)
+    return f"{wrong['key']}: expected {wanted}, got {wrong['value']!r}"
+
+
 class _OneLineErrors(LightningArgumentParser):
     """LightningCLI's parser, whose refusal of a setting (an unknown key, a value of the wrong type)
     is one line, as gnnkit's own errors are, instead of the whole usage (some 80 lines) ahead of it."""
@@ -76,9 +96,22 @@ class _OneLineErrors(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):  # raising, or its debug output
             super().error(message, ex)
-        text = " ".join(line.strip() for line in str(message).splitlines() if line.strip())
-        sys.stderr.write(f"gnnkit: error: {text} (gnnkit run RECIPE --help lists the settings)\n")
+        text = _plain_type_error(" ".join(line.strip() for line in str(message).splitlines() if line.strip()))
+        sys.stderr.write(f"gnnkit: error: {text}{self._did_you_mean(text)} (gnnkit run RECIPE --help lists the "
+                         f"settings)\n")
         self.exit(2)
+
+    def _did_you_mean(self, text: str) -> str:
+        """``; did you mean --trainer.max_epochs?`` for a misspelt option of an "unrecognized
+        arguments" refusal (the closest known option, if one is close)."""
+        if not text.startswith("unrecognized arguments:"):
+            return ""
+        known = [option for action in self._actions for option in action.option_strings if option.startswith("--")]
+        for word in text.split(":", 1)[1].split():
+            close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.8)
+            if word.startswith("--") and close:
+                return f"; did you mean {close[0]}?"
+        return ""
 
 
 class GnnkitCLI(LightningCLI):
@@ -102,6 +135,7 @@ class GnnkitCLI(LightningCLI):
             save_config_callback=AtomicSaveConfig,
             save_config_kwargs={"overwrite": True},
             parser_kwargs={"prog": "gnnkit run", "description": RUN_HELP, "formatter_class": _HelpFormatter,
+                           "allow_abbrev": False,  # --trainer.max_epoch 3 set max_epochs: a typo passed silently
                            # --help of a recipe shows its values as the defaults
                            **({"default_config_files": [recipe_defaults]} if recipe_defaults else {})},
             parser_class=_OneLineErrors,

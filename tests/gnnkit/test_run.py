@@ -50,9 +50,24 @@ def test_quickstart_writes_a_complete_run_folder(tmp_path):
 def test_recipe_typo_gets_lightningclis_error(tmp_path):
     out = _gnnkit("run", QUICKSTART, "--model.hiden_channels", "8", "--run_dir", tmp_path / "r", cwd=tmp_path)
     assert out.returncode == 2
-    assert out.stderr.splitlines()[-1] == ("gnnkit: error: unrecognized arguments: --model.hiden_channels 8 "
-                                           "(gnnkit run RECIPE --help lists the settings)")
+    assert out.stderr.splitlines()[-1] == ("gnnkit: error: unrecognized arguments: --model.hiden_channels 8; did you "
+                                           "mean --model.hidden_channels? (gnnkit run RECIPE --help lists the settings)")
     assert "usage:" not in out.stderr  # not the 80 lines of every setting ahead of it
+
+
+@pytest.mark.parametrize("argv,line", [
+    (["--trainer.max_epoch", "3"], "unrecognized arguments: --trainer.max_epoch 3; did you mean --trainer.max_epochs?"),
+    (["--trainer.max_epochs", "abc"], "trainer.max_epochs: expected int or None, got 'abc'"),
+    (["--model.lr", "x"], "model.lr: expected float, got 'x'"),
+], ids=["an abbreviation (it set max_epochs)", "a union type (jsonargparse's 5-part dump)", "one type"])
+def test_a_misspelt_or_mistyped_setting_is_one_plain_line(argv, line, tmp_path, monkeypatch, capsys):
+    from gnnkit.run import run
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as done:
+        run(str(QUICKSTART), [*argv, "--print_config"])
+    assert done.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"gnnkit: error: {line} (gnnkit run RECIPE --help lists the settings)"
 
 
 def test_help_of_a_recipe_shows_its_values_and_writes_nothing(tmp_path, monkeypatch, capsys):
