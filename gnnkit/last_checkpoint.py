@@ -25,9 +25,7 @@ import numpy as np
 import torch
 
 from gnnkit.rank_state import gather_ranks, my_rank_state
-
-#: File name of the checkpoint in ``<run>/checkpoints/``.
-LAST = "last.ckpt"
+from gnnkit.resume import LAST  # the checkpoint's file name in ``<run>/checkpoints/``
 
 
 def random_state() -> dict[str, Any]:

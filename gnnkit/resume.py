@@ -22,10 +22,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
-from gnnkit.csv_logger import read_rows, write_rows
-from gnnkit.last_checkpoint import LAST
 from gnnkit.tasks import override_values
 from pipeline import is_rank_zero, log
 
@@ -36,6 +32,7 @@ CONFIG = "config.yaml"
 METRICS = "metrics.csv"
 REPORT = "report.json"  # written by gnnkit.report when a run has finished
 CHECKPOINTS = "checkpoints"
+LAST = "last.ckpt"  # in CHECKPOINTS, written by gnnkit.last_checkpoint at every epoch boundary
 
 
 class ResumeError(ValueError):
@@ -171,6 +168,8 @@ def epochs_done(ckpt_path: Path) -> int:
         ResumeError: The file is no checkpoint torch can read (cut short, or not one at all).
     """
     try:
+        import torch  # here: the plan is made before torch and Lightning are imported
+
         checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as err:  # torch raises RuntimeError, pickle's UnpicklingError, EOFError, ...
         raise ResumeError(f"gnnkit run: {ckpt_path}: unreadable checkpoint ({str(err).splitlines()[0][:200]}); "
@@ -196,6 +195,8 @@ def _epoch_of(row: dict[str, str | None]) -> float:
 def trim_metrics(path: Path, epochs: int) -> int:
     """Drop the rows of ``metrics.csv`` logged in epoch ``epochs`` or later (the resumed run logs
     them again); returns how many were dropped."""
+    from gnnkit.csv_logger import read_rows, write_rows  # Lightning's: imported only for a resume
+
     header, rows = read_rows(path)
     if not header:
         return 0
@@ -289,6 +290,24 @@ def plan_run(args: RunArgs) -> RunPlan:
     if restart:
         log.info("torchrun restart %d: %s from %s", restart, run_dir, ckpt or "the start")
     return RunPlan(run_dir, config, overrides, ckpt, resumed, claim)
+
+
+def wants_help(overrides: list[str]) -> bool:
+    """Whether ``gnnkit run``'s arguments ask for its help."""
+    return any(arg in ("-h", "--help") for arg in overrides)
+
+
+def plan_command(recipe: str, overrides: list[str]) -> RunPlan | None:
+    """The plan of ``gnnkit run RECIPE OVERRIDES...`` (``None`` for a bare ``--help``): made before
+    torch and Lightning are imported, so a refused request is one line at once.
+
+    Raises:
+        ResumeError: As :func:`plan_run`.
+    """
+    args = parse_run_args([recipe, *overrides])
+    if args.recipe is None and args.resume is None and wants_help(args.overrides):
+        return None
+    return plan_run(args)
 
 
 #: The settings the checkpoint's weights, optimizer and samplers were made with, which a resumed run

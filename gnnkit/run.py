@@ -39,8 +39,7 @@ from gnnkit.optim import GaLoreAdamW  # noqa: F401  (a known Optimizer subclass:
 from gnnkit.optim.foreign_state import ForeignOptimizerState
 from gnnkit.quiet import quietly, resuming, unvalidated
 from gnnkit.report import EpochTimer, write_report
-from gnnkit.resume import (RUN_DIR_ENV, ResumeError, RunPlan, claimed_run_dir, parse_run_args, plan_run,
-                           prepare_metrics)
+from gnnkit.resume import RUN_DIR_ENV, ResumeError, RunPlan, claimed_run_dir, plan_command, prepare_metrics, wants_help
 from gnnkit.saved_config import AtomicSaveConfig
 from gnnkit.tasks import DEFAULT_TASK, SHARED_LINKS, TaskFamily, add_task_argument, recipe_task, task_family
 from pipeline import log, setup_logging
@@ -246,18 +245,6 @@ def _plain_spec(spec: Any) -> dict[str, Any] | None:
     return plain(spec.as_dict() if hasattr(spec, "as_dict") else spec)
 
 
-def _wants_help(overrides: list[str]) -> bool:
-    return any(arg in ("-h", "--help") for arg in overrides)
-
-
-def _plan(recipe: str, overrides: list[str]) -> RunPlan | None:
-    """gnnkit's own options resolved (``None`` for a bare ``--help``)."""
-    args = parse_run_args([recipe, *overrides])
-    if args.recipe is None and args.resume is None and _wants_help(args.overrides):
-        return None
-    return plan_run(args)
-
-
 def _cli(run_dir: Path, args: list[str], resumed: bool = False, task: str = DEFAULT_TASK,
          recipe_defaults: str | None = None) -> GnnkitCLI:
     """Parse ``args`` with LightningCLI for ``task``'s classes (it exits on ``--print_config`` and
@@ -270,7 +257,7 @@ def _cli(run_dir: Path, args: list[str], resumed: bool = False, task: str = DEFA
 
 
 @quietly
-def run(recipe: str, overrides: list[str]) -> dict[str, Any]:
+def run(recipe: str, overrides: list[str], plan: RunPlan | None = None) -> dict[str, Any]:
     """Train and test one recipe; returns the report (also written to the run folder).
 
     Lightning's hardware lines, its litlogger tip and torch's ``LeafSpec`` deprecation warning are
@@ -281,10 +268,11 @@ def run(recipe: str, overrides: list[str]) -> dict[str, Any]:
         overrides: LightningCLI arguments (``--trainer.max_epochs 5``), plus gnnkit's ``--run_dir PATH``,
             ``--resume RUN_DIR`` and ``--ckpt_path CKPT`` (see :data:`RUN_HELP`). With ``--resume``,
             ``recipe`` is that flag (the ``gnnkit run`` parser passes every argument through).
+        plan: What :func:`~gnnkit.resume.plan_command` made of them already, if anything.
     """
     setup_logging()
     retain_freed_memory()
-    plan = _plan(recipe, overrides)
+    plan = plan or plan_command(recipe, overrides)
     if plan is None:
         _cli(Path("."), ["--help"])  # gnnkit's options, then LightningCLI's; exits
         return {}
@@ -293,7 +281,7 @@ def run(recipe: str, overrides: list[str]) -> dict[str, Any]:
         task_family(task)
     except ValueError as err:  # reported like gnnkit's other run arguments: one line, exit 2
         raise ResumeError(str(err)) from None
-    if _wants_help(plan.overrides):  # the recipe's settings, its values shown as the defaults; exits
+    if wants_help(plan.overrides):  # the recipe's settings, its values shown as the defaults; exits
         _cli(Path("."), ["--help"], task=task, recipe_defaults=plan.config)
         return {}
     with claimed_run_dir(plan) as run_dir:  # a new folder of its own, removed again if parsing fails

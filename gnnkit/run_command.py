@@ -1,5 +1,6 @@
-"""``gnnkit run`` on the command line: its parser, and a check of the recipe's path made before
-Lightning is imported, so a mistyped path is one line at once (not a traceback seconds later)."""
+"""``gnnkit run`` on the command line: its parser, and checks of the recipe's path and of the run
+folder and checkpoint asked for, made before Lightning is imported, so a mistyped path is one line
+at once (not a traceback, or a line, seconds later)."""
 
 from __future__ import annotations
 
@@ -39,11 +40,13 @@ def _run_command(args: Any) -> int:
     if problem is not None:
         print(f"gnnkit: error: {problem}", file=sys.stderr)
         return 2
-    from gnnkit.resume import ResumeError
-    from gnnkit.run import run
+    from gnnkit.resume import ResumeError, plan_command
 
     try:
-        run(args.recipe, args.overrides)
+        plan = plan_command(args.recipe, args.overrides)  # a refused request: one line before Lightning loads
+        from gnnkit.run import run
+
+        run(args.recipe, args.overrides, plan=plan)
     except ResumeError as err:
         print(f"gnnkit: error: {err}", file=sys.stderr)
         return 2
