@@ -138,11 +138,12 @@ class Communicator(ABC):
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue after a restart (tensors on CPU)."""
-        return {"steps": self.steps}
+        return {"steps": self.steps, "bytes_sent": self.bytes_sent}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned."""
+        """Restore what :meth:`state_dict` returned (the counters too: the report covers every step)."""
         self.steps = int(state.get("steps", 0))
+        self.bytes_sent = int(state.get("bytes_sent", 0))
 
     def info(self) -> dict[str, Any]:
         """Options and counters for logs and ``report.json``."""

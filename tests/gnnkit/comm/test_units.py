@@ -226,7 +226,9 @@ def test_signum_signs_the_worker_momentum_and_restores_it(one_rank_group) -> Non
         torch.testing.assert_close(out, _scaled_signs(m, (200, 7)))
     resumed = SignSGD(momentum=0.9)
     resumed.setup(None)
+    comm.bytes_sent = 4096  # as two ranks would have counted (one sends nothing)
     resumed.load_state_dict(comm.state_dict())  # a checkpoint mid-run continues the momentum
+    assert resumed.info()["bytes_sent"] == 4096  # and the report's counter
     for grad in grads[2:]:
         m = 0.9 * m + 0.1 * grad
         out = resumed.launch(grad.clone(), layout).wait()
