@@ -244,9 +244,9 @@ class NodeClassifier(RunLengthHooks, TaskModule):
         return self.gnn.input_aggregation()
 
     def setup(self, stage: str) -> None:
-        """Partition-parallel full-batch runs: batch statistics over every partition (sampled ones
-        normalise each rank's batches, as replicated DDP does). TT tables: give them the dataset's
-        node order and hot (highest-degree) nodes."""
+        """Partition-parallel runs: batch statistics over every partition (sampled ones too: a rank's
+        batches come from its own cluster of the graph). TT tables: give them the dataset's node
+        order and hot (highest-degree) nodes."""
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         partitioned = getattr(datamodule, "partitions", None) is not None
         if self.hparams.get("pseudo_label_gamma") is not None:
@@ -259,9 +259,10 @@ class NodeClassifier(RunLengthHooks, TaskModule):
         if partitioned and getattr(datamodule, "full_batch", True):
             if self.gnn.aggregation != "gnnkit" and self.gnn.model != "mlp":
                 raise ValueError("data.partitions: partition-parallel layers need model.aggregation: gnnkit")
-            partition_batch_norms(self.gnn)
             if datamodule.hparams.get("aggregate_input"):
                 datamodule.input_aggregation = self._input_aggregation()
+        if partitioned:  # a rank's rows (sampled: its seeds' blocks) come from its own cluster of the graph,
+            partition_batch_norms(self.gnn)  # so the statistics are every rank's: rank 0's alone trained worse
         if not isinstance(self.embedding, TTEmbedding):
             return
         graph = getattr(datamodule, "graph", None)

@@ -221,3 +221,21 @@ def test_with_several_ranks_the_epoch_is_logged_at_its_end_only(monkeypatch):
         assert logged == expected
         model.on_train_epoch_end()
         assert logged == ["train_loss"]  # logged once, where the epoch ends
+
+
+@pytest.mark.parametrize("full_batch", [True, False])
+def test_partition_parallel_runs_normalise_over_every_ranks_rows(full_batch):
+    """Sampled partition-parallel runs normalised each rank's batches, drawn from its own cluster of
+    the graph, on their own: quickstart with [10, 5] fan-outs on 2 ranks reached train loss 0.69
+    after 8 epochs (0.53 with the statistics of both ranks, 0.53 in one process)."""
+    from types import SimpleNamespace
+
+    from gnnkit.partitioned.batch_norm import PartitionBatchNorm
+
+    model = NodeClassifier(in_channels=4, out_channels=3, hidden_channels=8, num_layers=3, batch_norm=True,
+                           aggregation="gnnkit")
+    datamodule = SimpleNamespace(partitions=2, full_batch=full_batch, hparams={})
+    model.trainer = SimpleNamespace(datamodule=datamodule, max_epochs=1)
+    model.setup("fit")
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm1d)]
+    assert len(norms) == 2 and all(type(m) is PartitionBatchNorm for m in norms)
