@@ -37,6 +37,7 @@ from gnnkit.hints import add_reference_argument, size_hint
 from gnnkit.last_checkpoint import LastCheckpoint
 from gnnkit.optim import GaLoreAdamW  # noqa: F401  (a known Optimizer subclass: `--optimizer GaLoreAdamW`)
 from gnnkit.optim.foreign_state import ForeignOptimizerState
+from gnnkit.partitioned.rank_data import check_rank_count
 from gnnkit.quiet import quietly, resuming, unvalidated
 from gnnkit.report import EpochTimer, write_report
 from gnnkit.resume import RUN_DIR_ENV, ResumeError, RunPlan, claimed_run_dir, plan_command, prepare_metrics, wants_help
@@ -287,6 +288,8 @@ def run(recipe: str, overrides: list[str], plan: RunPlan | None = None) -> dict[
     with claimed_run_dir(plan) as run_dir:  # a new folder of its own, removed again if parsing fails
         try:
             cli = _cli(run_dir, ["--config", plan.config, *plan.overrides], resumed=plan.resumed, task=task)
+            if getattr(cli.datamodule, "partitions", None) is not None:  # else every rank's traceback, later
+                check_rank_count(cli.datamodule.partitions, cli.trainer.world_size)
         except (ValueError, MisconfigurationException) as err:  # a setting the classes refused: one line
             raise ResumeError(_refused(err)) from err
     run_dir.mkdir(parents=True, exist_ok=True)  # only now: a run that only parses writes nothing

@@ -3,6 +3,7 @@ and what report.json says about it."""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import torch.distributed as dist
@@ -18,21 +19,39 @@ from pipeline import CacheEntry
 from pipeline.partitioned import Partition, open_partition, partition_entry
 
 
+#: How long the other ranks wait for rank 0 to partition the graph (METIS on a large graph takes
+#: longer than the collective timeout of a training step).
+PARTITIONING_TIMEOUT = datetime.timedelta(hours=6)
+
+
+def check_rank_count(parts: int, world: int) -> None:
+    """Refuse ``parts`` partitions on ``world`` ranks (one each is needed).
+
+    Raises:
+        ValueError: ``parts`` differs from ``world``.
+    """
+    if parts != world:
+        raise ValueError(f"data.partitions: {parts} partitions need {parts} ranks (one each), "
+                         f"but this run has {world}; set trainer.devices x trainer.num_nodes to {parts}")
+
+
 def open_rank_partition(entry: CacheEntry, parts: int, seed: int = 0) -> Partition:
-    """Rank 0 builds (or finds) the ``parts`` partition entries while the others wait; then every
-    rank opens its own, and only its own (a collective in distributed runs).
+    """Rank 0 builds (or finds) the ``parts`` partition entries while the others wait (up to
+    :data:`PARTITIONING_TIMEOUT`, in a group of their own: the default group's timeout is a step's);
+    then every rank opens its own, and only its own (a collective in distributed runs).
 
     Raises:
         ValueError: ``parts`` differs from the number of ranks.
     """
     world, rank = world_and_rank()
-    if parts != world:
-        raise ValueError(f"data.partitions: {parts} partitions need {parts} ranks (one each), "
-                         f"but this run has {world}; set trainer.devices x trainer.num_nodes to {parts}")
+    check_rank_count(parts, world)
+    waiting = dist.new_group(backend="gloo", timeout=PARTITIONING_TIMEOUT) if world > 1 else None  # a dead rank 0
+    # closes its connections, which ends the wait at once; only a hung one is waited for this long
     if rank == 0:
         partition_entry(entry, parts, seed=seed)
-    if world > 1:
-        dist.barrier()
+    if waiting is not None:
+        dist.barrier(group=waiting)
+        dist.destroy_process_group(waiting)
     return open_partition(partition_entry(entry, parts, seed=seed)[rank])  # a cache hit: manifests only
 
 
