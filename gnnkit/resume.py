@@ -336,6 +336,32 @@ def _check_resume_overrides(overrides: list[str], run_dir: Path, ckpt: Path) -> 
                           f"{epochs} is fewer (give at least {done})")
 
 
+def check_same_graph(run_dir: Path, ckpt: str, state_key: str, graph_key: str) -> None:
+    """Refuse to resume on another graph than the checkpoint's: a dataset folder changed since (a
+    resumed run trained on silently, its report describing the new graph and its best score the
+    old one's).
+
+    Args:
+        run_dir: The run folder, for the message.
+        ckpt: The checkpoint the run continues from.
+        state_key: Where the checkpoint holds the datamodule's state (its class's qualified name).
+        graph_key: The cache key of the graph the datamodule opened now.
+
+    Raises:
+        ResumeError: The checkpoint's datamodule state names another graph (older checkpoints name
+            none and pass).
+    """
+    import torch
+
+    state = torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True).get(state_key)
+    saved = state.get("graph") if isinstance(state, dict) else None
+    if saved is not None and saved != graph_key:
+        raise ResumeError(f"gnnkit run --resume {run_dir}: its dataset changed since the checkpoint was written "
+                          f"(cache entry {saved[:12]}, now {graph_key[:12]}), and the checkpoint's weights and "
+                          f"samplers belong to the other graph; start a new run for it "
+                          f"(gnnkit run {run_dir / CONFIG} --run_dir NEW)")
+
+
 def prepare_metrics(plan: RunPlan) -> None:
     """Make ``metrics.csv`` and ``checkpoints/`` ready for the run (global rank 0 only): the metrics
     trimmed to the checkpoint's epochs when continuing a run in its folder; when a run starts from

@@ -40,7 +40,8 @@ from gnnkit.optim.foreign_state import ForeignOptimizerState
 from gnnkit.partitioned.rank_data import check_rank_count
 from gnnkit.quiet import quietly, resuming, unvalidated
 from gnnkit.report import EpochTimer, write_report
-from gnnkit.resume import RUN_DIR_ENV, ResumeError, RunPlan, claimed_run_dir, plan_command, prepare_metrics, wants_help
+from gnnkit.resume import (RUN_DIR_ENV, ResumeError, RunPlan, check_same_graph, claimed_run_dir, plan_command,
+                           prepare_metrics, wants_help)
 from gnnkit.saved_config import AtomicSaveConfig
 from gnnkit.tasks import DEFAULT_TASK, SHARED_LINKS, TaskFamily, add_task_argument, recipe_task, task_family
 from pipeline import log, setup_logging
@@ -290,6 +291,8 @@ def run(recipe: str, overrides: list[str], plan: RunPlan | None = None) -> dict[
             cli = _cli(run_dir, ["--config", plan.config, *plan.overrides], resumed=plan.resumed, task=task)
             if getattr(cli.datamodule, "partitions", None) is not None:  # else every rank's traceback, later
                 check_rank_count(cli.datamodule.partitions, cli.trainer.world_size)
+            if plan.resumed and plan.ckpt_path is not None:
+                check_same_graph(run_dir, plan.ckpt_path, type(cli.datamodule).__qualname__, cli.datamodule.entry.key)
         except (ValueError, MisconfigurationException) as err:  # a setting the classes refused: one line
             raise ResumeError(_refused(err)) from err
     run_dir.mkdir(parents=True, exist_ok=True)  # only now: a run that only parses writes nothing

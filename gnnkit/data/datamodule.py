@@ -345,11 +345,14 @@ class GraphDataModule(PrecisionBatches):
                          extra=EVERY_RANK)
 
     def state_dict(self) -> dict[str, Any]:
-        """What a resumed run needs to continue exactly, saved in checkpoints: the reuse counters
-        (so the report covers the whole schedule) and, for sampled training, every rank's sampler
+        """What a resumed run needs to continue exactly, saved in checkpoints: the graph's cache key
+        (:func:`gnnkit.resume.check_same_graph`), the reuse counters (so the report covers the whole
+        schedule) and, for sampled training, every rank's sampler
         generators of the training and validation loaders (so the next batches are those an
         uninterrupted run would draw). Collective in distributed runs (every rank calls it)."""
-        state: dict[str, Any] = {"reuse_stats": self.reuse_stats.state_dict()} if self.reuse is not None else {}
+        state: dict[str, Any] = {"graph": self.entry.key}
+        if self.reuse is not None:
+            state["reuse_stats"] = self.reuse_stats.state_dict()
         if not self.full_batch:
             state["samplers"] = gather_ranks({stage: self._sampler_state(stage) for stage in self._samplers
                                               if stage in ("train", "val")})

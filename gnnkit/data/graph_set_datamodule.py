@@ -65,9 +65,10 @@ class GraphSetDataModule(PrecisionBatches):
         self._shuffle = torch.Generator().manual_seed(seed)  # draws each epoch's order of the training graphs
 
     def state_dict(self) -> dict[str, Any]:
-        """The shuffle generator's state, saved in checkpoints: a resumed run then draws the epochs'
-        orders an uninterrupted one would (a fresh generator repeated the first epochs' orders)."""
-        return {"shuffle": self._shuffle.get_state()}
+        """The graphs' cache key (:func:`gnnkit.resume.check_same_graph`) and the shuffle generator's
+        state, saved in checkpoints: a resumed run then draws the epochs' orders an uninterrupted one
+        would (a fresh generator repeated the first epochs' orders)."""
+        return {"graph": self.entry.key, "shuffle": self._shuffle.get_state()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the shuffle generator when resuming a fit (not when testing a checkpoint)."""

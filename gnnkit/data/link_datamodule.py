@@ -280,10 +280,11 @@ class LinkDataModule(PrecisionBatches):
                           **self.reuse_stats.state_dict()}}
 
     def state_dict(self) -> dict[str, Any]:
-        """What a resumed run needs to continue exactly, saved in checkpoints: the generators of the
-        shuffles and negatives (every rank draws the same) and the reuse counters (so the report
-        covers the whole schedule)."""
-        state: dict[str, Any] = {"generators": {stage: g.get_state() for stage, g in self._generators.items()}}
+        """What a resumed run needs to continue exactly, saved in checkpoints: the graph's cache key
+        (:func:`gnnkit.resume.check_same_graph`), the generators of the shuffles and negatives (every
+        rank draws the same) and the reuse counters (so the report covers the whole schedule)."""
+        state: dict[str, Any] = {"graph": self.entry.key,
+                                 "generators": {stage: g.get_state() for stage, g in self._generators.items()}}
         return {**state, "reuse_stats": self.reuse_stats.state_dict()} if self.reuse is not None else state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

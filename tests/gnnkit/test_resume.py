@@ -438,3 +438,27 @@ def test_a_refused_run_request_is_told_before_torch_or_lightning_loads(tmp_path)
     assert out.stdout.split() == ["2", "False", "False"], out.stderr
     assert out.stderr.strip() == "gnnkit: error: gnnkit run --resume nowhere: no config.yaml there (expected a run " \
                                  "folder written by `gnnkit run`)"
+
+
+def test_a_resume_on_a_changed_dataset_is_refused(tmp_path, monkeypatch, make_ogb_folder):
+    """A dataset folder whose edges were cut after the run resumed without a word: the report gave
+    the new graph's edges, the best score came from the old graph."""
+    import shutil
+
+    from tests.conftest import graph_arrays
+    from pipeline.ogb_layout import write_ogb_folder
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GNNKIT_HOME", str(tmp_path / "home"))
+    folder = make_ogb_folder()
+    run_dir = tmp_path / "r"
+    run(QUICKSTART, ["--data.dataset", str(folder), "--trainer.max_epochs", "2", "--run_dir", str(run_dir)])
+    report = run("--resume", [str(run_dir), "--trainer.max_epochs", "3"])  # the same folder: it continues
+    assert report["epochs"] == 3
+    parts = graph_arrays()
+    parts["edge_index"] = parts["edge_index"][:, :600]
+    shutil.rmtree(folder)
+    write_ogb_folder(folder, **parts)
+    with pytest.raises(ResumeError, match=rf"^gnnkit run --resume {run_dir}: its dataset changed since the "
+                                          r"checkpoint was written \(cache entry \w{12}, now \w{12}\)"):
+        run("--resume", [str(run_dir), "--trainer.max_epochs", "4"])
