@@ -46,6 +46,9 @@ WARNINGS: tuple[tuple[str, type[Warning]], ...] = (
     (r"`isinstance\(treespec, LeafSpec\)` is deprecated", DeprecationWarning),
     # GnnkitStrategy(fixed_buckets=True) sets DDP's find_unused_parameters on purpose
     (r"find_unused_parameters=True was specified in DDP constructor, but did not find any unused", UserWarning),
+    # gnnkit's sampled and graph-batch loaders deal evaluation items without repeats (gnnkit.data.eval_shards);
+    # a full-graph loader holds one item, the whole graph, which every rank evaluates alike
+    (r"Using `DistributedSampler` with the dataloaders. During `trainer.test\(\)`", Warning),
 )
 
 #: Lightning's warning when a run's checkpoint folder already holds checkpoints.

@@ -17,6 +17,7 @@ from gnnkit import setting_checks
 from gnnkit.data.batch_precision import PrecisionBatches
 from gnnkit.data.device_sampling import (SamplingPlacement, check_sampler_device, host_fallback, place,
                                          plan_placement, resolve_sampler_device)
+from gnnkit.data.eval_shards import eval_shards
 from gnnkit.data.preprocessing import PreprocessOverrides, describe_line, graph_facts, resolve_options
 from gnnkit.data.prefetch import DEFAULT_DEPTH, DevicePrefetcher
 from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats
@@ -468,6 +469,7 @@ class GraphDataModule(PrecisionBatches):
             seed=hp.seed,
             num_workers=workers,
             persistent_workers=workers > 0,
+            sampler=None if train else eval_shards(g.split[SPLIT_OF_STAGE[stage]].numel()),
         )
         return self._track(stage, loader)
 
