@@ -54,7 +54,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``gnnkit`` console script."""
-    from pipeline import DatasetError, setup_logging
+    from pipeline import DatasetError, is_rank_zero, setup_logging
 
     setup_logging()
     argv = sys.argv[1:] if argv is None else argv
@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as stop:  # Lightning's SIGTERMException exits without a code: status 0, a success
         if type(stop).__name__ != "SIGTERMException":
             raise
-        print("gnnkit: stopped by SIGTERM (gnnkit run --resume RUN_DIR continues a run)", file=sys.stderr)
+        if is_rank_zero():  # every rank of a run gets the signal; one line says it
+            print("gnnkit: stopped by SIGTERM (gnnkit run --resume RUN_DIR continues a run)", file=sys.stderr)
         return 128 + signal.SIGTERM
     except BrokenPipeError:  # `gnnkit datasets | head`: the reader left, as for any Unix tool
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit

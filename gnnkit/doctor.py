@@ -53,7 +53,7 @@ def report(build: bool = True) -> dict[str, Any]:
         native["built"] = None if not on_disk else "on disk"
     state = "off (GNNKIT_NATIVE=0)" if not native["enabled"] else {
         True: "built", "on disk": "built (not loaded: --no-build)",
-        None: "not built (the first use builds them, a minute at most, once)",
+        None: "not built (the first use builds them, about a minute on 2 cores, once)",
     }.get(native["built"], f"unavailable: {native['error']}")
     info["native kernels"] = state
     info["native CUDA part"] = "yes" if native["with_cuda"] else (

@@ -295,8 +295,9 @@ class GnnkitStrategy(DDPStrategy):
         self.flush()
         super().on_train_end()
         if self.hook is not None:
-            rank_zero_info(f"gnnkit comm: ran {self.comm} for {self.communicator.steps} steps "
-                           f"({self.hook.dense_steps} dense warm-up steps)")
+            dense, steps = self.hook.dense_steps, self.communicator.steps
+            warm_up = f"{dense} dense warm-up, then " if dense else ""
+            rank_zero_info(f"gnnkit comm: {steps + dense} steps: {warm_up}{steps} with {self.comm}")
 
     # -- checkpoints ----------------------------------------------------------------------------
     def comm_state_dict(self) -> dict[str, Any]:

@@ -5,7 +5,7 @@ The extension is compiled on first use with :func:`torch.utils.cpp_extension.loa
 and the folder they are in (two checkouts never share, hence never rebuild, one build folder), the
 torch and Python versions, the compiler flags and the CPU's instruction-set flags (the code is built
 with ``-march=native``); later processes find the built library there and load it in well under a
-second. A build announces itself (``building native kernels (a minute at most, once) into ...``)
+second. A build announces itself (``building native kernels (about a minute on 2 cores, once) into ...``)
 and its time, on gnnkit's log or, when that is not set up, on stderr. The CUDA kernels
 (``cuda/gpu``) join the build only when torch has CUDA and a GPU is visible (or
 ``GNNKIT_NATIVE_CUDA=1``: :func:`cuda_mode`). Concurrent builds into the same folder are serialised
@@ -254,7 +254,7 @@ def _load(cpp_extension: ModuleType, key: str, files: list[Path], folder: Path, 
     with build_lock(folder):
         building = not library_path(folder, key).is_file()
         if building:
-            _say(f"building native kernels (a minute at most, once) into {folder}")
+            _say(f"building native kernels (about a minute on 2 cores, once) into {folder}")
         start = time.perf_counter()
         module = cpp_extension.load(
             name=f"gnnkit_native_{key}",

@@ -86,7 +86,7 @@ def test_a_build_is_announced_with_its_folder_and_time_and_a_built_library_is_re
     loader._build(verbose=False)
     err = capsys.readouterr().err.splitlines()
     folder = loader.build_dir(cuda=False)
-    assert err[0] == f"[gnnkit] building native kernels (a minute at most, once) into {folder}"
+    assert err[0] == f"[gnnkit] building native kernels (about a minute on 2 cores, once) into {folder}"
     assert re.fullmatch(r"\[gnnkit\] native kernels built in \d+s", err[1]) and len(err) == 2
     assert loader.library_path(folder, loader.build_key(cuda=False)).is_file()
     loader._by_key.clear()  # as a new process: finds the library, loads it without a word
