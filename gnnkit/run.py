@@ -42,6 +42,7 @@ from gnnkit.quiet import quietly, resuming, unvalidated
 from gnnkit.report import EpochTimer, write_report
 from gnnkit.resume import (RUN_DIR_ENV, ResumeError, RunPlan, check_same_graph, claimed_run_dir, plan_command,
                            prepare_metrics, wants_help)
+from gnnkit.run_command import USAGE
 from gnnkit.saved_config import AtomicSaveConfig
 from gnnkit.tasks import DEFAULT_TASK, SHARED_LINKS, TaskFamily, add_task_argument, recipe_task, task_family
 from pipeline import log, setup_logging
@@ -137,6 +138,7 @@ class GnnkitCLI(LightningCLI):
             save_config_kwargs={"overwrite": True},
             parser_kwargs={"prog": "gnnkit run", "description": RUN_HELP, "formatter_class": _HelpFormatter,
                            "allow_abbrev": False,  # --trainer.max_epoch 3 set max_epochs: a typo passed silently
+                           "usage": USAGE,  # not the 85 generated lines of every setting ahead of gnnkit's options
                            # --help of a recipe shows its values as the defaults
                            **({"default_config_files": [recipe_defaults]} if recipe_defaults else {})},
             parser_class=_OneLineErrors,
