@@ -586,7 +586,7 @@ def test_the_scratch_map_is_int32_on_the_cpu_and_int64_where_the_cuda_sampler_re
     assert scratch_dtype(2**31, torch.device("cpu")) == torch.int64
     assert scratch_dtype(10, torch.device("cuda", 0)) == torch.int64
     sampler = CSRNeighborSampler(torch.tensor([0, 1, 2]), torch.tensor([1, 0]), [1], seed=0)
-    assert sampler._process_state()[1].dtype == torch.int32
+    assert sampler._process_state(NodeSamplerInput(input_id=None, node=torch.tensor([0])))[1].dtype == torch.int32
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
