@@ -35,9 +35,11 @@ from typing import Any, Callable
 import numpy as np
 
 from pipeline import cache
+from pipeline.errors import DatasetError
 from pipeline.fingerprint import cache_key
 from pipeline.graph import SPLITS
 from pipeline.partition import edge_cut, metis_parts
+from pipeline.progress import log
 
 #: Bump when the layout or meaning of partition arrays changes.
 PARTITION_VERSION = 2
@@ -124,8 +126,14 @@ def partition_entry(
     cache_root = cache_root or entry.path.parent.parent
     inputs = [_inputs(entry, p, parts, seed) for p in range(parts)]
     keys = [cache_key(i) for i in inputs]
-    hits = [cache.lookup(cache_root, i["dataset"], k) for i, k in zip(inputs, keys)]
-    if all(hit is not None for hit in hits):
+    try:
+        hits = [cache.lookup(cache_root, i["dataset"], k) for i, k in zip(inputs, keys)]
+    except DatasetError as err:  # as preprocessing does with a damaged graph entry
+        log.warning("%s; partitioning again", err)
+        hits, damaged = [], True
+    else:
+        damaged = False
+    if hits and all(hit is not None for hit in hits):
         say(f"cache hit: {parts} partitions of {entry.dataset}")
         return hits  # type: ignore[return-value]
     indptr, indices = entry.numpy("indptr"), entry.numpy("indices")
@@ -140,7 +148,7 @@ def partition_entry(
         part_meta = {**meta, "name": part_inputs["dataset"], "part": p, "parts": parts, "num_nodes": num_nodes,
                      "num_owned": int(arrays["owned"].size), "num_halo": int(arrays["halo"].size),
                      "num_edges": int(arrays["indices"].size), "edge_cut": round(cut, 6)}
-        published.append(cache.publish(cache_root, key, part_inputs, arrays, part_meta))
+        published.append(cache.publish(cache_root, key, part_inputs, arrays, part_meta, replace=damaged))
         say(f"part {p}: {part_meta['num_owned']:,} nodes, {part_meta['num_halo']:,} halo nodes, "
             f"{part_meta['num_edges']:,} edges")
     return published

@@ -57,6 +57,17 @@ def test_partition_entries_are_cached_and_keyed_by_their_settings(entry):
     assert partition_entry(entry, 3)[0].path.parent != first[0].path.parent
 
 
+def test_a_damaged_partition_entry_is_built_again(entry, caplog):
+    """A part whose halo array was deleted stopped every run on it ("damaged entry: arrays/halo.arrow
+    missing"), and `gnnkit partition` repeated the error; a damaged graph entry is rebuilt."""
+    first = partition_entry(entry, 2)
+    (first[1].path / first[1].manifest["arrays"]["halo"]["file"]).unlink()
+    with caplog.at_level("WARNING", logger="gnnkit"):
+        again = partition_entry(entry, 2)
+    assert "damaged entry: arrays/halo.arrow missing; partitioning again" in caplog.text
+    assert [e.path for e in again] == [e.path for e in first] and open_partition(again[1]).halo is not None
+
+
 def test_bad_part_counts_are_one_line(entry):
     with pytest.raises(ValueError, match=r"parts: expected 1 to 200 \(the node count\), got 0"):
         partition_entry(entry, 0)
