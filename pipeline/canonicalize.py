@@ -135,8 +135,9 @@ def canonicalize(
     say(f"building CSR from {raw.edge_index.shape[1]:,} edges")
     indptr, indices = build_csr(raw.edge_index, n, options)
     arrays: dict[str, np.ndarray] = {"indptr": indptr, "indices": indices, "y": y}
+    normalized = "none"
     if x is not None:
-        x = normalize_features(x, options.normalize_features, say)
+        x, normalized = normalize_features(x, options.normalize_features, say)
         arrays["x"] = x
     arrays.update({f"split.{s}": raw.split[s].astype(np.int64) for s in SPLITS})
     for name, values in raw.extra.items():
@@ -152,6 +153,7 @@ def canonicalize(
         "num_raw_edges": int(raw.edge_index.shape[1]),
         "num_raw_self_loops": int(np.count_nonzero(raw.edge_index[0] == raw.edge_index[1])),
         "num_features": 0 if x is None else int(x.shape[1]),
+        "features_normalized": normalized,
         "num_classes": raw.meta["num_classes"],
         "num_tasks": raw.meta["num_tasks"],
         "task_type": raw.meta["task_type"],

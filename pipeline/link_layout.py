@@ -284,11 +284,11 @@ def build(
     say(f"building the message-passing CSR from {edge_index.shape[1]:,} training-graph edges")
     indptr, indices = build_csr(edge_index, n, options)
     arrays: dict[str, np.ndarray] = {"indptr": indptr, "indices": indices}
-    x = graph.get("node_feat")
+    x, normalized = graph.get("node_feat"), "none"
     if x is not None:
         x = np.asarray(x).astype(np.float32, copy=False)
         check_features(x, n, str(raw_dir / ("data.npz" if meta["binary"] else "node-feat.csv.gz")))
-        arrays["x"] = normalize_features(x, options.normalize_features, say)
+        arrays["x"], normalized = normalize_features(x, options.normalize_features, say)
     for s in SPLITS:
         arrays.update({f"split.{s}.{key}": np.ascontiguousarray(v) for key, v in splits[s].items()})
     for name in meta["additional_node_files"]:  # e.g. ogbl-citation2's node_year
@@ -306,6 +306,7 @@ def build(
         "num_raw_edges": int(edge_index.shape[1]),
         "num_raw_self_loops": int(np.count_nonzero(edge_index[0] == edge_index[1])),
         "num_features": 0 if x is None else int(x.shape[1]),
+        "features_normalized": normalized,
         "task_type": TASK_TYPE,
         "eval_metric": meta["eval_metric"],
         "negatives": kinds.pop(),

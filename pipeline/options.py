@@ -11,7 +11,7 @@ from pipeline.reorder import REORDER_METHODS
 
 SELF_LOOP_MODES = ("keep", "remove")
 #: Feature transforms (:mod:`pipeline.feature_prep`): none, PyG's row normalisation, column standardisation.
-FEATURE_NORMALIZATIONS = ("none", "row", "column")
+FEATURE_NORMALIZATIONS = ("none", "row", "column", "auto")
 #: What registry files written before the choice existed mean by ``normalize_features: true/false``.
 LEGACY_NORMALIZATION = {True: "column", False: "none"}
 
@@ -30,8 +30,9 @@ class PreprocessOptions:
             or ``"none"``; see :mod:`pipeline.reorder`. Default ``"none"``.
         normalize_features: Feature transform (:mod:`pipeline.feature_prep`, chunked): ``"row"``
             divides each node's feature row by its sum as PyG's ``NormalizeFeatures`` does,
-            ``"column"`` standardises every column to zero mean and unit variance, ``"none"`` keeps
-            the features as stored. ``True``/``False`` (registry files written before the choice
+            ``"column"`` standardises every column to zero mean and unit variance, ``"auto"`` is
+            ``"row"`` for features without negative values (counts) and ``"none"`` for others,
+            ``"none"`` keeps the features as stored. ``True``/``False`` (registry files written before the choice
             existed) mean ``"column"``/``"none"``. Default ``"none"``.
         memory_budget_mb: Build the entry out of core (:mod:`pipeline.out_of_core`: raw files read in
             chunks, the CSR by an external sort) so that the process's peak memory stays under this

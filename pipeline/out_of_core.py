@@ -44,7 +44,8 @@ from pipeline.cache import EntryBuilder
 from pipeline.canonicalize import edge_keys
 from pipeline.errors import DatasetError
 from pipeline.external_csr import ExternalCsr
-from pipeline.feature_prep import CHUNK_ROWS, ColumnStats, row_normalize_block, standardize_block
+from pipeline.feature_prep import (CHUNK_ROWS, ColumnStats, resolved_normalization, row_normalize_block,
+                                   standardize_block)
 from pipeline.graph import SPLITS, check_splits
 from pipeline.options import PreprocessOptions
 from pipeline.progress import log, rss_mb
@@ -137,8 +138,10 @@ def _distribute_edges(raw: RawNodeChunks, options: PreprocessOptions, csr: Exter
     return seen
 
 
-def _write_features(raw: RawNodeChunks, entry: EntryBuilder, how: str, say: Callable[[str], None]) -> int:
-    """Check and write ``x`` (float32), normalised as ``how`` says; returns F."""
+def _write_features(raw: RawNodeChunks, entry: EntryBuilder, how: str,
+                    say: Callable[[str], None]) -> tuple[int, str]:
+    """Check and write ``x`` (float32), normalised as ``how`` says; returns F and the transform
+    applied (``"auto"`` resolved)."""
     n, where = raw.num_nodes, raw.files["features"]
     shape = raw.feature_shape
     assert shape is not None
@@ -158,13 +161,15 @@ def _write_features(raw: RawNodeChunks, entry: EntryBuilder, how: str, say: Call
                 raise DatasetError(where, f"non-finite feature value in row {start + int(np.flatnonzero(~finite)[0])}")
             if transform == "column":
                 stats.add(block)
-            elif transform == "row" and block.size:
+            elif transform in ("row", "auto") and block.size:
                 low = block.min()
                 minimum = low if minimum is None else min(minimum, low)
             out.write(block)
             start += block.shape[0]
+        if transform in ("row", "auto"):
+            transform = resolved_normalization(transform, minimum, say)
         if transform == "none":
-            return f
+            return f, transform
         mean, scale = stats.mean_scale()
         out.restart()
         for start in range(0, n, CHUNK_ROWS):
@@ -172,7 +177,7 @@ def _write_features(raw: RawNodeChunks, entry: EntryBuilder, how: str, say: Call
             block = out.read(start * f, rows * f).reshape(rows, f)
             out.write(row_normalize_block(block, np.float32(minimum)) if transform == "row"
                       else standardize_block(block, mean, scale))
-    return f
+    return f, transform
 
 
 class _SplitLabels:
@@ -316,7 +321,8 @@ def build(entry: EntryBuilder, folder: Path, meta: dict[str, Any], options: Prep
             ExternalCsr(n, work, plan.sort_keys, raw.num_edges * (2 if both else 1), options.undirected) as csr:
         say(f"edges: {raw.num_edges:,} from {Path(raw.files['edges']).name} into {csr.stats.buckets} buckets")
         edges = _distribute_edges(raw, options, csr, plan, say)
-        f = _write_features(raw, entry, options.normalize_features, say) if raw.feature_shape else None
+        f, normalized = (_write_features(raw, entry, options.normalize_features, say) if raw.feature_shape
+                         else (None, "none"))
         _write_labels(raw, entry, split, plan, say)
         _write_csr(csr, entry, n, work, say)
     for name in SPLITS:
@@ -329,6 +335,7 @@ def build(entry: EntryBuilder, folder: Path, meta: dict[str, Any], options: Prep
         "num_raw_edges": edges.raw_edges,
         "num_raw_self_loops": edges.raw_self_loops,
         "num_features": 0 if f is None else f,
+        "features_normalized": normalized,
         "num_classes": meta["num_classes"],
         "num_tasks": meta["num_tasks"],
         "task_type": meta["task_type"],

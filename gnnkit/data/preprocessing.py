@@ -23,8 +23,8 @@ class PreprocessOverrides:
 
     Args:
         normalize_features: ``"row"`` (each node's feature row divided by its sum, as PyG's
-            ``NormalizeFeatures``), ``"column"`` (zero mean, unit variance per column) or
-            ``"none"``; ``None`` keeps the registry's choice. See :mod:`pipeline.feature_prep`.
+            ``NormalizeFeatures``), ``"column"`` (zero mean, unit variance per column), ``"auto"``
+            (``"row"`` for counts, else as stored) or ``"none"``; ``None`` keeps the registry's choice. See :mod:`pipeline.feature_prep`.
         memory_budget_mb: Preprocess out of core with peak memory under this many MiB
             (:mod:`pipeline.out_of_core`; node datasets); the entry is the same, so this is not part
             of the cache key. ``None`` keeps the registry's choice (in memory unless it sets one).
@@ -81,7 +81,7 @@ def graph_facts(entry: CacheEntry) -> dict[str, Any]:
         "raw_edges": meta.get("num_raw_edges"),
         "raw_self_loops": meta.get("num_raw_self_loops"),
         "num_edges": meta["num_edges"],
-        "normalize_features": options.normalize_features,
+        "normalize_features": meta.get("features_normalized", options.normalize_features),  # "auto" resolved
     }
 
 

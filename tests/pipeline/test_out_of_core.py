@@ -63,6 +63,7 @@ OPTIONS = [
     {"undirected": True, "self_loops": "remove"},
     {"normalize_features": "row"},
     {"undirected": True, "normalize_features": "column"},
+    {"normalize_features": "auto"},
 ]
 
 
@@ -81,7 +82,7 @@ def test_features_over_several_blocks_normalise_to_the_same_bits(make_ogb_folder
     n = CHUNK_ROWS + 4321
     x = np.random.default_rng(5).standard_normal((n, 3)).astype(np.float32) * 1e3 + 7
     folder = _folder(make_ogb_folder, True, num_nodes=n, num_edges=2000, num_features=3, node_feat=x)
-    for how in ("column", "row"):
+    for how in ("column", "row", "auto"):  # auto: signed features, kept as stored
         assert_identical(*_both(folder, tmp_path / how, normalize_features=how))
 
 

@@ -100,7 +100,7 @@ def test_a_folder_is_directed_unless_the_recipe_symmetrises_it(make_ogb_folder):
 
 @pytest.mark.parametrize("args,message", [
     ({"preprocess": PreprocessOverrides(normalize_features="rows")},
-     "data.preprocess.normalize_features: expected one of ['none', 'row', 'column'], got 'rows'"),
+     "data.preprocess.normalize_features: expected one of ['none', 'row', 'column', 'auto'], got 'rows'"),
     ({"self_loops": "drop"}, "data.self_loops: expected one of ['keep', 'remove'], got 'drop'"),
     ({"preprocess": PreprocessOverrides(memory_budget_mb=0)},
      "data.preprocess.memory_budget_mb: expected a whole number of MiB >= 1 (or null for in-memory), got 0"),
