@@ -227,6 +227,11 @@ class LinkDataModule(PrecisionBatches):
         log.info("%s (message passing); %s nodes, %d features; %s", describe_line(meta["name"], graph_facts(self.entry)),
                  f"{self.graph.num_nodes:,}", self.graph.num_features,
                  ", ".join(f"{s} {n:,} edges" for s, n in meta["num_split_edges"].items()))
+        train_edges = meta["num_split_edges"].get("train", 0)
+        if 0 < train_edges <= batch_size:  # a small graph under a large-graph recipe (collab's 64 * 1024)
+            log.warning("data.batch_size %d holds all %s training edges: one optimizer step an epoch, so the "
+                        "recipe's epochs train little; take about a tenth of them (--data.batch_size %d) or "
+                        "more epochs", batch_size, f"{train_edges:,}", max(1, train_edges // 10))
         self.num_neighbors = list(num_neighbors) if num_neighbors is not None else None
         self._full: Data | None = None
         self._samplers: dict[str, Any] = {}

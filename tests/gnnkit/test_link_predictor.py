@@ -250,3 +250,15 @@ def test_a_resumed_datamodule_draws_the_next_epochs_shuffles_and_negatives():
     for want in uninterrupted[1:]:
         assert all(torch.equal(a, b) for a, b in zip(epoch(resumed), want))
     assert not torch.equal(uninterrupted[0][0], uninterrupted[1][0])
+
+
+def test_a_batch_holding_every_training_edge_is_warned_about(gnnkit_log):
+    """sage_synthetic_collab.yaml (64 * 1024 edges a batch, 10 epochs) on a user's graph of 4,800
+    training edges took 10 optimizer steps: Hits@50 0.27 against 0.61 for common neighbours."""
+    gnnkit_log.set_level("WARNING", logger="gnnkit")
+    LinkDataModule(TINY, batch_size=65536)
+    assert ("data.batch_size 65536 holds all 15,000 training edges: one optimizer step an epoch" in gnnkit_log.text
+            and "--data.batch_size 1500" in gnnkit_log.text)
+    gnnkit_log.clear()
+    LinkDataModule(TINY, batch_size=4096)
+    assert "holds all" not in gnnkit_log.text
