@@ -121,4 +121,6 @@ def size_hint(recipe: Path, reference: Reference | None, model: str, dataset: st
     better = suggest_recipe(recipe, model, num_nodes)
     if better is None:
         return line + "; expect to tune them"
-    return line + f"; {better.path} is set for {better.reference.graph} ({better.reference.nodes:,} nodes)"
+    other = "" if better.model == model else (f" with {better.model}, not {model}: on some graphs {model} does better "
+                                               f"(a heterophilous one), so compare the two")
+    return line + f"; {better.path} is set for {better.reference.graph} ({better.reference.nodes:,} nodes){other}"
