@@ -113,7 +113,9 @@ class EpochTimer(pl.Callback):
         its own: the bar has closed by now (at ``on_train_end`` the line would continue the bar's);
         for a resumed run that had no epoch left, that it trained none."""
         if not self._epochs_here and trainer.current_epoch:  # a resume of a finished run
-            log.info("nothing to train: the checkpoint has %d of %s epochs", trainer.current_epoch, trainer.max_epochs)
+            reason = stop_reason(trainer)  # max_steps reached, say, with epochs left
+            log.info("nothing to train: the checkpoint has %d of %s epochs%s", trainer.current_epoch, trainer.max_epochs,
+                     f" ({reason})" if reason else "")
             return
         reason = None if self.log_lines else stop_reason(trainer)
         if reason:

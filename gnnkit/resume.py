@@ -357,7 +357,8 @@ def check_same_graph(run_dir: Path, ckpt: str, state_key: str, graph_key: str) -
     saved = state.get("graph") if isinstance(state, dict) else None
     if saved is not None and saved != graph_key:
         raise ResumeError(f"gnnkit run --resume {run_dir}: its dataset changed since the checkpoint was written "
-                          f"(cache entry {saved[:12]}, now {graph_key[:12]}), and the checkpoint's weights and "
+                          f"(cache entry {saved[:12]}, now {graph_key[:12]}; or a gnnkit upgrade changed how it is "
+                          f"preprocessed), and the checkpoint's weights and "
                           f"samplers belong to the other graph; start a new run for it "
                           f"(gnnkit run {run_dir / CONFIG} --run_dir NEW)")
 

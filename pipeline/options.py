@@ -10,7 +10,8 @@ from pipeline.errors import DatasetError
 from pipeline.reorder import REORDER_METHODS
 
 SELF_LOOP_MODES = ("keep", "remove")
-#: Feature transforms (:mod:`pipeline.feature_prep`): none, PyG's row normalisation, column standardisation.
+#: Feature transforms (:mod:`pipeline.feature_prep`): none, PyG's row normalisation, column standardisation,
+#: and row normalisation for features without negative values (none for others).
 FEATURE_NORMALIZATIONS = ("none", "row", "column", "auto")
 #: What registry files written before the choice existed mean by ``normalize_features: true/false``.
 LEGACY_NORMALIZATION = {True: "column", False: "none"}

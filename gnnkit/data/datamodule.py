@@ -17,7 +17,7 @@ from gnnkit import setting_checks
 from gnnkit.data.batch_precision import PrecisionBatches
 from gnnkit.data.device_sampling import (SamplingPlacement, check_sampler_device, host_fallback, place,
                                          plan_placement, resolve_sampler_device)
-from gnnkit.data.eval_shards import eval_shards
+from gnnkit.data.eval_shards import eval_limit, eval_shards
 from gnnkit.data.preprocessing import PreprocessOverrides, describe_line, graph_facts, resolve_options
 from gnnkit.data.prefetch import DEFAULT_DEPTH, DevicePrefetcher
 from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats
@@ -112,7 +112,7 @@ class GraphDataModule(PrecisionBatches):
         reorder: Graph-aware node order stored with the graph, ``"partition"``, ``"rcm"`` or
             ``"none"`` (``None`` = registry's choice); used by TT embeddings with ``tt_reorder``.
         preprocess: Further preprocessing overrides, ``preprocess.normalize_features`` (``"row"``,
-            ``"column"``, ``"none"``); see :class:`~gnnkit.data.preprocessing.PreprocessOverrides`.
+            ``"column"``, ``"auto"``, ``"none"``); see :class:`~gnnkit.data.preprocessing.PreprocessOverrides`.
         batch_size: Seed nodes per mini-batch; ``0`` trains full-batch on the whole graph.
         num_neighbors: Fan-out per layer for neighbour sampling (``-1`` = all neighbours).
         eval_num_neighbors: Fan-out for validation/test batches (default: ``num_neighbors``).
@@ -469,7 +469,8 @@ class GraphDataModule(PrecisionBatches):
             seed=hp.seed,
             num_workers=workers,
             persistent_workers=workers > 0,
-            sampler=None if train else eval_shards(g.split[SPLIT_OF_STAGE[stage]].numel()),
+            sampler=None if train else eval_shards(g.split[SPLIT_OF_STAGE[stage]].numel(),
+                                                   eval_limit(self.trainer, stage)),
         )
         return self._track(stage, loader)
 

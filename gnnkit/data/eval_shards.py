@@ -10,16 +10,24 @@ items ``r, r + ranks, ...``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch.distributed as dist
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 
 
-def eval_shards(num_items: int) -> UnrepeatedDistributedSampler | None:
+def eval_shards(num_items: int, limit: float | int = 1.0) -> UnrepeatedDistributedSampler | None:
     """This rank's share of ``num_items`` evaluation items (positions), every item on one rank; ``None``
-    outside a distributed run, and when the split has fewer items than ranks (each rank needs a
-    batch: DDP syncs buffers at the first evaluation step)."""
+    outside a distributed run, when the split has fewer items than ranks (each rank needs a batch:
+    DDP syncs buffers at the first evaluation step), and under a fractional batch ``limit`` (the
+    trainer's ``limit_val_batches``/``limit_test_batches``), which could leave one rank no batch."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return None
-    if num_items < dist.get_world_size():
+    if num_items < dist.get_world_size() or (isinstance(limit, float) and limit != 1.0):
         return None
     return UnrepeatedDistributedSampler(range(num_items), shuffle=False)
+
+
+def eval_limit(trainer: Any, stage: str) -> float | int:
+    """The trainer's batch limit of an evaluation ``stage`` (``"val"``, ``"test"``; 1.0 without one)."""
+    return getattr(trainer, f"limit_{stage}_batches", 1.0) if trainer is not None else 1.0

@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader
 
 from gnnkit import setting_checks
 from gnnkit.data.batch_precision import PrecisionBatches
-from gnnkit.data.eval_shards import eval_shards
+from gnnkit.data.eval_shards import eval_limit, eval_shards
 from gnnkit.data.worker_seeds import separate_worker_seeds
 from gnnkit.rank_state import fitting
 from gnnkit.tasks import resolve_dataset
@@ -125,10 +125,10 @@ class GraphSetDataModule(PrecisionBatches):
         return separate_worker_seeds(DataLoader(
             ids, batch_size=hp.batch_size if train or hp.eval_batch_size is None else hp.eval_batch_size,
             shuffle=train, generator=self._shuffle if train else None, collate_fn=self._collate,
-            sampler=None if train else eval_shards(ids.numel()),
+            sampler=None if train else eval_shards(ids.numel(), eval_limit(self.trainer, stage)),
             num_workers=hp.num_workers,
             persistent_workers=hp.num_workers > 0,
-        ))
+        ), self._shuffle.initial_seed())
 
     def _collate(self, ids: list[torch.Tensor]) -> Any:
         return self.graphs.batch(torch.stack(ids))

@@ -665,7 +665,8 @@ class CSRNodeLoader(NodeLoader):
         **kwargs: Any,
     ) -> None:
         super().__init__(data, node_sampler, input_nodes=input_nodes, input_time=input_time, **kwargs)
-        separate_worker_seeds(self)  # a resumed run's persistent workers then leave its shuffle alone
+        # a resumed run's persistent workers then leave its shuffle alone (seed=None: they sample from it)
+        separate_worker_seeds(self, getattr(node_sampler, "seed", None))
         # Applied by `filter_fn` below rather than by NodeLoader.
         self.batch_transform = transform
         self.batch_transform_sampler_output = transform_sampler_output

@@ -3,8 +3,10 @@
 ``torch.optim.Optimizer.load_state_dict`` checks only the number of groups and of parameters, so
 an SGD checkpoint loads into Adam (``--ckpt_path`` of a run trained with another ``--optimizer``)
 and the first step fails with ``KeyError: 'betas'``: the loaded groups replaced Adam's settings
-with SGD's. A parameter group saved with a setting the optimizer does not have is that case; a
-group lacking a setting is an older torch's (torch fills it in) and loads.
+with SGD's. Saved groups that both set something the optimizer's groups do not have and lack
+something they have are that case. Either alone is not: a scheduler adds its own keys to the groups
+(``initial_lr``, OneCycleLR's ``max_lr``), and an older torch's groups lack a setting added since
+(torch fills it in).
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ class ForeignOptimizerState(ValueError):
 
 def refuse_foreign_state(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     """Make ``optimizer.load_state_dict`` raise :class:`ForeignOptimizerState`, before changing
-    anything, for a state whose parameter groups hold settings ``optimizer``'s groups do not.
-    Returns ``optimizer``."""
+    anything, for a state whose parameter groups hold settings ``optimizer``'s groups do not and
+    lack some they hold. Returns ``optimizer``."""
     optimizer.register_load_state_dict_pre_hook(_check_groups)
     return optimizer
 
@@ -30,7 +32,7 @@ def _check_groups(optimizer: torch.optim.Optimizer, state_dict: dict[str, Any]) 
     known = {key for group in optimizer.param_groups for key in group} - {"params"}
     saved = {key for group in state_dict.get("param_groups", []) for key in group} - {"params"}
     foreign = sorted(saved - known)
-    if foreign:
+    if foreign and known - saved:
         name = type(optimizer).__name__
         raise ForeignOptimizerState(
             f"the checkpoint's optimizer state is another optimizer's: its parameter groups set "

@@ -149,7 +149,7 @@ def test_with_a_progress_bar_the_stop_reason_has_a_line_of_its_own(monkeypatch):
     timer = EpochTimer(log_lines=False)
     timer.load_state_dict({"times": [0.5] * 3})
     timer.on_fit_end(trainer, None)  # a resume of a finished run: no epoch of its own
-    assert lines == ["nothing to train: the checkpoint has 3 of 9 epochs"]
+    assert lines == ["nothing to train: the checkpoint has 3 of 9 epochs (max_steps=7 reached)"]
     lines.clear()
     timer._epochs_here = 3  # as if it had trained them
     timer.on_fit_end(trainer, None)

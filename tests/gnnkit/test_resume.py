@@ -460,5 +460,5 @@ def test_a_resume_on_a_changed_dataset_is_refused(tmp_path, monkeypatch, make_og
     shutil.rmtree(folder)
     write_ogb_folder(folder, **parts)
     with pytest.raises(ResumeError, match=rf"^gnnkit run --resume {run_dir}: its dataset changed since the "
-                                          r"checkpoint was written \(cache entry \w{12}, now \w{12}\)"):
+                                          r"checkpoint was written \(cache entry \w{12}, now \w{12};"):
         run("--resume", [str(run_dir), "--trainer.max_epochs", "4"])

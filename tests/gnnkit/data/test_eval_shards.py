@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from gnnkit.data.eval_shards import eval_shards
+from gnnkit.data.eval_shards import eval_limit, eval_shards
 
 
 def _on_rank(monkeypatch, rank: int, world: int) -> None:
@@ -28,3 +28,15 @@ def test_one_process_or_fewer_items_than_ranks_keep_lightnings_sampler(monkeypat
     assert eval_shards(3) is None  # a rank without a batch would stall DDP's first evaluation step
     _on_rank(monkeypatch, 0, 1)
     assert eval_shards(3) is None
+
+
+def test_a_fractional_batch_limit_keeps_lightnings_sampler(monkeypatch):
+    """Uneven shares under limit_val_batches 0.1 could leave one rank no batch: it raised while the
+    others went on into a collective and hung."""
+    from types import SimpleNamespace
+
+    _on_rank(monkeypatch, 0, 2)
+    trainer = SimpleNamespace(limit_val_batches=0.1, limit_test_batches=1.0)
+    assert eval_shards(70, eval_limit(trainer, "val")) is None
+    assert eval_shards(70, eval_limit(trainer, "test")) is not None and eval_limit(None, "val") == 1.0
+    assert eval_shards(70, 5) is not None  # a whole number of batches: every rank gets them

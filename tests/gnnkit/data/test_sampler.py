@@ -556,6 +556,19 @@ def test_workers_sample_each_batch_from_its_seeds_so_a_resumed_loader_repeats_th
     assert not same(first, second)
 
 
+def test_workers_of_a_sampler_without_a_seed_follow_torchs_seed(graph):
+    """Their base seed came from an unseeded generator of the loader's: every torch seed sampled the same."""
+    indptr, indices = graph
+    data = _node_data(indptr.numel() - 1)
+
+    def epoch(torch_seed):
+        torch.manual_seed(torch_seed)
+        return list(neighbor_loader(data, indptr, indices, [4, 3], input_nodes=None, batch_size=200, shuffle=False,
+                                    seed=None, num_workers=2))
+
+    assert not all(torch.equal(a.n_id, b.n_id) for a, b in zip(epoch(1), epoch(2)))
+
+
 # Power-law graphs ######################################################
 
 

@@ -24,7 +24,7 @@ def test_another_optimizers_state_is_refused_and_changes_nothing():
     assert [dict(g) for g in adam.param_groups] == before
 
 
-def test_its_own_state_loads_and_so_does_an_older_torchs_with_a_setting_fewer():
+def test_its_own_state_loads_with_a_schedulers_keys_and_so_does_an_older_torchs_with_a_setting_fewer():
     adam, saved = _adam(), _adam()
     for p in saved.param_groups[0]["params"]:
         p.grad = torch.ones_like(p)
@@ -33,4 +33,6 @@ def test_its_own_state_loads_and_so_does_an_older_torchs_with_a_setting_fewer():
     adam.load_state_dict(state)
     del state["param_groups"][0]["maximize"]  # a setting a later torch added: torch fills it in
     adam.load_state_dict(state)
+    torch.optim.lr_scheduler.StepLR(saved, step_size=3)  # adds initial_lr to the groups
+    adam.load_state_dict(saved.state_dict())  # a cosine-schedule run's checkpoint into a constant-lr run
     assert adam.state_dict()["state"].keys() == saved.state_dict()["state"].keys()
