@@ -14,6 +14,7 @@ stable across restarts) unless ``--run_dir`` gives one.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import re
@@ -21,6 +22,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gnnkit.tasks import override_values
 from pipeline import is_rank_zero, log
@@ -161,19 +163,35 @@ def claimed_run_dir(plan: RunPlan) -> Iterator[Path]:
         raise
 
 
+def read_checkpoint(ckpt_path: Path | str) -> dict[str, Any]:
+    """A checkpoint's contents (tensors memory-mapped), read once however often the run's checks ask
+    (kept for the file as it is: a rewritten one is read again).
+
+    Raises:
+        ResumeError: The file is no checkpoint torch can read (cut short, or not one at all).
+    """
+    try:
+        stat = os.stat(ckpt_path)
+        return _read_checkpoint(str(ckpt_path), stat.st_mtime_ns, stat.st_size)
+    except Exception as err:  # torch raises RuntimeError, pickle's UnpicklingError, EOFError, ...
+        raise ResumeError(f"gnnkit run: {ckpt_path}: unreadable checkpoint ({str(err).splitlines()[0][:200]}); "
+                          "give another with --ckpt_path") from None
+
+
+@functools.lru_cache(maxsize=2)
+def _read_checkpoint(ckpt_path: str, _mtime_ns: int, _size: int) -> dict[str, Any]:
+    import torch  # here: the plan is made before torch and Lightning are imported
+
+    return torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
+
+
 def epochs_done(ckpt_path: Path) -> int:
     """Training epochs a checkpoint has finished (its fit loop's processed epochs).
 
     Raises:
         ResumeError: The file is no checkpoint torch can read (cut short, or not one at all).
     """
-    try:
-        import torch  # here: the plan is made before torch and Lightning are imported
-
-        checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as err:  # torch raises RuntimeError, pickle's UnpicklingError, EOFError, ...
-        raise ResumeError(f"gnnkit run: {ckpt_path}: unreadable checkpoint ({str(err).splitlines()[0][:200]}); "
-                          "give another with --ckpt_path") from None
+    checkpoint = read_checkpoint(ckpt_path)
     try:
         return int(checkpoint["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"])
     except (KeyError, TypeError):
@@ -351,9 +369,7 @@ def check_same_graph(run_dir: Path, ckpt: str, state_key: str, graph_key: str) -
         ResumeError: The checkpoint's datamodule state names another graph (older checkpoints name
             none and pass).
     """
-    import torch
-
-    state = torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True).get(state_key)
+    state = read_checkpoint(ckpt).get(state_key)
     saved = state.get("graph") if isinstance(state, dict) else None
     if saved is not None and saved != graph_key:
         raise ResumeError(f"gnnkit run --resume {run_dir}: its dataset changed since the checkpoint was written "

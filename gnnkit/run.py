@@ -40,8 +40,8 @@ from gnnkit.optim.foreign_state import ForeignOptimizerState
 from gnnkit.partitioned.rank_data import check_rank_count
 from gnnkit.quiet import quietly, resuming, unvalidated
 from gnnkit.report import EpochTimer, write_report
-from gnnkit.resume import (RUN_DIR_ENV, ResumeError, RunPlan, check_same_graph, claimed_run_dir, plan_command,
-                           prepare_metrics, wants_help)
+from gnnkit.resume import (CHECKPOINTS, RUN_DIR_ENV, ResumeError, RunPlan, check_same_graph, claimed_run_dir,
+                           plan_command, prepare_metrics, wants_help)
 from gnnkit.run_command import USAGE
 from gnnkit.saved_config import AtomicSaveConfig
 from gnnkit.tasks import DEFAULT_TASK, SHARED_LINKS, TaskFamily, add_task_argument, recipe_task, task_family
@@ -147,9 +147,9 @@ class GnnkitCLI(LightningCLI):
                 "enable_progress_bar": sys.stderr.isatty(),
                 "enable_model_summary": False,
                 "callbacks": [
-                    BestCheckpoint(dirpath=run_dir / "checkpoints", filename="best",
+                    BestCheckpoint(dirpath=run_dir / CHECKPOINTS, filename="best",
                                    monitor="val_metric", mode="max", save_top_k=1, resumed=resumed),
-                    LastCheckpoint(run_dir / "checkpoints"),
+                    LastCheckpoint(run_dir / CHECKPOINTS),
                     self.timer,
                     *([FaultInjection(fault)] if fault is not None else []),
                 ],
@@ -334,13 +334,14 @@ def _train_and_test(plan: RunPlan, cli: GnnkitCLI, task: str) -> dict[str, Any]:
     prepare_metrics(plan)
     trainer, model, data = cli.trainer, cli.model, cli.datamodule
     ranks = f", {trainer.world_size} ranks ({trainer.strategy.__class__.__name__})" if trainer.world_size > 1 else ""
+    facts = data.describe()
     log.info("run %s: %s on %s (%s), %d parameters%s", run_dir, getattr(model, "gnn", type(model).__name__),
-             data.describe()["name"], data.describe()["loader"], model.num_params, ranks)
+             facts["name"], facts["loader"], model.num_params, ranks)
     if plan.ckpt_path is not None:  # log lines come from rank 0 alone (pipeline.progress)
         log.info("resume: %s continues from %s", run_dir, plan.ckpt_path)
     hint = None if plan.resumed or task != DEFAULT_TASK else size_hint(
-        Path(plan.config), cli.config_init.get("reference"), model.gnn.model, data.describe()["name"],
-        data.describe()["num_nodes"])
+        Path(plan.config), cli.config_init.get("reference"), model.gnn.model, facts["name"],
+        facts["num_nodes"])
     if hint:
         log.info(hint)
     validating = trainer.limit_val_batches != 0

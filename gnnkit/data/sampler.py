@@ -358,7 +358,7 @@ class CSRNeighborSampler(BaseSampler):
             self._owner_pid = pid
             self._local = None  # do not rely on a copy-on-write parent copy
         if self.seed is not None and torch.utils.data.get_worker_info() is not None:
-            self._generator = self._generator or self._new_generator(self.seed)
+            assert self._generator is not None  # made from the seed in __init__
             self._generator.manual_seed(batch_key(self.seed, index))
         if self._local is None:
             device = self.indptr.device
