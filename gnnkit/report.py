@@ -15,6 +15,7 @@ from lightning.pytorch.callbacks import EarlyStopping, Timer
 from gnnkit.device_clock import device_clock
 from gnnkit.native import loader
 from gnnkit.optim.state import describe_optimizers
+from gnnkit.rank_state import fitting
 from pipeline import atomic_write_text, log, peak_rss_mb, save_figure
 
 
@@ -46,6 +47,7 @@ class EpochTimer(pl.Callback):
         self._trained: float | None = None  # the epoch's training seconds, once its last batch has ended
         self._built_before = 0.0  # native build seconds before the epoch
         self._epochs_here = 0  # epochs this process trained (a resumed run's restored ones are not)
+        self._restoring_fit = True  # whether the checkpoint being restored continues a fit
         self.peak_train_gpu_mb: float | None = None
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -84,7 +86,16 @@ class EpochTimer(pl.Callback):
         return {"times": list(self.times), "train_times": list(self.train_times),
                 "train_batches": list(self.train_batches)}
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # noqa: D102
+    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        """Note whether the checkpoint restored next continues a fit (its state then follows)."""
+        self._restoring_fit = fitting(trainer)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Take the saved epochs when a fit resumes; a test of the best weights restores callbacks too,
+        and taking them there cut the report back to the best epoch's (20 epochs reported as 9)."""
+        if not self._restoring_fit:
+            return
         self.times = list(state_dict.get("times", []))
         self.train_times = list(state_dict.get("train_times", []))
         self.train_batches = list(state_dict.get("train_batches", []))

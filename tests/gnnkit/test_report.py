@@ -191,3 +191,27 @@ def test_a_resumed_run_logs_no_line_for_the_epoch_it_restored(monkeypatch):
     timer.load_state_dict({"times": [1.9] * 3, "train_times": [1.5] * 3, "train_batches": [4] * 3})
     timer.on_train_epoch_start(SimpleNamespace(current_epoch=3, max_epochs=5, callback_metrics={}), None)
     assert lines == []
+
+
+def test_testing_an_earlier_checkpoint_keeps_every_epoch_timed(tmp_path):
+    """``trainer.test(ckpt_path=best)`` restores callbacks too: the timer took the best epoch's lists,
+    and a 20-epoch run whose best was epoch 9 reported 9 epochs (its train_time_s less than half)."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    timer = EpochTimer()
+    every = ModelCheckpoint(dirpath=tmp_path, save_top_k=-1, every_n_epochs=1, filename="{epoch}")
+    trainer = pl.Trainer(max_epochs=3, limit_train_batches=2, limit_val_batches=1, limit_test_batches=1,
+                         callbacks=[timer, every], logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, accelerator="cpu")
+    trainer.fit(BoringModel())
+    assert len(timer.times) == 3
+    trainer.test(BoringModel(), ckpt_path=str(tmp_path / "epoch=0.ckpt"), verbose=False)
+    assert len(timer.times) == len(timer.train_times) == 3  # not the 1 that epoch 0's checkpoint holds
+    resumed = EpochTimer()  # a fit resumed from it still takes them
+    trainer = pl.Trainer(max_epochs=2, limit_train_batches=2, limit_val_batches=1, callbacks=[resumed], logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                         accelerator="cpu", default_root_dir=tmp_path)
+    trainer.fit(BoringModel(), ckpt_path=str(tmp_path / "epoch=0.ckpt"))
+    assert len(resumed.times) == 2 and resumed.times[0] == timer.times[0]
