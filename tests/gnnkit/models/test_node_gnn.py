@@ -207,7 +207,7 @@ def test_a_sampled_step_on_the_gpu_waits_for_it_at_most_once(model):
             step()
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    syncs = [str(w.message) for w in seen if "synchroniz" in str(w.message)]
+    syncs = [str(w.message) for w in seen if "called a synchronizing" in str(w.message)]
     assert len(syncs) <= (1 if model == "gcn" else 0), syncs
 
 
