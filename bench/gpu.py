@@ -164,10 +164,15 @@ def run(config: Config, args: argparse.Namespace, workdir: Path) -> dict[str, An
         tail = (workdir / f"{name}.log").read_text()[-2000:]
         raise RuntimeError(f"bench/gpu.py: {config.family} / {config.label} failed (exit {code}):\n{tail}")
     report = json.loads((run_dir / "report.json").read_text())
+    timed = report.get("train_epoch_times_s", [])
+    if len(timed) != report["epochs"]:  # the medians and sums would be of some epochs only
+        raise RuntimeError(f"bench/gpu.py: {config.family} / {config.label}: report.json timed {len(timed)} "
+                           f"of its {report['epochs']} epochs")
     sampler = report.get("sampler") or {}
     return {"family": config.family, "label": config.label, "args": list(config.overrides),
             "epochs": report["epochs"], "train_epoch_s": report["train_epoch_time_s"],
-            "train_time_s": report["train_time_s"], "batches_per_s": report["train_batches_per_s"],
+            "train_time_s": report["train_time_s"], "train_epoch_times_s": timed,
+            "batches_per_s": report["train_batches_per_s"],
             "peak_gpu_mb": report.get("peak_train_gpu_mb", report.get("peak_gpu_mb")),
             "peak_rss_mb": report["peak_rss_mb"],
             "sampler_device": sampler.get("device") if isinstance(sampler, dict) else sampler,

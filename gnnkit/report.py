@@ -102,16 +102,18 @@ class EpochTimer(pl.Callback):
 
     def summary(self) -> dict[str, float | None]:
         """``epoch_time_s`` (median epoch, its validation included), ``train_epoch_time_s`` (median
-        epoch's training: to its last batch, without validation), ``train_time_s`` (all epochs' training) and
-        ``train_batches_per_s`` (the median epoch's batches over its median time)."""
+        epoch's training: to its last batch, without validation), ``train_time_s`` (all epochs' training),
+        ``train_batches_per_s`` (the median epoch's batches over its median time) and
+        ``train_epoch_times_s`` (each epoch's training, so a reader can check that every epoch is there)."""
         if not self.times:
             return {"epoch_time_s": None, "train_epoch_time_s": None, "train_time_s": None,
-                    "train_batches_per_s": None}
+                    "train_batches_per_s": None, "train_epoch_times_s": []}
         train = statistics.median(self.train_times)
         rate = statistics.median(self.train_batches) / train if train > 0 else None
         return {"epoch_time_s": round(statistics.median(self.times), 4), "train_epoch_time_s": round(train, 4),
                 "train_time_s": round(sum(self.train_times), 4),
                 "train_batches_per_s": None if rate is None else round(rate, 3),
+                "train_epoch_times_s": [round(t, 4) for t in self.train_times],
                 **({"peak_train_gpu_mb": self.peak_train_gpu_mb} if self.peak_train_gpu_mb is not None else {})}
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -138,6 +138,33 @@ def test_resume_refuses_a_result_of_other_arguments_or_a_complete_one(bench, tmp
     assert ran == [("gcn", "gnnkit"), ("gcn", "PyG")]
 
 
+def test_a_report_that_timed_fewer_epochs_than_it_trained_fails_its_row(bench, tmp_path, monkeypatch):
+    """A report cut back to its best epoch (the test restored the best checkpoint's timer) gave a 2.1x
+    reuse speedup that was 9 epochs against 18: such a row is an error, not a figure."""
+    import argparse
+    from types import SimpleNamespace
+
+    gpu = bench("gpu")
+    timed = [1.0, 1.0, 1.0]
+
+    def train(cmd, **kwargs):
+        run_dir = Path(cmd[cmd.index("--run_dir") + 1])
+        run_dir.mkdir(parents=True, exist_ok=True)
+        report = {"epochs": 3, "train_epoch_time_s": 1.0, "train_time_s": sum(timed), "train_epoch_times_s": timed,
+                  "train_batches_per_s": 5.0, "peak_rss_mb": 1.0, "metric": "acc", "test": 0.5}
+        (run_dir / "report.json").write_text(json.dumps(report))
+        return SimpleNamespace(returncode=0)
+
+    monkeypatch.setattr(gpu.subprocess, "run", train)
+    args = argparse.Namespace(epochs=3, reuse_epochs=3, dataset_sampled=None, dataset_full=None, device="cpu",
+                              test_batches=1, cpu_workers=0, profile_steps=0, timeout=60)
+    config = gpu.configs(["gcn"])[0]
+    assert gpu.run(config, args, tmp_path)["train_epoch_times_s"] == timed
+    timed.pop()
+    with pytest.raises(RuntimeError, match="report.json timed 2 of its 3 epochs"):
+        gpu.run(config, args, tmp_path)
+
+
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the refusal is for machines without CUDA")
 def test_cuda_without_a_gpu_is_one_clear_line(tmp_path):
     result = subprocess.run([sys.executable, str(BENCH / "gpu.py"), "--families", "gcn"], capture_output=True,
@@ -156,5 +183,6 @@ def test_one_family_end_to_end_on_the_cpu(tmp_path):
     assert [r["label"] for r in report["rows"]] == ["gnnkit", "PyG"]
     assert sum(report["rows"][0]["formats"]["layer0"].values()) > 0 and "formats" not in report["rows"][1]
     assert all(r["train_epoch_s"] > 0 and r["epochs"] == 2 and 0 <= r["test"] <= 1 for r in report["rows"])
+    assert all(len(r["train_epoch_times_s"]) == 2 for r in report["rows"])
     assert report["summary"]["gcn_gnnkit_over_pyg_epoch"] > 0 and "gcn (cpu)" in result.stdout
     assert (tmp_path / "gpu.png").read_bytes()[:4] == b"\x89PNG"

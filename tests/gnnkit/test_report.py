@@ -67,7 +67,7 @@ def test_epoch_timer_times_training_to_the_last_batch_without_validation(monkeyp
     timer.on_train_epoch_end(trainer, None)
     assert timer.times == [4.0, 5.0] and timer.train_times == [1.5, 5.0] and timer.train_batches == [4, 1]
     assert timer.summary() == {"epoch_time_s": 4.5, "train_epoch_time_s": 3.25, "train_time_s": 6.5,
-                               "train_batches_per_s": 0.769}
+                               "train_batches_per_s": 0.769, "train_epoch_times_s": [1.5, 5.0]}
 
 
 def test_epoch_timer_leaves_out_a_native_build(monkeypatch):
