@@ -40,7 +40,9 @@ from pipeline import atomic_write_text, log
 #: The phases of a step, in order: they end at ``on_train_batch_start``, ``on_before_backward``,
 #: ``on_after_backward`` and ``on_train_batch_end``.
 PHASES = ("data", "forward", "backward", "optimizer")
-_SYNC_WARNING = "synchroniz"  # torch's sync debug mode warns "called a synchronizing CUDA operation"
+#: How torch's sync debug mode starts a warning of a sync ("called a synchronizing CUDA operation"); its
+#: one-off notice on entering the mode ("... does not yet detect all synchronizing operations") is none.
+SYNC_WARNING = "called a synchronizing"
 
 
 def _in_backward() -> bool:
@@ -111,7 +113,7 @@ class StepProfile(pl.Callback):
             training = threading.current_thread()
 
             def count(message: Any, *args: Any, **kwargs: Any) -> None:
-                if (threading.current_thread() is training or _in_backward()) and _SYNC_WARNING in str(message):
+                if (threading.current_thread() is training or _in_backward()) and SYNC_WARNING in str(message):
                     self._syncs += 1
 
             warnings.showwarning = count

@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from gnnkit.models.node_gnn import NodeGNN, resolve_model
+from gnnkit.step_profile import SYNC_WARNING
 
 
 @pytest.mark.parametrize("model", ["gcn", "sage", "gat", "mlp"])
@@ -207,7 +208,7 @@ def test_a_sampled_step_on_the_gpu_waits_for_it_at_most_once(model):
             step()
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    syncs = [str(w.message) for w in seen if "called a synchronizing" in str(w.message)]
+    syncs = [str(w.message) for w in seen if SYNC_WARNING in str(w.message)]
     assert len(syncs) <= (1 if model == "gcn" else 0), syncs
 
 
