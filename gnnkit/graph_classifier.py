@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch_geometric.data import Data
 
-from gnnkit import setting_checks
 from gnnkit.metrics import make_graph_evaluator
 from gnnkit.models.graph_gnn import GraphGNN, GraphGNNOptions
 from gnnkit.optim import module_optimizer, with_scheduler
 from gnnkit.task_module import STAGES, TaskModule
+
+
+def _gnn_options(settings: Mapping[str, Any]) -> GraphGNNOptions:
+    """The GNN's options from the model's settings (checked on construction)."""
+    return GraphGNNOptions(**{field: settings[field] for field in GraphGNNOptions.__dataclass_fields__})
 
 
 class GraphClassifier(TaskModule):
@@ -71,19 +76,23 @@ class GraphClassifier(TaskModule):
         lr_scheduler: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        setting_checks.model_settings(lr, weight_decay, "model.emb_dim", emb_dim)
         self.save_hyperparameters()
+        self.check_settings(self.hparams)
         self.task = task or {"name": "unknown", "eval_metric": "rocauc", "num_tasks": 1,
                              "task_type": "binary classification"}
         self.multiclass = self.task["task_type"] == "multiclass classification"
-        options = GraphGNNOptions(
-            model=model, num_layers=num_layers, emb_dim=emb_dim, dropout=dropout, virtual_node=virtual_node,
-            pooling=pooling, aggregation=aggregation, format=format, edge_features=edge_features,
-            molecular=molecular, in_channels=in_channels, edge_channels=edge_channels,
-        )
+        options = _gnn_options(self.hparams)
         self.gnn = GraphGNN(options, out_channels)
         self.evaluator = make_graph_evaluator(self.task["name"], self.task["eval_metric"], self.task["num_tasks"])
         self._outputs: dict[str, list[tuple[Tensor, Tensor]]] = {s: [] for s in STAGES}
+
+    WIDTH = "emb_dim"
+
+    @classmethod
+    def check_settings(cls, settings: Mapping[str, Any]) -> dict[str, Any]:  # noqa: D102 (TaskModule's)
+        full = super().check_settings(settings)
+        _gnn_options(full)  # with the constructor's defaults for the datamodule's shapes
+        return full
 
     def report_info(self) -> dict[str, Any]:
         """``formats``: the SpMM plans of the ``aggregation="gnnkit"`` layers, for report.json."""

@@ -12,6 +12,7 @@ positives against its negatives with OGB's link ``Evaluator`` (Hits@K or MRR).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -20,13 +21,21 @@ from torch_geometric.data import Data
 
 from gnnkit import setting_checks
 from gnnkit.link_metrics import evaluate_links, make_link_evaluator
-from gnnkit.models.node_gnn import NodeGNN, NodeGNNOptions, resolve_model
+from gnnkit.models.node_gnn import NodeGNN, NodeGNNOptions, as_model_setting, resolve_model
 from gnnkit.optim import module_optimizer, with_scheduler
 from gnnkit.task_module import RunLengthHooks, TaskModule
 
 DECODERS = ("dot", "mlp")
 #: Pairs scored per decoder call in evaluation (bounds the ``[pairs, hidden]`` temporaries).
 EVAL_CHUNK = 1 << 16
+
+
+def check_decoder(kind: str, num_layers: int) -> None:
+    """``model.decoder`` is one of :data:`DECODERS` and ``model.decoder_layers`` >= 1."""
+    if kind not in DECODERS:
+        raise ValueError(f"model.decoder: expected one of {list(DECODERS)}, got {kind!r}")
+    if not setting_checks.is_whole(num_layers, 1):
+        raise ValueError(f"model.decoder_layers: expected >= 1, got {num_layers!r}")
 
 
 class PairDecoder(nn.Module):
@@ -45,10 +54,7 @@ class PairDecoder(nn.Module):
 
     def __init__(self, kind: str, channels: int, num_layers: int = 3, dropout: float = 0.0) -> None:
         super().__init__()
-        if kind not in DECODERS:
-            raise ValueError(f"model.decoder: expected one of {list(DECODERS)}, got {kind!r}")
-        if num_layers < 1:
-            raise ValueError(f"model.decoder_layers: expected >= 1, got {num_layers}")
+        check_decoder(kind, num_layers)
         self.kind = kind
         self.dropout = dropout
         widths = [channels] * num_layers + [1]
@@ -76,6 +82,16 @@ def link_loss(pos: Tensor, neg: Tensor) -> Tensor:
     """``-mean log sigmoid(pos) - mean log(1 - sigmoid(neg))`` from logits (OGB's examples' loss,
     computed with ``logsigmoid`` so that no saturated sigmoid loses the gradient)."""
     return -nn.functional.logsigmoid(pos).mean() - nn.functional.logsigmoid(-neg).mean()
+
+
+def _gnn_options(settings: Mapping[str, Any]) -> NodeGNNOptions:
+    """The encoder's layer options from the model's settings, its errors named as recipe fields."""
+    try:
+        return NodeGNNOptions(num_layers=settings["num_layers"], dropout=settings["dropout"],
+                              batch_norm=settings["batch_norm"], cached=False, aggregation=settings["aggregation"],
+                              format=settings["format"])
+    except ValueError as err:
+        raise as_model_setting(err) from None
 
 
 class LinkPredictor(RunLengthHooks, TaskModule):
@@ -129,8 +145,8 @@ class LinkPredictor(RunLengthHooks, TaskModule):
         lr_scheduler: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        setting_checks.model_settings(lr, weight_decay, "model.hidden_channels", hidden_channels)
         self.save_hyperparameters()
+        self.check_settings(self.hparams)
         self.task = task or {"name": "unknown", "eval_metric": "hits@50", "negatives": "edge_neg"}
         if in_channels == 0 and embedding_dim == 0:
             raise ValueError("model.embedding_dim: the dataset has no node features; set an embedding width "
@@ -138,13 +154,20 @@ class LinkPredictor(RunLengthHooks, TaskModule):
         if embedding_dim and num_nodes <= 0:
             raise ValueError("model.num_nodes: a learnable embedding needs the number of nodes")
         self.embedding = nn.Embedding(num_nodes, embedding_dim) if embedding_dim else None
-        options = NodeGNNOptions(num_layers=num_layers, dropout=dropout, batch_norm=batch_norm,
-                                 cached=False, aggregation=aggregation, format=format)
+        options = _gnn_options(self.hparams)
         width = in_channels + embedding_dim
         self.gnn = NodeGNN(resolve_model(model), width, hidden_channels, hidden_channels, options)
         self.decoder = PairDecoder(decoder, hidden_channels, decoder_layers, dropout)
         self.evaluator = make_link_evaluator(self.task["name"], self.task["eval_metric"])
         self._scores: dict[str, tuple[list[Tensor], list[Tensor], list[int]]] = {}
+
+    @classmethod
+    def check_settings(cls, settings: Mapping[str, Any]) -> dict[str, Any]:  # noqa: D102 (TaskModule's)
+        full = super().check_settings(settings)
+        resolve_model(full["model"])
+        _gnn_options(full)
+        check_decoder(full["decoder"], full["decoder_layers"])
+        return full
 
     def report_info(self) -> dict[str, Any]:
         """``decoder`` and, for ``aggregation="gnnkit"``, the SpMM ``formats`` of each layer."""

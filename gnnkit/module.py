@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import re
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch_geometric.data import Data
 
-from gnnkit import setting_checks
 from gnnkit.metrics import make_evaluator
 from gnnkit.models.inrank import InRankOptions
-from gnnkit.models.node_gnn import NodeGNN, NodeGNNOptions, resolve_model
+from gnnkit.models.node_gnn import NodeGNN, NodeGNNOptions, as_model_setting, resolve_model
 from gnnkit.optim import module_optimizer, with_scheduler
 from gnnkit.partitioned.batch_norm import partition_batch_norms
 from gnnkit.pseudo_labels import pseudo_label_loss, pseudo_label_weight
@@ -48,14 +47,19 @@ def _check_pseudo_labels(gamma: float, full_batch: bool, multiclass: bool) -> No
         raise ValueError("model.pseudo_label_gamma: needs a multi-class task (pseudo-labels are argmax classes)")
 
 
-def _as_model_setting(err: ValueError) -> ValueError:
-    """A :class:`NodeGNNOptions` error named as the recipe's setting (``dropout: ...`` ->
-    ``model.dropout: ...``, as ``model.lr`` is)."""
-    text = str(err)
-    field = re.match(r"\w+", text)
-    if field and field.group(0) in NodeGNNOptions.__dataclass_fields__ and not text.startswith("model."):
-        return ValueError(f"model.{text}")
-    return err
+def gnn_options(settings: Mapping[str, Any]) -> NodeGNNOptions:
+    """The layer stack's options from the model's settings (``full_batch`` caches GCN's
+    normalisation), its errors named as recipe fields."""
+    try:
+        return NodeGNNOptions(
+            num_layers=settings["num_layers"], dropout=settings["dropout"], input_dropout=settings["input_dropout"],
+            batch_norm=settings["batch_norm"], activation=settings["activation"], heads=settings["heads"],
+            output_heads=settings["output_heads"], attention_dropout=settings["attention_dropout"],
+            cached=settings["full_batch"], aggregation=settings["aggregation"], format=settings["format"],
+            low_rank=settings["low_rank"], inrank=InRankOptions.of(settings["inrank"], "model.inrank"),
+        )
+    except ValueError as err:
+        raise as_model_setting(err) from None
 
 
 class NodeClassifier(RunLengthHooks, TaskModule):
@@ -172,8 +176,8 @@ class NodeClassifier(RunLengthHooks, TaskModule):
         pseudo_label_gamma: float | None = None,
     ) -> None:
         super().__init__()
-        setting_checks.model_settings(lr, weight_decay, "model.hidden_channels", hidden_channels)
         self.save_hyperparameters()
+        self.check_settings(self.hparams)
         self.task = task or {"name": "unknown", "eval_metric": "acc", "num_tasks": 1,
                              "task_type": "multiclass classification"}
         self.multiclass = self.task["task_type"] == "multiclass classification"
@@ -184,18 +188,8 @@ class NodeClassifier(RunLengthHooks, TaskModule):
             )
         if embedding_dim and num_nodes <= 0:
             raise ValueError("model.num_nodes: a learnable embedding needs the number of nodes")
-        if lr_schedule not in LR_SCHEDULES:
-            raise ValueError(f"model.lr_schedule: expected one of {list(LR_SCHEDULES)}, got {lr_schedule!r}")
-        if lr_scheduler is not None and lr_schedule != "constant":
-            raise ValueError(f"model.lr_schedule: {lr_schedule!r} and an lr_scheduler: section both set the "
-                             "learning rate; keep one")
-        if weight_decay_scope not in WEIGHT_DECAY_SCOPES:
-            raise ValueError(f"model.weight_decay_scope: expected one of {list(WEIGHT_DECAY_SCOPES)}, "
-                             f"got {weight_decay_scope!r}")
         if pseudo_label_gamma is not None:
             _check_pseudo_labels(pseudo_label_gamma, full_batch, self.multiclass)
-        if embedding not in EMBEDDINGS:
-            raise ValueError(f"model.embedding: expected one of {list(EMBEDDINGS)}, got {embedding!r}")
         self.embedding: nn.Module | None = None
         if embedding_dim and embedding == "tt":
             config = auto_config(
@@ -206,18 +200,27 @@ class NodeClassifier(RunLengthHooks, TaskModule):
         elif embedding_dim:
             self.embedding = nn.Embedding(num_nodes, embedding_dim)
         features = 0 if replace_features else in_channels
-        try:
-            options = NodeGNNOptions(
-                num_layers=num_layers, dropout=dropout, input_dropout=input_dropout, batch_norm=batch_norm,
-                activation=activation, heads=heads, output_heads=output_heads, attention_dropout=attention_dropout,
-                cached=full_batch, aggregation=aggregation, format=format, low_rank=low_rank,
-                inrank=InRankOptions.of(inrank, "model.inrank"),
-            )
-        except ValueError as err:
-            raise _as_model_setting(err) from None
+        options = gnn_options(self.hparams)
         self.gnn = NodeGNN(resolve_model(model), features + embedding_dim, hidden_channels, out_channels, options)
         self.evaluator = make_evaluator(self.task["name"], self.task["eval_metric"], self.task["num_tasks"])
         self._outputs: dict[str, list[tuple[Tensor, Tensor]]] = {s: [] for s in STAGES}
+
+    @classmethod
+    def check_settings(cls, settings: Mapping[str, Any]) -> dict[str, Any]:  # noqa: D102 (TaskModule's)
+        full = super().check_settings(settings)
+        if full["lr_schedule"] not in LR_SCHEDULES:
+            raise ValueError(f"model.lr_schedule: expected one of {list(LR_SCHEDULES)}, got {full['lr_schedule']!r}")
+        if full["lr_scheduler"] is not None and full["lr_schedule"] != "constant":
+            raise ValueError(f"model.lr_schedule: {full['lr_schedule']!r} and an lr_scheduler: section both set "
+                             "the learning rate; keep one")
+        if full["weight_decay_scope"] not in WEIGHT_DECAY_SCOPES:
+            raise ValueError(f"model.weight_decay_scope: expected one of {list(WEIGHT_DECAY_SCOPES)}, "
+                             f"got {full['weight_decay_scope']!r}")
+        if full["embedding"] not in EMBEDDINGS:
+            raise ValueError(f"model.embedding: expected one of {list(EMBEDDINGS)}, got {full['embedding']!r}")
+        resolve_model(full["model"])
+        gnn_options(full)
+        return full
 
     def report_info(self) -> dict[str, Any]:
         """Keys this model adds to the run's ``report.json``.

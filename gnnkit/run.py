@@ -156,6 +156,13 @@ class GnnkitCLI(LightningCLI):
             },
         )
 
+    def before_instantiate_classes(self) -> None:
+        """Check the model's settings before the datamodule is built: it reads the dataset, and
+        preprocesses it on first use (minutes for products), so a bad model setting came after that."""
+        module, _ = self.family.classes()
+        settings = self._get(self.config, "model", default=None)
+        module.check_settings(settings.as_dict() if settings is not None else {})
+
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         counts_before_fractions(parser)
         add_reference_argument(parser)

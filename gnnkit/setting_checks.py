@@ -1,7 +1,8 @@
 """Checks of a recipe's numeric settings, made when the module or datamodule is built.
 
-A bad value found there is one line naming the recipe field, before any data is read and before
-``gnnkit run`` makes a run folder (:func:`gnnkit.run.run`). Left alone, the same value fails only
+A bad value found there is one line naming the recipe field, before ``gnnkit run`` makes a run folder
+(:func:`gnnkit.run.run`); the model's checks that need no data run before the datamodule reads any
+(:meth:`gnnkit.task_module.TaskModule.check_settings`). Left alone, the same value fails only
 inside ``fit``: a traceback from torch's ``DataLoader`` or optimizer, with a run folder half
 written. Lightning's own ``trainer.*`` settings are checked by Lightning in the same way.
 """

@@ -8,12 +8,15 @@ matrices outlive a step (full graphs) also mix in :class:`RunLengthHooks`.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Mapping
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 from torch import Tensor
 
+from gnnkit import setting_checks
 from gnnkit.metrics import evaluate
 from gnnkit.sparse.decision import RunLength, set_run_length
 
@@ -62,6 +65,32 @@ class TaskModule(pl.LightningModule):
 
     evaluator: Any
     _outputs: dict[str, list[tuple[Tensor, Tensor]]]
+    #: The model's layer-width setting, ``model.<WIDTH>``.
+    WIDTH = "hidden_channels"
+
+    @classmethod
+    def check_settings(cls, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """Check the model settings that need no data; the constructor checks them again, with the rest.
+
+        ``gnnkit run`` calls this before the datamodule is built, since that reads (and on first use
+        preprocesses) the dataset: a bad ``--model.dropout`` waited minutes for it. Subclasses add
+        their own checks.
+
+        Args:
+            settings: Constructor arguments; those left out (the ones the datamodule gives) take the
+                constructor's defaults.
+
+        Returns:
+            The settings with those defaults filled in.
+
+        Raises:
+            ValueError: One line naming the ``model.`` field and what was expected.
+        """
+        parameters = inspect.signature(cls.__init__).parameters.values()
+        full = {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+        full.update(settings)
+        setting_checks.model_settings(full["lr"], full["weight_decay"], f"model.{cls.WIDTH}", full[cls.WIDTH])
+        return full
 
     @property
     def num_params(self) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -114,6 +115,16 @@ class NodeGNNOptions:
                 raise ValueError(f"{name}: expected a probability in [0, 1), got {getattr(self, name)!r}")
         if self.heads < 1 or self.output_heads < 1:
             raise ValueError(f"heads and output_heads must be >= 1, got {self.heads} and {self.output_heads}")
+
+
+def as_model_setting(err: ValueError) -> ValueError:
+    """A :class:`NodeGNNOptions` error named as the recipe's setting (``dropout: ...`` ->
+    ``model.dropout: ...``, as ``model.lr`` is)."""
+    text = str(err)
+    field = re.match(r"\w+", text)
+    if field and field.group(0) in NodeGNNOptions.__dataclass_fields__ and not text.startswith("model."):
+        return ValueError(f"model.{text}")
+    return err
 
 
 class NodeGNN(nn.Module):

@@ -262,3 +262,12 @@ def test_a_batch_holding_every_training_edge_is_warned_about(gnnkit_log):
     gnnkit_log.clear()
     LinkDataModule(TINY, batch_size=4096)
     assert "holds all" not in gnnkit_log.text
+
+
+def test_the_encoder_s_settings_are_named_as_recipe_fields():
+    """Its layer options' errors said `dropout: ...`, where the node classifier's say `model.dropout: ...`."""
+    with pytest.raises(ValueError, match=r"^model\.dropout: expected a probability in \[0, 1\), got 2$"):
+        LinkPredictor.check_settings({"dropout": 2})
+    with pytest.raises(ValueError, match=r"^model\.decoder_layers: expected >= 1, got 0$"):
+        LinkPredictor.check_settings({"decoder_layers": 0})
+    assert LinkPredictor.check_settings({})["hidden_channels"] == 256  # the constructor's defaults

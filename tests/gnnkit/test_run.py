@@ -266,3 +266,31 @@ def test_a_run_without_checkpointing_writes_none_and_reports_the_last_epochs_val
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     last_val = float(out.stderr.split("epoch 3/3 ")[1].split("val_metric=")[1].split()[0])
     assert report["best_checkpoint"] is None and report["val"] == pytest.approx(last_val, abs=1e-4)
+
+
+def test_a_bad_model_setting_is_refused_before_the_data_is_read(tmp_path, monkeypatch):
+    """The datamodule reads (on first use preprocesses) the dataset when built: `--model.dropout 3`
+    waited for that, minutes on products, before its one-line error."""
+    from gnnkit.resume import ResumeError
+    from gnnkit.run import run
+
+    monkeypatch.setenv("GNNKIT_HOME", str(tmp_path / "home"))  # an empty cache: building would preprocess
+    with pytest.raises(ResumeError, match=r"^model\.dropout: expected a probability in \[0, 1\), got 3\.0$"):
+        run(str(QUICKSTART), ["--model.dropout", "3", "--run_dir", str(tmp_path / "r")])
+    assert not (tmp_path / "home" / "cache").exists() and not (tmp_path / "r").exists()
+    run(str(QUICKSTART), ["--trainer.max_epochs", "1", "--run_dir", str(tmp_path / "r")])
+    assert (tmp_path / "home" / "cache").is_dir()  # what a good setting builds
+
+
+@pytest.mark.parametrize("recipe", sorted(p.name for p in (QUICKSTART.parent).glob("*.yaml")))
+def test_every_recipe_s_model_settings_pass_the_early_check(recipe):
+    """The early check has only the recipe's model section, not the datamodule's shapes: it must
+    refuse none of the shipped recipes (each trains in its own tests)."""
+    import yaml
+
+    from gnnkit.tasks import DEFAULT_TASK, task_family
+
+    config = yaml.safe_load((QUICKSTART.parent / recipe).read_text())
+    module, _ = task_family(config.get("task", DEFAULT_TASK)).classes()
+    settings = module.check_settings(config.get("model") or {})
+    assert settings["lr"] > 0
