@@ -227,11 +227,7 @@ class LinkDataModule(PrecisionBatches):
         log.info("%s (message passing); %s nodes, %d features; %s", describe_line(meta["name"], graph_facts(self.entry)),
                  f"{self.graph.num_nodes:,}", self.graph.num_features,
                  ", ".join(f"{s} {n:,} edges" for s, n in meta["num_split_edges"].items()))
-        train_edges = meta["num_split_edges"].get("train", 0)
-        if 0 < train_edges <= batch_size:  # a small graph under a large-graph recipe (collab's 64 * 1024)
-            log.warning("data.batch_size %d holds all %s training edges: one optimizer step an epoch, so the "
-                        "recipe's epochs train little; take about a tenth of them (--data.batch_size %d) or "
-                        "more epochs", batch_size, f"{train_edges:,}", max(1, train_edges // 10))
+        self._warned_one_step = False
         self.num_neighbors = list(num_neighbors) if num_neighbors is not None else None
         self._full: Data | None = None
         self._samplers: dict[str, Any] = {}
@@ -364,7 +360,22 @@ class LinkDataModule(PrecisionBatches):
         return LinkBatches(self, stage, size, self._generators[stage])
 
     def train_dataloader(self) -> LinkBatches | ReuseLoader:
+        self._warn_if_one_step()
         return self._reuse_loader() if self.reuse is not None else self._loader("train")
+
+    def _warn_if_one_step(self) -> None:
+        """Warn (once) when a rank's share of the training edges fits one batch: a small graph under a
+        large-graph recipe (collab's 64 * 1024 edges a batch) then takes one optimizer step an epoch."""
+        _, world = self.rank_and_world()
+        edges = self.graph.meta["num_split_edges"].get("train", 0)
+        share = -(-edges // world)
+        if self._warned_one_step or not 0 < share <= self.hparams.batch_size:
+            return
+        self._warned_one_step = True
+        ranks = f" (each of {world} ranks trains on {share:,})" if world > 1 else ""
+        log.warning("data.batch_size %d holds all %s training edges%s: one optimizer step an epoch, so the "
+                    "recipe's epochs train little; take about a tenth of them (--data.batch_size %d) or more "
+                    "epochs", self.hparams.batch_size, f"{edges:,}", ranks, max(1, share // 10))
 
     def val_dataloader(self) -> LinkBatches:
         return self._loader("val")

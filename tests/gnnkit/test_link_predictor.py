@@ -255,13 +255,22 @@ def test_a_resumed_datamodule_draws_the_next_epochs_shuffles_and_negatives():
 def test_a_batch_holding_every_training_edge_is_warned_about(gnnkit_log):
     """sage_synthetic_collab.yaml (64 * 1024 edges a batch, 10 epochs) on a user's graph of 4,800
     training edges took 10 optimizer steps: Hits@50 0.27 against 0.61 for common neighbours."""
+    from types import SimpleNamespace
+
     gnnkit_log.set_level("WARNING", logger="gnnkit")
-    LinkDataModule(TINY, batch_size=65536)
+    LinkDataModule(TINY, batch_size=65536).train_dataloader()
     assert ("data.batch_size 65536 holds all 15,000 training edges: one optimizer step an epoch" in gnnkit_log.text
             and "--data.batch_size 1500" in gnnkit_log.text)
     gnnkit_log.clear()
-    LinkDataModule(TINY, batch_size=4096)
+    LinkDataModule(TINY, batch_size=4096).train_dataloader()
     assert "holds all" not in gnnkit_log.text
+    shared = LinkDataModule(TINY, batch_size=4096)  # 4 ranks deal out 3,750 edges each: one batch a rank
+    shared.trainer = SimpleNamespace(global_rank=0, world_size=4)
+    line = "holds all 15,000 training edges (each of 4 ranks trains on 3,750)"
+    shared.train_dataloader()
+    once = gnnkit_log.text.count(line)
+    shared.train_dataloader()  # Lightning asks again on reloads: said once
+    assert once and gnnkit_log.text.count(line) == once and "--data.batch_size 375" in gnnkit_log.text
 
 
 def test_the_encoder_s_settings_are_named_as_recipe_fields():
