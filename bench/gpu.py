@@ -263,6 +263,12 @@ def print_profiles(rows: list[dict[str, Any]]) -> None:
             print(f"{phase:10} {host:9.3f}" + (f" {gpu[phase]:9.3f} {syncs[phase]:6.1f}" if gpu else ""))
         for op in profile.get("operators", [])[:5]:
             print(f"  {op['self_ms']:9.3f} ms  {op['calls']:6d} calls  {op['name'][:70]}")
+        epoch = profile.get("whole_epoch")
+        if epoch:
+            slow = ", ".join(f"{ms:.1f} (step {i})" for i, ms in epoch["slowest"])
+            print(f"  whole epoch, host clock: {epoch['steps']} steps, the first {epoch['first_ms']:.1f} ms from the "
+                  f"epoch's start, then median {epoch['median_ms']:.2f} ms, mean {epoch['mean_ms']:.2f} ms; slowest "
+                  f"{slow}; steps {epoch['window'][0]}-{epoch['window'][1] - 1} timed and profiled")
     for r in rows:
         if r.get("formats"):
             chosen = "; ".join(f"{layer} {', '.join(f'{pair} x{n}' for pair, n in counts.items())}"

@@ -80,6 +80,7 @@ class StepProfile(pl.Callback):
         self._syncs = 0  # the training thread's host syncs counted so far
         self._catcher: warnings.catch_warnings | None = None
         self._profiler: torch.profiler.profile | None = None
+        self._step_ends: list[float] = []  # host clock at the epoch's start and at each of its steps' ends
 
     # -- the window -------------------------------------------------------------------------------
 
@@ -129,6 +130,10 @@ class StepProfile(pl.Callback):
         device = pl_module.device
         self._cuda = device if device.type == "cuda" else None
 
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.current_epoch == self.epoch:
+            self._step_ends = [time.perf_counter()]
+
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
         if trainer.current_epoch != self.epoch:
@@ -153,6 +158,7 @@ class StepProfile(pl.Callback):
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
         if trainer.current_epoch != self.epoch:
             return
+        self._step_ends.append(time.perf_counter())
         if self._timing():
             self._mark()
             self._close_step()
@@ -263,7 +269,25 @@ class StepProfile(pl.Callback):
         if self.operators:
             out["profiled_steps"] = self.profiled_steps
             out["operators"] = self.operators
+        if len(self._step_ends) > 2:
+            out["whole_epoch"] = self.whole_epoch()
         return out
+
+    def whole_epoch(self, slowest: int = 5) -> dict[str, Any]:
+        """Every step of the measured epoch on the host clock, without syncs of its own: how long the
+        first took from the epoch's start (the loader's start, the first batch made with nothing ahead),
+        then the others' median, mean and slowest (0-based step numbers; the window's steps, timed
+        with CUDA events and sync counting, then ``profiled_steps`` under the profiler, are among
+        them). Where the phase medians times the step count fall short of the epoch, this says where
+        the rest went: the first step, a few slow steps, or every step a little."""
+        start, *ends = self._step_ends
+        steps = [b - a for a, b in zip(ends, ends[1:])]
+        ranked = sorted(range(len(steps)), key=steps.__getitem__, reverse=True)[:slowest]
+        return {"steps": len(ends), "first_ms": round(1e3 * (ends[0] - start), 3),
+                "median_ms": round(1e3 * statistics.median(steps), 3),
+                "mean_ms": round(1e3 * statistics.fmean(steps), 3),
+                "slowest": [[i + 1, round(1e3 * steps[i], 3)] for i in ranked],
+                "window": [self.skip, self.skip + self.steps + self.profiled_steps]}
 
     def report_info(self) -> dict[str, Any]:
         """``step_profile`` for report.json."""
