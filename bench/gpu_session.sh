@@ -23,7 +23,7 @@
 #                 149 s on the H200 beside the tests), overlapping the build and the tests
 #   tests         the GPU tier, `pytest -n 16 -m gpu tests`: every test that needs CUDA (issue 16's
 #                 acceptance, with the CUDA kernel tests of issue 17); then the native kernels' CPU
-#                 tests on this image's torch (issue 16, item 3). H200: 80 s and 46 s on 16 workers
+#                 tests on this image's torch (issue 16, item 3). H200: 105 s and 57 s on 16 workers
 #   native        bench/native.py --device cuda -> native_gpu.json (~1-2 min)
 #   label         label the corpus on the GPU (GNNKIT_GPU_CORPUS matrices, default 150; ~2-4 min; resumes)
 #   train         train the CUDA selector on those labels -> selector_model_cuda.json
@@ -46,7 +46,10 @@
 #   issue 17: bash bench/gpu_session.sh setup tests native label                         (~8 min)
 #             bash bench/gpu_session.sh setup train formats e2e                           (~5 min)
 # Issue 16's two calls took 457 s and 197 s of device time (start and transfers included) on
-# 2026-11-27, with three sage rows; the sage family now has four (about 35 s more). Issue 17's
+# 2026-11-27, with three sage rows. On 2026-11-28 one cold call of `setup tests gpu` (every family,
+# GNNKIT_CALL_S=588) took 603 s of device time: setup 32 s, tests 105 + 57 s, then 378 s of the
+# table, which finished every row but the last (reuse's fresh sampling); a call at once on the warm
+# machine (`setup gpu`) ran that row in 75 s (82 s of device time). Issue 17's
 # minutes are estimates from CPU runs: GNNKIT_CALL_S keeps a call inside its limit whatever they
 # turn out to be, and an unfinished table or corpus resumes next time. Set GNNKIT_CALL_S (and the
 # call's timeout_s) from device status's budget_left_s less the start (about 30 s on a warm machine,
