@@ -14,7 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline import cache, load_registry, paths, peak_rss_mb, preprocess, resolve, temp_paths, tree_size
+import yaml
+
+from gnnkit.data.preprocessing import PREPROCESS_FIELDS, PreprocessOverrides, resolve_options
+from pipeline import (CacheEntry, DatasetError, cache, load_registry, paths, peak_rss_mb, preprocess, resolve,
+                      temp_paths, tree_size)
 from pipeline.registry import looks_like_path, spec_family
 from pipeline.batch_cache import find_batch_caches, read_manifest, verify_batch_cache
 
@@ -35,11 +39,46 @@ def _datasets(args: argparse.Namespace) -> int:
     return 0
 
 
+def _recipe_data(path: str | None) -> dict[str, Any]:
+    """The ``data:`` section of a recipe YAML (``{}`` without one).
+
+    Raises:
+        DatasetError: A file that is missing or is no recipe.
+    """
+    if path is None:
+        return {}
+    try:
+        config = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise DatasetError(path, f"expected a recipe YAML ({type(err).__name__}: {str(err).splitlines()[0]})") from None
+    data = config.get("data") if isinstance(config, dict) else None
+    if not isinstance(data, dict):
+        raise DatasetError(path, "expected a recipe with a data: section")
+    return data
+
+
+def _entry_of(args: argparse.Namespace, force: bool = False) -> CacheEntry:
+    """The cache entry the command's dataset and options name: a recipe's (``--recipe``), as its run
+    resolves them, with the command's own flags over it; the registry's otherwise."""
+    data = _recipe_data(args.recipe)
+    dataset = args.dataset or data.get("dataset")
+    if dataset is None:
+        raise DatasetError("dataset", "expected a registry name or an OGB-format folder (or --recipe with data.dataset)")
+    spec = resolve(dataset)
+    try:
+        overrides = PreprocessOverrides(**(data.get("preprocess") or {}))
+    except TypeError:
+        raise DatasetError(f"{args.recipe}: data.preprocess", f"expected the fields {list(PREPROCESS_FIELDS)}, "
+                           f"got {sorted(data['preprocess'])}") from None
+    options = resolve_options(spec.preprocess, overrides, undirected=data.get("undirected"),
+                              self_loops=data.get("self_loops"), reorder=data.get("reorder"))
+    options = options.replace(undirected=args.undirected, memory_budget_mb=args.memory_budget_mb)
+    return preprocess(spec, options, force=force)
+
+
 def _preprocess(args: argparse.Namespace) -> int:
-    spec = resolve(args.dataset)
-    options = spec.preprocess.replace(undirected=args.undirected, memory_budget_mb=args.memory_budget_mb)
     start = time.perf_counter()
-    entry = preprocess(spec, options, force=args.force)
+    entry = _entry_of(args, force=args.force)
     seconds = time.perf_counter() - start
     arrays = entry.manifest["arrays"]
     size = sum(a["bytes"] for a in arrays.values())
@@ -53,11 +92,13 @@ def _preprocess(args: argparse.Namespace) -> int:
 def _partition(args: argparse.Namespace) -> int:
     from pipeline.partitioned import partition_entry
 
-    spec = resolve(args.dataset)
+    parts = args.parts if args.parts is not None else _recipe_data(args.recipe).get("partitions")
+    if parts is None:
+        raise DatasetError("--parts", "expected a number of partitions (or --recipe with data.partitions)")
     start = time.perf_counter()
-    entry = preprocess(spec)
+    entry = _entry_of(args)
     try:
-        parts = partition_entry(entry, args.parts, seed=args.seed)
+        parts = partition_entry(entry, parts, seed=args.seed)
     except ValueError as err:
         print(f"gnnkit: error: {err}", file=sys.stderr)
         return 2
@@ -67,7 +108,7 @@ def _partition(args: argparse.Namespace) -> int:
         size = sum(a["bytes"] for a in part.manifest["arrays"].values())
         print(f"part {meta['part']}/{meta['parts']}: {meta['num_owned']:,} nodes, {meta['num_halo']:,} halo nodes, "
               f"{meta['num_edges']:,} edges, {size / 2**20:.1f} MiB  {part.path}")
-    print(f"{entry.dataset}: {args.parts} parts by METIS, edge cut {parts[0].manifest['meta']['edge_cut']:.4f}, "
+    print(f"{entry.dataset}: {len(parts)} parts by METIS, edge cut {parts[0].manifest['meta']['edge_cut']:.4f}, "
           f"in {seconds:.2f}s, peak memory {peak_rss_mb():.0f} MiB")
     return 0
 
@@ -139,21 +180,30 @@ def _cache(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def _entry_arguments(p: argparse.ArgumentParser) -> None:
+    """The dataset and the preprocessing options of ``preprocess`` and ``partition``."""
+    p.add_argument("dataset", nargs="?", help="registry name or OGB-format folder path (default: the recipe's)")
+    p.add_argument("--recipe", metavar="YAML",
+                   help="take the dataset and preprocessing a recipe's run uses (data.dataset, data.undirected, "
+                        "data.self_loops, data.reorder, data.preprocess), so the run finds this entry")
+    p.add_argument("--undirected", action=argparse.BooleanOptionalAction, default=None,
+                   help="override the registry's (or the recipe's) choice of symmetrising edges")
+    p.add_argument("--memory-budget-mb", type=int, default=None, metavar="N",
+                   help="build out of core, peak memory under N MiB (node datasets; the same entry as in memory)")
+
+
 def add_parser(subparsers: Any) -> None:
     """Add ``datasets``, ``preprocess`` and ``cache`` to the ``gnnkit`` command."""
     p = subparsers.add_parser("datasets", help="list registry entries and their cache state")
     p.set_defaults(func=_datasets)
     p = subparsers.add_parser("preprocess", help="build (or find) the cache entry of a dataset")
-    p.add_argument("dataset", help="registry name or OGB-format folder path")
-    p.add_argument("--undirected", action=argparse.BooleanOptionalAction, default=None,
-                   help="override the registry's choice of symmetrising edges")
-    p.add_argument("--memory-budget-mb", type=int, default=None, metavar="N",
-                   help="build out of core, peak memory under N MiB (node datasets; the same entry as in memory)")
+    _entry_arguments(p)
     p.add_argument("--force", action="store_true", help="rebuild even if cached")
     p.set_defaults(func=_preprocess)
     p = subparsers.add_parser("partition", help="split a node dataset into P METIS partition entries in the cache")
-    p.add_argument("dataset", help="registry name or OGB-format folder path")
-    p.add_argument("--parts", type=int, required=True, help="number of partitions (one per training rank)")
+    _entry_arguments(p)
+    p.add_argument("--parts", type=int, default=None,
+                   help="number of partitions (one per training rank; default: the recipe's data.partitions)")
     p.add_argument("--seed", type=int, default=0, help="METIS's seed")
     p.set_defaults(func=_partition)
     p = subparsers.add_parser("cache", help="inspect the preprocessed cache and the batch caches")

@@ -298,3 +298,31 @@ def test_a_killed_batch_recordings_temp_is_listed_and_cleared(capsys, monkeypatc
     assert f"STALE    {temp} (left by an interrupted generation or batch recording" in capsys.readouterr().out
     assert main(["cache", "clear", "toy"]) == 0  # a name: the session's other entries stay
     assert f"removed {temp}" in capsys.readouterr().out and not temp.exists()
+
+
+def test_preprocess_and_partition_build_the_entry_a_recipe_s_run_uses(capsys, make_ogb_folder, tmp_path):
+    """`gnnkit partition DATASET` took the registry's preprocessing: for a recipe that sets its own
+    (citation recipes: data.preprocess.normalize_features auto) the run built another entry and
+    partitioned again."""
+    import yaml
+
+    from gnnkit.data.datamodule import GraphDataModule
+    from gnnkit.data.preprocessing import PreprocessOverrides
+
+    folder = make_ogb_folder()
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump({"data": {"dataset": str(folder), "undirected": True, "partitions": 2,
+                                               "preprocess": {"normalize_features": "row"}}}))
+    run = GraphDataModule(str(folder), undirected=True, preprocess=PreprocessOverrides(normalize_features="row"))
+    assert main(["preprocess", "--recipe", str(recipe)]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == str(run.entry.path)
+    assert main(["preprocess", str(folder)]) == 0  # the registry's: directed, features as stored
+    assert capsys.readouterr().out.strip().splitlines()[-1] != str(run.entry.path)
+    assert main(["partition", "--recipe", str(recipe)]) == 0  # data.partitions: 2
+    assert "2 parts by METIS" in capsys.readouterr().out
+    recipe.write_text(yaml.safe_dump({"data": {"dataset": str(folder), "preprocess": {"normalise": "row"}}}))
+    assert main(["partition", "--recipe", str(recipe), "--parts", "2"]) == 2
+    assert capsys.readouterr().err.strip() == (f"gnnkit: error: {recipe}: data.preprocess: expected the fields "
+                                               "['normalize_features', 'memory_budget_mb'], got ['normalise']")
+    assert main(["partition", str(folder)]) == 2
+    assert "--parts: expected a number of partitions (or --recipe with data.partitions)" in capsys.readouterr().err
