@@ -58,6 +58,24 @@ def gnnkit_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFi
         logger.removeHandler(caplog.handler)
 
 
+#: The variables that tell Lightning (and gnnkit's log lines) a process's rank.
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
+
+
+@pytest.fixture(autouse=True)
+def rank_variables_restored() -> Iterator[None]:
+    """Each test ends with the rank variables it began with: Lightning's launcher writes LOCAL_RANK
+    into ``os.environ`` when a test trains several ranks in-process, and a later test in that worker
+    then saw a rank (its Lightning lines prefixed ``[rank: 0]``)."""
+    before = {k: os.environ.get(k) for k in RANK_VARIABLES}
+    yield
+    for key, value in before.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 @pytest.fixture(scope="session", autouse=True)
 def gnnkit_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Every test session gets its own data and cache folders (never the user's)."""

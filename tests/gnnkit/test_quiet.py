@@ -50,10 +50,15 @@ def test_lightnings_hardware_lines_tip_and_max_epochs_or_steps_stop_are_dropped_
     assert seen == ["`Trainer.fit` stopped: No training batches.", "GPU available: False, used: False"]
 
 
-def test_seed_checkpoint_restore_and_process_group_lines_are_dropped_inside_only():
+def test_seed_checkpoint_restore_and_process_group_lines_are_dropped_inside_only(monkeypatch):
     """Lightning's lines without gnnkit's prefix in every run: the seed, the checkpoint restored for
     a resume or a test, and, on several ranks, each rank's process-group banner."""
     from lightning.fabric.utilities.seed import seed_everything
+
+    from tests.conftest import RANK_VARIABLES
+
+    for name in RANK_VARIABLES:  # a rank variable would prefix Lightning's seed line with "[rank: 0] "
+        monkeypatch.delenv(name, raising=False)
 
     seen: list[str] = []
     handler = logging.Handler()
