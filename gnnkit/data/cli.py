@@ -14,9 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gnnkit.data.preprocessing import PREPROCESS_FIELDS, PreprocessOverrides, resolve_options
+from gnnkit.tasks import read_recipe
 from pipeline import (CacheEntry, DatasetError, cache, load_registry, paths, peak_rss_mb, preprocess, resolve,
                       temp_paths, tree_size)
 from pipeline.registry import looks_like_path, spec_family
@@ -40,40 +39,47 @@ def _datasets(args: argparse.Namespace) -> int:
 
 
 def _recipe_data(path: str | None) -> dict[str, Any]:
-    """The ``data:`` section of a recipe YAML (``{}`` without one).
+    """The ``data:`` section of a recipe YAML (``{}`` without ``--recipe``).
 
     Raises:
-        DatasetError: A file that is missing or is no recipe.
+        DatasetError: A file that is missing, no YAML or no recipe with a ``data:`` mapping.
     """
     if path is None:
         return {}
     try:
-        config = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise DatasetError(path, f"expected a recipe YAML ({type(err).__name__}: {str(err).splitlines()[0]})") from None
+        config = read_recipe(path)
+    except OSError as err:
+        raise DatasetError(path, f"expected a recipe YAML ({err.strerror or err})") from None
+    except ValueError as err:
+        raise DatasetError(path, str(err).removeprefix(f"{path}: ")) from None
     data = config.get("data") if isinstance(config, dict) else None
     if not isinstance(data, dict):
         raise DatasetError(path, "expected a recipe with a data: section")
     return data
 
 
+def _overrides(data: dict[str, Any], recipe: str | None) -> PreprocessOverrides:
+    """A recipe's ``data.preprocess`` (or none)."""
+    given = data.get("preprocess") or {}
+    if not isinstance(given, dict) or not set(given) <= set(PREPROCESS_FIELDS):
+        raise DatasetError(f"{recipe}: data.preprocess",
+                           f"expected a mapping of {list(PREPROCESS_FIELDS)}, got {given!r}")
+    return PreprocessOverrides(**given)
+
+
 def _entry_of(args: argparse.Namespace, force: bool = False) -> CacheEntry:
     """The cache entry the command's dataset and options name: a recipe's (``--recipe``), as its run
-    resolves them, with the command's own flags over it; the registry's otherwise."""
+    resolves them (its folders too), with the command's own flags over it; the registry's otherwise."""
     data = _recipe_data(args.recipe)
     dataset = args.dataset or data.get("dataset")
     if dataset is None:
         raise DatasetError("dataset", "expected a registry name or an OGB-format folder (or --recipe with data.dataset)")
     spec = resolve(dataset)
-    try:
-        overrides = PreprocessOverrides(**(data.get("preprocess") or {}))
-    except TypeError:
-        raise DatasetError(f"{args.recipe}: data.preprocess", f"expected the fields {list(PREPROCESS_FIELDS)}, "
-                           f"got {sorted(data['preprocess'])}") from None
-    options = resolve_options(spec.preprocess, overrides, undirected=data.get("undirected"),
+    options = resolve_options(spec.preprocess, _overrides(data, args.recipe), undirected=data.get("undirected"),
                               self_loops=data.get("self_loops"), reorder=data.get("reorder"))
     options = options.replace(undirected=args.undirected, memory_budget_mb=args.memory_budget_mb)
-    return preprocess(spec, options, force=force)
+    roots = {name: Path(data[name]) for name in ("data_root", "cache_root") if data.get(name)}
+    return preprocess(spec, options, force=force, **roots)
 
 
 def _preprocess(args: argparse.Namespace) -> int:
@@ -92,13 +98,15 @@ def _preprocess(args: argparse.Namespace) -> int:
 def _partition(args: argparse.Namespace) -> int:
     from pipeline.partitioned import partition_entry
 
-    parts = args.parts if args.parts is not None else _recipe_data(args.recipe).get("partitions")
+    data = _recipe_data(args.recipe)
+    parts = args.parts if args.parts is not None else data.get("partitions")
+    seed = args.seed if args.seed is not None else data.get("seed", 0)  # a run partitions with data.seed
     if parts is None:
         raise DatasetError("--parts", "expected a number of partitions (or --recipe with data.partitions)")
     start = time.perf_counter()
     entry = _entry_of(args)
     try:
-        parts = partition_entry(entry, parts, seed=args.seed)
+        parts = partition_entry(entry, parts, seed=seed)
     except ValueError as err:
         print(f"gnnkit: error: {err}", file=sys.stderr)
         return 2
@@ -204,7 +212,7 @@ def add_parser(subparsers: Any) -> None:
     _entry_arguments(p)
     p.add_argument("--parts", type=int, default=None,
                    help="number of partitions (one per training rank; default: the recipe's data.partitions)")
-    p.add_argument("--seed", type=int, default=0, help="METIS's seed")
+    p.add_argument("--seed", type=int, default=None, help="METIS's seed (default: the recipe's data.seed, else 0)")
     p.set_defaults(func=_partition)
     p = subparsers.add_parser("cache", help="inspect the preprocessed cache and the batch caches")
     p.add_argument("action", choices=["list", "verify", "clear"])

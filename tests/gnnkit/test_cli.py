@@ -320,9 +320,20 @@ def test_preprocess_and_partition_build_the_entry_a_recipe_s_run_uses(capsys, ma
     assert capsys.readouterr().out.strip().splitlines()[-1] != str(run.entry.path)
     assert main(["partition", "--recipe", str(recipe)]) == 0  # data.partitions: 2
     assert "2 parts by METIS" in capsys.readouterr().out
+    # the run's seed and folders: it partitions with data.seed, in data.cache_root
+    from pipeline.partitioned import partition_entry
+
+    recipe.write_text(yaml.safe_dump({"data": {"dataset": str(folder), "partitions": 2, "seed": 5,
+                                               "cache_root": str(tmp_path / "alt")}}))
+    assert main(["partition", "--recipe", str(recipe)]) == 0
+    printed = [line.split()[-1] for line in capsys.readouterr().out.splitlines()[:2]]
+    run = GraphDataModule(str(folder), cache_root=str(tmp_path / "alt"))
+    assert printed == [str(p.path) for p in partition_entry(run.entry, 2, seed=5)]
+    assert all(path.startswith(str(tmp_path / "alt")) for path in printed)
+    capsys.readouterr()
     recipe.write_text(yaml.safe_dump({"data": {"dataset": str(folder), "preprocess": {"normalise": "row"}}}))
     assert main(["partition", "--recipe", str(recipe), "--parts", "2"]) == 2
-    assert capsys.readouterr().err.strip() == (f"gnnkit: error: {recipe}: data.preprocess: expected the fields "
-                                               "['normalize_features', 'memory_budget_mb'], got ['normalise']")
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (f"gnnkit: error: {recipe}: data.preprocess: expected a mapping of "
+                                               "['normalize_features', 'memory_budget_mb'], got {'normalise': 'row'}")
     assert main(["partition", str(folder)]) == 2
     assert "--parts: expected a number of partitions (or --recipe with data.partitions)" in capsys.readouterr().err
