@@ -266,9 +266,11 @@ def print_profiles(rows: list[dict[str, Any]]) -> None:
         epoch = profile.get("whole_epoch")
         if epoch:
             slow = ", ".join(f"{ms:.1f} (step {i})" for i, ms in epoch["slowest"])
+            first, end = epoch["window"]
+            window = f"steps {first}-{end - 1} were the profile's (slower)" if end > first else "no step was profiled"
             print(f"  whole epoch, host clock: {epoch['steps']} steps, the first {epoch['first_ms']:.1f} ms from the "
                   f"epoch's start, then median {epoch['median_ms']:.2f} ms, mean {epoch['mean_ms']:.2f} ms; slowest "
-                  f"{slow}; steps {epoch['window'][0]}-{epoch['window'][1] - 1} timed and profiled")
+                  f"{slow}; {window}")
     for r in rows:
         if r.get("formats"):
             chosen = "; ".join(f"{layer} {', '.join(f'{pair} x{n}' for pair, n in counts.items())}"

@@ -80,7 +80,8 @@ class StepProfile(pl.Callback):
         self._syncs = 0  # the training thread's host syncs counted so far
         self._catcher: warnings.catch_warnings | None = None
         self._profiler: torch.profiler.profile | None = None
-        self._step_ends: list[float] = []  # host clock at the epoch's start and at each of its steps' ends
+        self._step_ms: list[float] = []  # each step of the measured epoch, host clock (the first from its start)
+        self._since = 0.0  # where the next step's time starts: the last step's end, less this callback's work
 
     # -- the window -------------------------------------------------------------------------------
 
@@ -132,7 +133,7 @@ class StepProfile(pl.Callback):
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.current_epoch == self.epoch:
-            self._step_ends = [time.perf_counter()]
+            self._step_ms, self._since = [], time.perf_counter()
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
@@ -158,7 +159,12 @@ class StepProfile(pl.Callback):
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
         if trainer.current_epoch != self.epoch:
             return
-        self._step_ends.append(time.perf_counter())
+        self._step_ms.append(1e3 * (time.perf_counter() - self._since))
+        self._bookkeeping(trainer)
+        self._since = time.perf_counter()  # the window's close and the profiler's table are no step's
+
+    def _bookkeeping(self, trainer: pl.Trainer) -> None:
+        """After a step: close it in the window, open or close the window and the profiler."""
         if self._timing():
             self._mark()
             self._close_step()
@@ -254,8 +260,9 @@ class StepProfile(pl.Callback):
     def summary(self) -> dict[str, Any]:
         """Each phase's median over the timed steps, in milliseconds (``host``; on a GPU also ``gpu``
         and ``syncs``), the step's, and the profiled operators."""
+        epoch = {"whole_epoch": self.whole_epoch()} if len(self._step_ms) > 1 else {}
         if not self.rows:
-            return {"steps": 0}
+            return {"steps": 0, **epoch}
 
         def medians(prefix: str) -> dict[str, float]:  # each phase's, and the whole step's
             out = {p: statistics.median(r[prefix + p] for r in self.rows) for p in PHASES}
@@ -269,25 +276,24 @@ class StepProfile(pl.Callback):
         if self.operators:
             out["profiled_steps"] = self.profiled_steps
             out["operators"] = self.operators
-        if len(self._step_ends) > 2:
-            out["whole_epoch"] = self.whole_epoch()
-        return out
+        return {**out, **epoch}
 
     def whole_epoch(self, slowest: int = 5) -> dict[str, Any]:
         """Every step of the measured epoch on the host clock, without syncs of its own: how long the
         first took from the epoch's start (the loader's start, the first batch made with nothing ahead),
-        then the others' median, mean and slowest (0-based step numbers; the window's steps, timed
-        with CUDA events and sync counting, then ``profiled_steps`` under the profiler, are among
-        them). Where the phase medians times the step count fall short of the epoch, this says where
-        the rest went: the first step, a few slow steps, or every step a little."""
-        start, *ends = self._step_ends
-        steps = [b - a for a, b in zip(ends, ends[1:])]
+        then the others' median, mean and slowest (0-based step numbers). ``window`` is the steps
+        this profile measured (``[first, end)``: timed with CUDA events and sync counting, then under
+        the profiler), which run slower; its own work between steps (closing the window, the
+        profiler's table) is left out. Where the phase medians times the step count fall short of
+        the epoch, this says where the rest went: the first step, a few slow steps, or every step a
+        little."""
+        first, *steps = self._step_ms
         ranked = sorted(range(len(steps)), key=steps.__getitem__, reverse=True)[:slowest]
-        return {"steps": len(ends), "first_ms": round(1e3 * (ends[0] - start), 3),
-                "median_ms": round(1e3 * statistics.median(steps), 3),
-                "mean_ms": round(1e3 * statistics.fmean(steps), 3),
-                "slowest": [[i + 1, round(1e3 * steps[i], 3)] for i in ranked],
-                "window": [self.skip, self.skip + self.steps + self.profiled_steps]}
+        count = len(self._step_ms)
+        return {"steps": count, "first_ms": round(first, 3), "median_ms": round(statistics.median(steps), 3),
+                "mean_ms": round(statistics.fmean(steps), 3),
+                "slowest": [[i + 1, round(steps[i], 3)] for i in ranked],
+                "window": [min(self.skip, count), min(self.skip + self.steps + self.profiled_steps, count)]}
 
     def report_info(self) -> dict[str, Any]:
         """``step_profile`` for report.json."""

@@ -70,7 +70,7 @@ def test_a_profiled_rows_phases_are_printed(bench, capsys):
     assert [line.split() for line in out.splitlines() if line.startswith("data")] == [["data", "2.000", "0.500", "4.0"]]
     assert "3.250 ms      15 calls  spmm_csr_cuda" in out
     assert ("whole epoch, host clock: 192 steps, the first 45.2 ms from the epoch's start, then median 7.30 ms, "
-            "mean 8.20 ms; slowest 60.1 (step 12), 20.0 (step 3); steps 10-44 timed and profiled") in out
+            "mean 8.20 ms; slowest 60.1 (step 12), 20.0 (step 3); steps 10-44 were the profile's (slower)") in out
 
 
 def _fake_run(gpu, ran):

@@ -76,6 +76,27 @@ def test_the_whole_epoch_says_where_time_went_outside_the_median_step(tmp_path):
     assert epoch["mean_ms"] > epoch["median_ms"]
 
 
+def test_the_whole_epoch_leaves_out_the_profile_s_own_work_and_says_which_steps_it_measured(tmp_path,
+                                                                                          monkeypatch):
+    """The profiler's teardown (its table, step_profile.txt) was charged to the step after the window,
+    which then looked the slowest; an epoch shorter than the window had no whole_epoch at all."""
+    stop = StepProfile._stop_profiler
+
+    def slow_stop(self, trainer):
+        time.sleep(0.05)
+        stop(self, trainer)
+
+    monkeypatch.setattr(StepProfile, "_stop_profiler", slow_stop)
+    profile = StepProfile(steps=3, skip=2, profiled_steps=3)
+    _fit(tmp_path, profile, batches=20, epochs=1)
+    epoch = profile.summary()["whole_epoch"]
+    assert epoch["window"] == [2, 8] and epoch["slowest"][0][1] < 50  # no step holds the 50 ms teardown
+    short = StepProfile(steps=30, skip=10, profiled_steps=5)
+    _fit(tmp_path, short, batches=6, epochs=1)
+    assert short.summary()["steps"] == 0 and short.summary()["whole_epoch"]["steps"] == 6
+    assert short.summary()["whole_epoch"]["window"] == [6, 6]
+
+
 def test_an_epoch_shorter_than_the_window_keeps_the_steps_it_had(tmp_path, gnnkit_log):
     profile = StepProfile(steps=20, skip=3, profiled_steps=5)
     _fit(tmp_path, profile, batches=8, epochs=1)
@@ -88,7 +109,9 @@ def test_an_epoch_shorter_than_the_window_keeps_the_steps_it_had(tmp_path, gnnki
 def test_a_window_past_the_first_epoch_times_nothing(tmp_path):
     profile = StepProfile(steps=4, skip=20, profiled_steps=0)
     _fit(tmp_path, profile, batches=6)
-    assert profile.summary() == {"steps": 0} and not (tmp_path / "step_profile.txt").exists()
+    summary = profile.summary()
+    assert summary["steps"] == 0 and not (tmp_path / "step_profile.txt").exists()
+    assert summary["whole_epoch"]["steps"] == 6 and summary["whole_epoch"]["window"] == [6, 6]  # still clocked
 
 
 def test_a_later_epoch_is_measured_when_asked_for(tmp_path):
