@@ -372,10 +372,11 @@ class LinkDataModule(PrecisionBatches):
         if self._warned_one_step or not 0 < share <= self.hparams.batch_size:
             return
         self._warned_one_step = True
-        ranks = f" (each of {world} ranks trains on {share:,})" if world > 1 else ""
-        log.warning("data.batch_size %d holds all %s training edges%s: one optimizer step an epoch, so the "
-                    "recipe's epochs train little; take about a tenth of them (--data.batch_size %d) or more "
-                    "epochs", self.hparams.batch_size, f"{edges:,}", ranks, max(1, share // 10))
+        held = (f"a rank's whole share of the training edges ({share:,} of {edges:,} on {world} ranks)" if world > 1
+                else f"all {edges:,} training edges")
+        log.warning("data.batch_size %d holds %s: one optimizer step an epoch, so the recipe's epochs train "
+                    "little; take about a tenth of them (--data.batch_size %d) or more epochs",
+                    self.hparams.batch_size, held, max(1, share // 10))
 
     def val_dataloader(self) -> LinkBatches:
         return self._loader("val")

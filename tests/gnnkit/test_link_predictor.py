@@ -266,7 +266,7 @@ def test_a_batch_holding_every_training_edge_is_warned_about(gnnkit_log):
     assert "holds all" not in gnnkit_log.text
     shared = LinkDataModule(TINY, batch_size=4096)  # 4 ranks deal out 3,750 edges each: one batch a rank
     shared.trainer = SimpleNamespace(global_rank=0, world_size=4)
-    line = "holds all 15,000 training edges (each of 4 ranks trains on 3,750)"
+    line = "data.batch_size 4096 holds a rank's whole share of the training edges (3,750 of 15,000 on 4 ranks)"
     shared.train_dataloader()
     once = gnnkit_log.text.count(line)
     shared.train_dataloader()  # Lightning asks again on reloads: said once
