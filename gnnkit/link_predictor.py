@@ -21,7 +21,7 @@ from torch_geometric.data import Data
 
 from gnnkit import setting_checks
 from gnnkit.link_metrics import evaluate_links, make_link_evaluator
-from gnnkit.models.node_gnn import NodeGNN, NodeGNNOptions, as_model_setting, resolve_model
+from gnnkit.models.node_gnn import NodeGNN, NodeGNNOptions, resolve_model
 from gnnkit.optim import module_optimizer, with_scheduler
 from gnnkit.task_module import RunLengthHooks, TaskModule
 
@@ -84,16 +84,6 @@ def link_loss(pos: Tensor, neg: Tensor) -> Tensor:
     return -nn.functional.logsigmoid(pos).mean() - nn.functional.logsigmoid(-neg).mean()
 
 
-def _gnn_options(settings: Mapping[str, Any]) -> NodeGNNOptions:
-    """The encoder's layer options from the model's settings, its errors named as recipe fields."""
-    try:
-        return NodeGNNOptions(num_layers=settings["num_layers"], dropout=settings["dropout"],
-                              batch_norm=settings["batch_norm"], cached=False, aggregation=settings["aggregation"],
-                              format=settings["format"])
-    except ValueError as err:
-        raise as_model_setting(err) from None
-
-
 class LinkPredictor(RunLengthHooks, TaskModule):
     """Link prediction with an encoder of node embeddings and a pair decoder; OGB's metrics.
 
@@ -154,7 +144,7 @@ class LinkPredictor(RunLengthHooks, TaskModule):
         if embedding_dim and num_nodes <= 0:
             raise ValueError("model.num_nodes: a learnable embedding needs the number of nodes")
         self.embedding = nn.Embedding(num_nodes, embedding_dim) if embedding_dim else None
-        options = _gnn_options(self.hparams)
+        options = NodeGNNOptions.from_settings(self.hparams, cached=False)
         width = in_channels + embedding_dim
         self.gnn = NodeGNN(resolve_model(model), width, hidden_channels, hidden_channels, options)
         self.decoder = PairDecoder(decoder, hidden_channels, decoder_layers, dropout)
@@ -165,7 +155,7 @@ class LinkPredictor(RunLengthHooks, TaskModule):
     def check_settings(cls, settings: Mapping[str, Any]) -> dict[str, Any]:  # noqa: D102 (TaskModule's)
         full = super().check_settings(settings)
         resolve_model(full["model"])
-        _gnn_options(full)
+        NodeGNNOptions.from_settings(full, cached=False)
         check_decoder(full["decoder"], full["decoder_layers"])
         return full
 

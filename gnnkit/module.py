@@ -11,7 +11,7 @@ from torch_geometric.data import Data
 
 from gnnkit.metrics import make_evaluator
 from gnnkit.models.inrank import InRankOptions
-from gnnkit.models.node_gnn import NodeGNN, NodeGNNOptions, as_model_setting, resolve_model
+from gnnkit.models.node_gnn import NodeGNN, NodeGNNOptions, resolve_model
 from gnnkit.optim import module_optimizer, with_scheduler
 from gnnkit.partitioned.batch_norm import partition_batch_norms
 from gnnkit.pseudo_labels import pseudo_label_loss, pseudo_label_weight
@@ -47,19 +47,10 @@ def _check_pseudo_labels(gamma: float, full_batch: bool, multiclass: bool) -> No
         raise ValueError("model.pseudo_label_gamma: needs a multi-class task (pseudo-labels are argmax classes)")
 
 
-def gnn_options(settings: Mapping[str, Any]) -> NodeGNNOptions:
-    """The layer stack's options from the model's settings (``full_batch`` caches GCN's
-    normalisation), its errors named as recipe fields."""
-    try:
-        return NodeGNNOptions(
-            num_layers=settings["num_layers"], dropout=settings["dropout"], input_dropout=settings["input_dropout"],
-            batch_norm=settings["batch_norm"], activation=settings["activation"], heads=settings["heads"],
-            output_heads=settings["output_heads"], attention_dropout=settings["attention_dropout"],
-            cached=settings["full_batch"], aggregation=settings["aggregation"], format=settings["format"],
-            low_rank=settings["low_rank"], inrank=InRankOptions.of(settings["inrank"], "model.inrank"),
-        )
-    except ValueError as err:
-        raise as_model_setting(err) from None
+def _gnn_options(settings: Mapping[str, Any]) -> NodeGNNOptions:
+    """The layer stack's options from the model's settings (``full_batch`` caches GCN's normalisation)."""
+    return NodeGNNOptions.from_settings(settings, cached=settings["full_batch"],
+                                        inrank=InRankOptions.of(settings["inrank"], "model.inrank"))
 
 
 class NodeClassifier(RunLengthHooks, TaskModule):
@@ -200,7 +191,7 @@ class NodeClassifier(RunLengthHooks, TaskModule):
         elif embedding_dim:
             self.embedding = nn.Embedding(num_nodes, embedding_dim)
         features = 0 if replace_features else in_channels
-        options = gnn_options(self.hparams)
+        options = _gnn_options(self.hparams)
         self.gnn = NodeGNN(resolve_model(model), features + embedding_dim, hidden_channels, out_channels, options)
         self.evaluator = make_evaluator(self.task["name"], self.task["eval_metric"], self.task["num_tasks"])
         self._outputs: dict[str, list[tuple[Tensor, Tensor]]] = {s: [] for s in STAGES}
@@ -219,7 +210,7 @@ class NodeClassifier(RunLengthHooks, TaskModule):
         if full["embedding"] not in EMBEDDINGS:
             raise ValueError(f"model.embedding: expected one of {list(EMBEDDINGS)}, got {full['embedding']!r}")
         resolve_model(full["model"])
-        gnn_options(full)
+        _gnn_options(full)
         return full
 
     def report_info(self) -> dict[str, Any]:

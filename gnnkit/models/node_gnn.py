@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -116,8 +117,18 @@ class NodeGNNOptions:
         if self.heads < 1 or self.output_heads < 1:
             raise ValueError(f"heads and output_heads must be >= 1, got {self.heads} and {self.output_heads}")
 
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any], **fixed: Any) -> NodeGNNOptions:
+        """The options among a module's settings (its others left out), ``fixed`` over them, with
+        errors named as the recipe's fields (``model.dropout: ...``)."""
+        chosen = {name: settings[name] for name in cls.__dataclass_fields__ if name in settings}
+        try:
+            return cls(**{**chosen, **fixed})
+        except ValueError as err:
+            raise _as_model_setting(err) from None
 
-def as_model_setting(err: ValueError) -> ValueError:
+
+def _as_model_setting(err: ValueError) -> ValueError:
     """A :class:`NodeGNNOptions` error named as the recipe's setting (``dropout: ...`` ->
     ``model.dropout: ...``, as ``model.lr`` is)."""
     text = str(err)
