@@ -54,6 +54,8 @@ class GraphClassifier(TaskModule):
             ``lr_scheduler:`` section); ``None``: a constant learning rate (OGB's example).
     """
 
+    WIDTH = "emb_dim"
+
     def __init__(
         self,
         model: str = "gin",
@@ -85,8 +87,6 @@ class GraphClassifier(TaskModule):
         self.gnn = GraphGNN(options, out_channels)
         self.evaluator = make_graph_evaluator(self.task["name"], self.task["eval_metric"], self.task["num_tasks"])
         self._outputs: dict[str, list[tuple[Tensor, Tensor]]] = {s: [] for s in STAGES}
-
-    WIDTH = "emb_dim"
 
     @classmethod
     def check_settings(cls, settings: Mapping[str, Any]) -> dict[str, Any]:  # noqa: D102 (TaskModule's)

@@ -100,7 +100,7 @@ class EpochTimer(pl.Callback):
         self.train_times = list(state_dict.get("train_times", []))
         self.train_batches = list(state_dict.get("train_batches", []))
 
-    def summary(self) -> dict[str, float | None]:
+    def summary(self) -> dict[str, Any]:
         """``epoch_time_s`` (median epoch, its validation included), ``train_epoch_time_s`` (median
         epoch's training: to its last batch, without validation), ``train_time_s`` (all epochs' training),
         ``train_batches_per_s`` (the median epoch's batches over its median time) and
