@@ -67,10 +67,10 @@ def _overrides(data: dict[str, Any], recipe: str | None) -> PreprocessOverrides:
     return PreprocessOverrides(**given)
 
 
-def _entry_of(args: argparse.Namespace, force: bool = False) -> CacheEntry:
-    """The cache entry the command's dataset and options name: a recipe's (``--recipe``), as its run
-    resolves them (its folders too), with the command's own flags over it; the registry's otherwise."""
-    data = _recipe_data(args.recipe)
+def _entry_of(args: argparse.Namespace, data: dict[str, Any], force: bool = False) -> CacheEntry:
+    """The cache entry the command's dataset and options name: a recipe's (``--recipe``, its ``data``
+    section), as its run resolves them (its folders too), with the command's own flags over it; the
+    registry's otherwise."""
     dataset = args.dataset or data.get("dataset")
     if dataset is None:
         raise DatasetError("dataset", "expected a registry name or an OGB-format folder (or --recipe with data.dataset)")
@@ -84,7 +84,7 @@ def _entry_of(args: argparse.Namespace, force: bool = False) -> CacheEntry:
 
 def _preprocess(args: argparse.Namespace) -> int:
     start = time.perf_counter()
-    entry = _entry_of(args, force=args.force)
+    entry = _entry_of(args, _recipe_data(args.recipe), force=args.force)
     seconds = time.perf_counter() - start
     arrays = entry.manifest["arrays"]
     size = sum(a["bytes"] for a in arrays.values())
@@ -104,7 +104,7 @@ def _partition(args: argparse.Namespace) -> int:
     if parts is None:
         raise DatasetError("--parts", "expected a number of partitions (or --recipe with data.partitions)")
     start = time.perf_counter()
-    entry = _entry_of(args)
+    entry = _entry_of(args, data)  # the recipe read once
     try:
         parts = partition_entry(entry, parts, seed=seed)
     except ValueError as err:
