@@ -21,6 +21,7 @@ from gnnkit.data.eval_shards import eval_limit, eval_shards
 from gnnkit.data.preprocessing import PreprocessOverrides, describe_line, graph_facts, resolve_options
 from gnnkit.data.prefetch import DEFAULT_DEPTH, DevicePrefetcher
 from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats
+from gnnkit.data.stages import SPLIT_OF_STAGE
 from gnnkit.partitioned.boundary_sampling import BoundarySampler
 from gnnkit.partitioned.rank_data import (
     describe_fetches,
@@ -39,8 +40,6 @@ from gnnkit.tasks import resolve_dataset
 from gnnkit.sparse import Adjacency
 from pipeline import EVERY_RANK, CacheEntry, CanonicalGraph, log
 from pipeline import preprocess as preprocess_dataset
-
-SPLIT_OF_STAGE = {"train": "train", "val": "valid", "test": "test"}
 
 
 def _single(batch: list[Data]) -> Data:

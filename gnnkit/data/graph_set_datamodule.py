@@ -11,14 +11,13 @@ from torch.utils.data import DataLoader
 from gnnkit import setting_checks
 from gnnkit.data.batch_precision import PrecisionBatches
 from gnnkit.data.eval_shards import eval_limit, eval_shards
+from gnnkit.data.stages import SPLIT_OF_STAGE
 from gnnkit.data.worker_seeds import separate_worker_seeds
 from gnnkit.rank_state import fitting
 from gnnkit.tasks import resolve_dataset
 from pipeline import log
 from pipeline import preprocess as preprocess_dataset
 from pipeline.graph_layout import GraphSet, open_entry
-
-SPLIT_OF_STAGE = {"train": "train", "val": "valid", "test": "test"}
 
 
 class GraphSetDataModule(PrecisionBatches):

@@ -36,14 +36,13 @@ from gnnkit import setting_checks
 from gnnkit.data.batch_precision import PrecisionBatches
 from gnnkit.data.preprocessing import PreprocessOverrides, describe_line, graph_facts, resolve_options
 from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats
+from gnnkit.data.stages import SPLIT_OF_STAGE
 from gnnkit.rank_state import fitting
 from gnnkit.sparse import Adjacency
 from gnnkit.tasks import resolve_dataset
 from pipeline import log
 from pipeline import preprocess as preprocess_dataset
 from pipeline.link_layout import LinkGraph, open_entry
-
-SPLIT_OF_STAGE = {"train": "train", "val": "valid", "test": "test"}
 
 
 def random_pairs(num_nodes: int, count: int, generator: torch.Generator) -> Tensor:
