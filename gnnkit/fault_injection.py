@@ -3,7 +3,8 @@
 ``GNNKIT_TEST_FAULT=ACTION@EPOCH[:RANK]`` (``ACTION`` is ``exit``, ``stall`` or ``raise``) makes
 global rank ``RANK`` (default 0) ``os._exit(17)``, sleep for ten minutes or raise
 :class:`InjectedFault` at the first training batch of epoch
-``EPOCH``, i.e. after ``checkpoints/last.ckpt`` covers epochs ``0 .. EPOCH-1``. It fires only in a
+``EPOCH``, i.e. after ``checkpoints/last.ckpt`` covers epochs ``0 .. EPOCH-1`` (its background
+write is waited for first, so the point is known). It fires only in a
 run that starts afresh and only on torchrun's first attempt (``TORCHELASTIC_RESTART_COUNT`` 0), so
 the resumed or restarted run gets through. The kill -9 and elastic-restart tests use it to stop a
 run at a known point; unset (always, outside tests), nothing happens.
@@ -16,6 +17,8 @@ import time
 from dataclasses import dataclass
 
 import lightning.pytorch as pl
+
+from gnnkit.checkpoint_io import wait_for_checkpoints
 
 #: Environment variable holding the fault.
 FAULT_ENV = "GNNKIT_TEST_FAULT"
@@ -72,6 +75,7 @@ class FaultInjection(pl.Callback):
                              batch_idx: int) -> None:
         if trainer.current_epoch != self.fault.epoch or batch_idx != 0 or trainer.global_rank != self.fault.rank:
             return
+        wait_for_checkpoints(trainer)  # the epoch boundary's last.ckpt, written in the background, is whole
         if self.fault.action == "exit":
             os._exit(EXIT_CODE)
         if self.fault.action == "raise":

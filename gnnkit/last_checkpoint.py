@@ -3,7 +3,9 @@
 :class:`LastCheckpoint` writes ``last.ckpt`` at the start of every training epoch after the first
 (and once more when training ends), i.e. after the previous epoch has been validated, logged to
 ``metrics.csv`` and its learning-rate schedule stepped: a run killed at any point continues from the
-last whole epoch, and ``metrics.csv`` already holds every row of the epochs the checkpoint covers.
+last whole epoch whose checkpoint write had finished (:class:`~gnnkit.checkpoint_io.AtomicCheckpointIO`
+writes in the background), and ``metrics.csv`` already holds every row of the epochs the checkpoint
+covers (a resumed run drops the rows after them).
 (Lightning's ``ModelCheckpoint(save_last=True)`` saves in ``on_train_epoch_end``, before the
 epoch's training metrics reach the logger, and only when a top-k checkpoint was saved too.)
 
