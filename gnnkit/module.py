@@ -65,6 +65,11 @@ class NodeClassifier(RunLengthHooks, TaskModule):
         num_layers: Number of layers.
         dropout: Dropout between layers.
         batch_norm: BatchNorm between layers.
+        layer_norm: LayerNorm where ``batch_norm`` puts BatchNorm (with ``batch_norm: false``).
+        residual: Pre-norm residual blocks around the layers, as Platonov et al. train GNNs on
+            heterophilous graphs (<https://arxiv.org/abs/2302.11640>): input and output linear
+            maps, and per layer ``h + dropout(linear(act(dropout(layer(norm(h))))))``
+            (:class:`~gnnkit.models.node_gnn.NodeGNNOptions`).
         heads: GAT attention heads of the hidden layers.
         lr: Adam learning rate (the default optimizer's; an ``optimizer`` spec carries its own).
         weight_decay: Adam weight decay (L2 penalty added to the gradient; the default optimizer's).
@@ -73,8 +78,8 @@ class NodeClassifier(RunLengthHooks, TaskModule):
             section 5.2).
         input_dropout: Dropout on the input features before the first layer (the GCN and GAT
             papers drop every layer's input: 0.5 and 0.6).
-        activation: Between layers: ``"relu"`` (default) or ``"elu"`` (GAT,
-            <https://arxiv.org/abs/1710.10903>).
+        activation: Between layers: ``"relu"`` (default), ``"elu"`` (GAT,
+            <https://arxiv.org/abs/1710.10903>) or ``"gelu"`` (Platonov et al.'s residual stacks).
         attention_dropout: GAT: dropout on the normalised attention coefficients (0.6 in the paper).
         output_heads: GAT: attention heads of the output layer, averaged (1 in the paper on Cora
             and Citeseer, 8 on Pubmed).
@@ -135,6 +140,8 @@ class NodeClassifier(RunLengthHooks, TaskModule):
         num_layers: int = 3,
         dropout: float = 0.5,
         batch_norm: bool = True,
+        layer_norm: bool = False,
+        residual: bool = False,
         heads: int = 1,
         lr: float = 0.01,
         weight_decay: float = 0.0,

@@ -13,6 +13,7 @@ from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
 
 from gnnkit.models.dropout import dropout
 from gnnkit.models.inrank import InRankOptions, describe_low_rank, inrank_layers, replace_linears
+from gnnkit.models.residual_stream import ResidualStream
 from gnnkit.models.sampled_blocks import SampledBlocks
 from gnnkit.partitioned.halo import HaloPlan, with_halo
 from gnnkit.partitioned.local_graph import gcn_local_normalized, weighted_halo
@@ -49,8 +50,8 @@ def resolve_model(name: str) -> str:
 #: Low-rank parameterisations of the layers' linear maps (``None``: full rank).
 LOW_RANKS = ("inrank",)
 
-#: Activations between layers: ReLU (GCN, GraphSAGE, GIN), ELU (GAT).
-ACTIVATIONS = {"relu": torch.relu, "elu": nn.functional.elu}
+#: Activations between layers: ReLU (GCN, GraphSAGE, GIN), ELU (GAT), GELU (Platonov et al.'s residual stacks).
+ACTIVATIONS = {"relu": torch.relu, "elu": nn.functional.elu, "gelu": nn.functional.gelu}
 
 
 @dataclass(frozen=True)
@@ -62,14 +63,22 @@ class NodeGNNOptions:
     (<https://arxiv.org/abs/1609.02907>: 2 layers, dropout 0.5 on every layer's input, ReLU, no
     BatchNorm) and GAT (<https://arxiv.org/abs/1710.10903>: 8 heads of 8 hidden units, ELU, dropout
     0.6 on every layer's input and on the attention coefficients, one output head; 8 averaged
-    output heads on Pubmed).
+    output heads on Pubmed). ``residual`` with ``layer_norm`` is the stack Platonov et al. train on
+    heterophilous graphs (<https://arxiv.org/abs/2302.11640>, their code's ``Model``).
 
     Args:
         num_layers: Number of layers (>= 1).
         dropout: Dropout probability between layers.
         input_dropout: Dropout probability on the input features, before the first layer.
         batch_norm: BatchNorm after each hidden layer.
-        activation: Between layers: ``"relu"`` or ``"elu"``.
+        layer_norm: LayerNorm where ``batch_norm`` puts BatchNorm (with ``batch_norm`` off).
+        residual: Pre-norm residual blocks: a linear map of the input to the hidden width (then
+            dropout and the activation), ``num_layers`` blocks each adding
+            ``dropout(linear(act(dropout(layer(norm(h))))))`` to ``h`` with every layer hidden to
+            hidden, then a norm and a linear map to the outputs (Platonov et al.'s ``Model`` with
+            its ``ResidualModuleWrapper``: PyG's SAGEConv and GCNConv are their modules' first
+            linear map on the aggregate).
+        activation: Between layers: ``"relu"``, ``"elu"`` or ``"gelu"``.
         heads: Attention heads for GAT hidden layers (the hidden width is split across heads).
         output_heads: Attention heads of GAT's output layer, averaged (GAT's Pubmed setting).
         attention_dropout: Dropout probability on GAT's normalised attention coefficients.
@@ -91,6 +100,8 @@ class NodeGNNOptions:
     dropout: float = 0.5
     input_dropout: float = 0.0
     batch_norm: bool = True
+    layer_norm: bool = False
+    residual: bool = False
     activation: str = "relu"
     heads: int = 1
     output_heads: int = 1
@@ -114,6 +125,8 @@ class NodeGNNOptions:
         for name in ("dropout", "input_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name}: expected a probability in [0, 1), got {getattr(self, name)!r}")
+        if self.layer_norm and self.batch_norm:
+            raise ValueError("layer_norm: LayerNorm replaces BatchNorm; set batch_norm: false as well")
         if self.heads < 1 or self.output_heads < 1:
             raise ValueError(f"heads and output_heads must be >= 1, got {self.heads} and {self.output_heads}")
 
@@ -178,13 +191,20 @@ class NodeGNN(nn.Module):
         self.input_dropout = opts.input_dropout
         self.activation = ACTIVATIONS[opts.activation]
         num_layers = opts.num_layers
-        dims = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
+        self.stream: ResidualStream | None = None
+        if opts.residual:  # every layer maps the stream to itself; a norm before each and one at the end
+            self.stream = ResidualStream(in_channels, hidden_channels, out_channels, num_layers,
+                                         self.activation, opts.dropout)
+            dims = [hidden_channels] * (num_layers + 1)
+            norm_widths = [hidden_channels] * (num_layers + 1)
+        else:
+            dims = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
+            norm_widths = dims[1:-1]
         self.layers = nn.ModuleList(
-            self._layer(dims[i], dims[i + 1], last=i == num_layers - 1) for i in range(num_layers)
+            self._layer(dims[i], dims[i + 1], last=i == num_layers - 1 and not opts.residual)
+            for i in range(num_layers)
         )
-        self.norms = nn.ModuleList(
-            nn.BatchNorm1d(d) if opts.batch_norm else nn.Identity() for d in dims[1:-1]
-        )
+        self.norms = nn.ModuleList(_norm(d, opts) for d in norm_widths)
         if opts.low_rank == "inrank":
             replace_linears(self.layers, opts.inrank, prefix="layers.")
         self._sampled: tuple[HaloPlan, Adjacency] | None = None  # a boundary-sampled step's matrix
@@ -218,7 +238,7 @@ class NodeGNN(nn.Module):
         return nn.Linear(fan_in, fan_out)
 
     def reset_parameters(self) -> None:
-        for module in [*self.layers, *self.norms]:
+        for module in [*self.layers, *self.norms, *([self.stream] if self.stream is not None else [])]:
             if hasattr(module, "reset_parameters"):
                 module.reset_parameters()
 
@@ -272,6 +292,8 @@ class NodeGNN(nn.Module):
             (the seeds' rows: callers read the seeds).
         """
         x = dropout(x, self.input_dropout, self.training)
+        if self.stream is not None:
+            x = self.stream.enter(x)
         trim = (num_sampled_nodes is not None and num_sampled_edges is not None and self.model in TRIMMABLE
                 and len(num_sampled_edges) == len(self.layers) and adj is None)
         graph: Tensor | Adjacency | None = None  # what the layers aggregate over, made once
@@ -281,6 +303,9 @@ class NodeGNN(nn.Module):
         if input_aggregated:
             self.input_aggregation()  # a model whose first layer cannot start from it fails here
         for i, layer in enumerate(self.layers):
+            stream = x
+            if self.stream is not None:
+                x = self.norms[i](x)
             if input_aggregated and i == 0:
                 x = layer.from_aggregated(x)
             elif trim:
@@ -294,10 +319,12 @@ class NodeGNN(nn.Module):
                 if self.model != "mlp" and graph is None:
                     graph = self._graph(x, edge_index, adj, edges_by_destination)
                 x = layer(x) if self.model == "mlp" else layer(x, graph)
-            if i < len(self.layers) - 1:
+            if self.stream is not None:
+                x = self.stream.add(i, stream, x)
+            elif i < len(self.layers) - 1:
                 x = self.activation(self.norms[i](x))
                 x = dropout(x, self.dropout, self.training)
-        return x
+        return x if self.stream is None else self.stream.output(self.norms[-1](x))
 
     def input_aggregation(self) -> str:
         """What the first layer aggregates, for an input aggregated once before training
@@ -310,6 +337,9 @@ class NodeGNN(nn.Module):
         if self.aggregation != "gnnkit" or self.model not in ("gcn", "sage"):
             raise ValueError(f"data.aggregate_input: needs model gcn or sage with aggregation gnnkit (a first layer "
                              f"linear in its aggregated input), got {self.model} with aggregation {self.aggregation}")
+        if self.stream is not None:
+            raise ValueError("data.aggregate_input: with model.residual the first layer reads a linear map of the "
+                             "features, not the features")
         if self.input_dropout:
             raise ValueError(f"data.aggregate_input: the input must not be dropped out (model.input_dropout "
                              f"{self.input_dropout}): an aggregate computed once cannot change per step")
@@ -379,8 +409,15 @@ class NodeGNN(nn.Module):
 
 
 #: Options the repr shows when they differ from the defaults.
-_REPR_EXTRAS = ("input_dropout", "activation", "heads", "output_heads", "attention_dropout")
+_REPR_EXTRAS = ("layer_norm", "residual", "input_dropout", "activation", "heads", "output_heads", "attention_dropout")
 _DEFAULTS = NodeGNNOptions()
+
+
+def _norm(width: int, opts: NodeGNNOptions) -> nn.Module:
+    """The normalisation of a ``width``-wide hidden representation the options ask for."""
+    if opts.batch_norm:
+        return nn.BatchNorm1d(width)
+    return nn.LayerNorm(width) if opts.layer_norm else nn.Identity()
 
 
 def _gat_layer(fan_in: int, fan_out: int, last: bool, opts: NodeGNNOptions) -> nn.Module:

@@ -34,6 +34,20 @@ def test_gnn_beats_mlp_on_a_synthetic_graph(tiny):
     assert sage > mlp + 0.05, (sage, mlp)
 
 
+def test_residual_layer_norm_stack_trains_and_its_settings_are_checked(tiny):
+    """The heterophily recipe's stack (Platonov et al.) learns the synthetic graph; LayerNorm with
+    BatchNorm left on is one line naming the recipe's field."""
+    with pytest.raises(ValueError, match="^model.layer_norm: LayerNorm replaces BatchNorm; set batch_norm: false"):
+        NodeClassifier.check_settings({"layer_norm": True})
+    pl.seed_everything(0)
+    model = _module(tiny, model="sage", hidden_channels=32, num_layers=2, residual=True, layer_norm=True,
+                    batch_norm=False, activation="gelu", dropout=0.2, lr=0.003)
+    assert isinstance(model.gnn.norms[0], torch.nn.LayerNorm) and model.gnn.stream is not None
+    pl.seed_everything(0)
+    mlp = _fit(tiny, _module(tiny, model="mlp", hidden_channels=32, num_layers=2), 30)
+    assert _fit(tiny, model, 30) > mlp + 0.05
+
+
 def test_featureless_graph_needs_and_uses_an_embedding(tiny):
     with pytest.raises(ValueError, match="model.embedding_dim"):
         NodeClassifier(in_channels=0, out_channels=3, num_nodes=10)

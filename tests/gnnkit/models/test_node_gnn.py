@@ -143,12 +143,50 @@ def test_input_dropout_drops_features_in_training_only():
 
 
 def test_options_are_checked():
-    with pytest.raises(ValueError, match=r"activation: expected one of \['relu', 'elu'\], got 'tanh'"):
+    with pytest.raises(ValueError, match=r"activation: expected one of \['relu', 'elu', 'gelu'\], got 'tanh'"):
         NodeGNN("gcn", 4, 8, 2, activation="tanh")
     with pytest.raises(ValueError, match="input_dropout: expected a probability"):
         NodeGNN("gcn", 4, 8, 2, input_dropout=1.0)
     with pytest.raises(ValueError, match="not divisible by heads 3"):
         NodeGNN("gat", 4, 8, 2, num_layers=2, heads=3)
+    with pytest.raises(ValueError, match="layer_norm: LayerNorm replaces BatchNorm; set batch_norm: false as well"):
+        NodeGNN("gcn", 4, 8, 2, layer_norm=True)
+
+
+@pytest.mark.parametrize("model", ["sage", "gcn", "gat", "mlp"])
+def test_residual_stack_is_platonov_et_al_s(model):
+    """The residual stack computes, written out by hand as their code's ``Model`` does it: the input
+    map, then per layer ``h + ff(act(layer(norm(h))))``, then the output norm and map (evaluation:
+    no dropout); every parameter gets a gradient."""
+    torch.manual_seed(0)
+    net = NodeGNN(model, 6, 16, 3, num_layers=3, residual=True, batch_norm=False, layer_norm=True,
+                  activation="gelu", dropout=0.2, heads=2 if model == "gat" else 1).eval()
+    x, edge_index = torch.randn(25, 6), torch.randint(0, 25, (2, 80))
+    gelu = torch.nn.functional.gelu
+    h = gelu(net.stream.input(x))
+    for layer, norm, ff in zip(net.layers, net.norms, net.stream.feed_forwards):
+        update = layer(norm(h)) if model == "mlp" else layer(norm(h), edge_index)
+        h = h + ff(gelu(update))
+    expected = net.stream.output(net.norms[-1](h))
+    out = net(x, edge_index)
+    torch.testing.assert_close(out, expected)
+    assert len(net.norms) == 4 and all(isinstance(n, torch.nn.LayerNorm) for n in net.norms)
+    net.train()(x, edge_index).square().sum().backward()
+    assert all(p.grad is not None for p in net.parameters())
+    assert "layer_norm=True, residual=True" in str(net) and "activation=gelu" in str(net)
+
+
+@pytest.mark.parametrize("aggregation", ["pyg", "gnnkit"])
+def test_residual_stack_trimmed_per_hop_keeps_the_seed_outputs(aggregation):
+    """A sampled block's residual adds the stream's destination rows (its first rows)."""
+    batch = _sampled_batch()
+    gnn = NodeGNN("sage", 8, 16, 5, num_layers=3, aggregation=aggregation, residual=True, batch_norm=False,
+                  layer_norm=True).eval()
+    full = gnn(batch.x, batch.edge_index)[: batch.batch_size]
+    trimmed = gnn(batch.x, batch.edge_index, num_sampled_nodes=batch.num_sampled_nodes,
+                  num_sampled_edges=batch.num_sampled_edges, edges_by_destination=aggregation == "gnnkit")
+    assert trimmed.size(0) == batch.batch_size
+    torch.testing.assert_close(trimmed, full, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("model", ["gcn", "sage"])
@@ -181,6 +219,8 @@ def test_input_aggregation_is_refused_where_the_first_layer_cannot_start_from_it
         NodeGNN("gcn", 8, 16, 3).input_aggregation()  # PyG's layers
     with pytest.raises(ValueError, match=r"must not be dropped out \(model.input_dropout 0.2\)"):
         NodeGNN("gcn", 8, 16, 3, aggregation="gnnkit", input_dropout=0.2).input_aggregation()
+    with pytest.raises(ValueError, match="with model.residual the first layer reads a linear map of the features"):
+        NodeGNN("sage", 8, 16, 3, aggregation="gnnkit", residual=True).input_aggregation()
 
 
 @pytest.mark.gpu
