@@ -21,7 +21,7 @@ from torch_geometric.data import Data
 
 from gnnkit import setting_checks
 from gnnkit.link_metrics import evaluate_links, make_link_evaluator
-from gnnkit.models.node_gnn import NodeGNN, NodeGNNOptions, resolve_model
+from gnnkit.models.node_gnn import NodeGNN, NodeGNNOptions, resolve_model, resolve_model_setting
 from gnnkit.optim import module_optimizer, with_scheduler
 from gnnkit.task_module import RunLengthHooks, TaskModule
 
@@ -154,7 +154,7 @@ class LinkPredictor(RunLengthHooks, TaskModule):
     @classmethod
     def check_settings(cls, settings: Mapping[str, Any]) -> dict[str, Any]:  # noqa: D102 (TaskModule's)
         full = super().check_settings(settings)
-        resolve_model(full["model"])
+        resolve_model_setting(full["model"])
         NodeGNNOptions.from_settings(full, cached=False)
         check_decoder(full["decoder"], full["decoder_layers"])
         return full

@@ -11,7 +11,7 @@ from torch_geometric.data import Data
 
 from gnnkit.metrics import make_evaluator
 from gnnkit.models.inrank import InRankOptions
-from gnnkit.models.node_gnn import NodeGNN, NodeGNNOptions, resolve_model
+from gnnkit.models.node_gnn import NodeGNN, NodeGNNOptions, resolve_model, resolve_model_setting
 from gnnkit.optim import module_optimizer, with_scheduler
 from gnnkit.partitioned.batch_norm import partition_batch_norms
 from gnnkit.pseudo_labels import pseudo_label_loss, pseudo_label_weight
@@ -216,7 +216,7 @@ class NodeClassifier(RunLengthHooks, TaskModule):
                              f"got {full['weight_decay_scope']!r}")
         if full["embedding"] not in EMBEDDINGS:
             raise ValueError(f"model.embedding: expected one of {list(EMBEDDINGS)}, got {full['embedding']!r}")
-        resolve_model(full["model"])
+        resolve_model_setting(full["model"])
         _gnn_options(full)
         return full
 

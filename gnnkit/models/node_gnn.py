@@ -143,12 +143,21 @@ class NodeGNNOptions:
 
 def _as_model_setting(err: ValueError) -> ValueError:
     """A :class:`NodeGNNOptions` error named as the recipe's setting (``dropout: ...`` ->
-    ``model.dropout: ...``, as ``model.lr`` is)."""
+    ``model.dropout: ...``, as ``model.lr`` is; ``Could not resolve aggregation ...`` ->
+    ``model.aggregation: Could not resolve aggregation ...``)."""
     text = str(err)
-    field = re.match(r"\w+", text)
-    if field and field.group(0) in NodeGNNOptions.__dataclass_fields__ and not text.startswith("model."):
-        return ValueError(f"model.{text}")
+    field = re.match(r"(Could not resolve )?(\w+)", text)
+    if field and field.group(2) in NodeGNNOptions.__dataclass_fields__ and not text.startswith("model."):
+        return ValueError(f"model.{field.group(2)}: {text}" if field.group(1) else f"model.{text}")
     return err
+
+
+def resolve_model_setting(name: str) -> str:
+    """:func:`resolve_model` for a recipe's ``model.model``, its error naming that field."""
+    try:
+        return resolve_model(name)
+    except ValueError as err:
+        raise ValueError(f"model.model: {err}") from None
 
 
 class NodeGNN(nn.Module):

@@ -48,6 +48,15 @@ def test_residual_layer_norm_stack_trains_and_its_settings_are_checked(tiny):
     assert _fit(tiny, model, 30) > mlp + 0.05
 
 
+@pytest.mark.parametrize(("setting", "line"), [
+    ({"model": "gcn2"}, r"^model.model: Could not resolve model 'gcn2' among choices \['gat'"),
+    ({"aggregation": "dgl"}, r"^model.aggregation: Could not resolve aggregation 'dgl' among choices \['pyg'"),
+])
+def test_an_unknown_choice_names_the_recipe_field(setting, line):
+    with pytest.raises(ValueError, match=line):
+        NodeClassifier.check_settings(setting)
+
+
 def test_featureless_graph_needs_and_uses_an_embedding(tiny):
     with pytest.raises(ValueError, match="model.embedding_dim"):
         NodeClassifier(in_channels=0, out_channels=3, num_nodes=10)
