@@ -127,8 +127,9 @@ class NodeGNNOptions:
                 raise ValueError(f"{name}: expected a probability in [0, 1), got {getattr(self, name)!r}")
         if self.layer_norm and self.batch_norm:
             raise ValueError("layer_norm: LayerNorm replaces BatchNorm; set batch_norm: false as well")
-        if self.heads < 1 or self.output_heads < 1:
-            raise ValueError(f"heads and output_heads must be >= 1, got {self.heads} and {self.output_heads}")
+        for name in ("heads", "output_heads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: expected at least 1 attention head, got {getattr(self, name)!r}")
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any], **fixed: Any) -> NodeGNNOptions:
