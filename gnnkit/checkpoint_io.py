@@ -22,7 +22,9 @@ copy of them in host memory is not free).
 
 from __future__ import annotations
 
+import sys
 import threading
+from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -32,7 +34,7 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.types import _PATH
 from typing_extensions import override
 
-from pipeline import atomic_write
+from pipeline import atomic_write, log
 
 #: Checkpoints with more tensor bytes than this are written in the caller's thread.
 BACKGROUND_LIMIT_BYTES = 256 * 2**20
@@ -43,6 +45,11 @@ def _walk(item: Any, visit: Callable[[torch.Tensor], Any]) -> Any:
     checkpoint nests; 3x faster than ``apply_to_collection``, which a save would pay twice)."""
     if isinstance(item, torch.Tensor):
         return visit(item)
+    if isinstance(item, OrderedDict):  # a state_dict, whose _metadata holds its modules' versions
+        copy = OrderedDict((key, _walk(value, visit)) for key, value in item.items())
+        if hasattr(item, "_metadata"):
+            copy._metadata = item._metadata  # type: ignore[attr-defined]
+        return copy
     if isinstance(item, dict):
         return {key: _walk(value, visit) for key, value in item.items()}
     if isinstance(item, list):
@@ -81,6 +88,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         self._futures: list[Future[None]] = []
         self._lock = threading.Lock()
         self._error: BaseException | None = None
+        self._torn_down = False  # saves after the fit's or test's end are written at once: nothing waits later
 
     @override
     def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Optional[Any] = None) -> None:
@@ -88,7 +96,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise TypeError("AtomicCheckpointIO.save_checkpoint: storage_options are not supported")
         self._raise_error()
         path = Path(path)
-        if not self.background or tensor_bytes(checkpoint) > BACKGROUND_LIMIT_BYTES:
+        if not self.background or self._torn_down or tensor_bytes(checkpoint) > BACKGROUND_LIMIT_BYTES:
             self.wait()  # an older queued save of this path must not land after this one
             _write(path, checkpoint)
             return
@@ -108,7 +116,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         try:
             _write(path, checkpoint)
         except BaseException as err:  # raised in the training thread at its next save or wait
-            self._error = self._error or err
+            with self._lock:
+                self._error = self._error or err
 
     def wait(self) -> None:
         """Return when every queued checkpoint is on disk; raise a write's error."""
@@ -118,8 +127,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         self._raise_error()
 
     def _raise_error(self) -> None:
-        if self._error is not None:
+        with self._lock:
             error, self._error = self._error, None
+        if error is not None:
             raise RuntimeError(f"writing a checkpoint failed: {error}") from error
 
     @override
@@ -136,9 +146,17 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     @override
     def teardown(self) -> None:
-        """The end of a fit or test: every checkpoint written, the thread stopped."""
+        """The end of a fit or test: every checkpoint written, the thread stopped. Called while an
+        exception is handled (Lightning tears down on SIGTERM, Ctrl-C and errors), a write's error
+        is logged rather than raised, so that exception is the one that ends the run."""
+        self._torn_down = True
+        handling = sys.exc_info()[1] is not None
         try:
             self.wait()
+        except RuntimeError as err:
+            if not handling:
+                raise
+            log.warning("%s", err)
         finally:
             if self._executor is not None:
                 self._executor.shutdown(wait=True)

@@ -73,9 +73,12 @@ class FaultInjection(pl.Callback):
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object,
                              batch_idx: int) -> None:
-        if trainer.current_epoch != self.fault.epoch or batch_idx != 0 or trainer.global_rank != self.fault.rank:
+        if trainer.current_epoch != self.fault.epoch or batch_idx != 0:
             return
-        wait_for_checkpoints(trainer)  # the epoch boundary's last.ckpt, written in the background, is whole
+        wait_for_checkpoints(trainer)  # rank 0's background write of the boundary's last.ckpt has landed
+        trainer.strategy.barrier("fault_injection")  # before any rank acts
+        if trainer.global_rank != self.fault.rank:
+            return
         if self.fault.action == "exit":
             os._exit(EXIT_CODE)
         if self.fault.action == "raise":

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
 from pipeline.temp_paths import make_temp_file
+
+_UMASK_LOCK = threading.Lock()
 
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
@@ -22,8 +25,9 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
+        with _UMASK_LOCK:  # reading the umask sets it: two threads (a background checkpoint) must not interleave
+            umask = os.umask(0)
+            os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:

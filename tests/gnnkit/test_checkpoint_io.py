@@ -87,3 +87,30 @@ def test_a_gpu_checkpoint_is_copied_to_the_host_and_loads(tmp_path):
     loaded = io.load_checkpoint(tmp_path / "last.ckpt")
     assert loaded["state_dict"]["w"].device.type == "cpu" and torch.equal(loaded["state_dict"]["w"], torch.arange(8.0))
     io.teardown()
+
+
+def test_a_write_error_does_not_replace_the_exception_that_ends_the_run(tmp_path, caplog):
+    """Lightning tears down while it handles SIGTERM, Ctrl-C or an error: that exception stays the
+    one raised, and the write's error is a log line."""
+    (tmp_path / "a-folder").mkdir()
+    io = AtomicCheckpointIO()
+    io.save_checkpoint(_checkpoint(1.0), tmp_path / "a-folder")
+    with pytest.raises(KeyboardInterrupt):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            io.teardown()
+            raise
+    assert "writing a checkpoint failed" in caplog.text
+
+
+def test_saves_after_the_end_of_a_fit_are_written_at_once(tmp_path):
+    io = AtomicCheckpointIO()
+    io.teardown()
+    io.save_checkpoint(_checkpoint(5.0), tmp_path / "after.ckpt")
+    assert io._executor is None and torch.load(tmp_path / "after.ckpt", weights_only=True)["epoch"] == 5
+
+
+def test_a_state_dict_keeps_its_module_versions():
+    state = torch.nn.BatchNorm1d(3).state_dict()
+    assert host_copy({"state_dict": state})["state_dict"]._metadata == state._metadata
