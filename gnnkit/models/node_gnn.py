@@ -70,7 +70,8 @@ class NodeGNNOptions:
         num_layers: Number of layers (>= 1).
         dropout: Dropout probability between layers.
         input_dropout: Dropout probability on the input features, before the first layer.
-        batch_norm: BatchNorm after each hidden layer.
+        batch_norm: BatchNorm after each hidden layer (with ``residual``: before each block and
+            before the output map).
         layer_norm: LayerNorm where ``batch_norm`` puts BatchNorm (with ``batch_norm`` off).
         residual: Pre-norm residual blocks: a linear map of the input to the hidden width (then
             dropout and the activation), ``num_layers`` blocks each adding
@@ -125,6 +126,9 @@ class NodeGNNOptions:
         for name in ("dropout", "input_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name}: expected a probability in [0, 1), got {getattr(self, name)!r}")
+        if self.residual and self.output_heads != 1:
+            raise ValueError(f"output_heads: the residual stack ends in a linear map, not a GAT layer; leave it at 1, "
+                             f"got {self.output_heads}")
         if self.layer_norm and self.batch_norm:
             raise ValueError("layer_norm: LayerNorm replaces BatchNorm; set batch_norm: false as well")
         for name in ("heads", "output_heads"):

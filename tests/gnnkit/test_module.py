@@ -137,6 +137,14 @@ def test_weight_decay_scope(scope):
         NodeClassifier(in_channels=4, out_channels=3, weight_decay_scope="last")
 
 
+def test_first_layer_decay_of_a_residual_stack_is_the_input_maps():
+    """The map reading the features is the residual stack's input map, not its first block."""
+    model = NodeClassifier(in_channels=4, out_channels=3, model="sage", hidden_channels=8, num_layers=2,
+                           residual=True, batch_norm=False, weight_decay=5e-4, weight_decay_scope="first_layer")
+    decayed = {id(p) for g in model.parameter_groups(5e-4) if g["weight_decay"] > 0 for p in g["params"]}
+    assert decayed == {id(p) for p in model.gnn.stream.input.parameters()}
+
+
 def test_a_padding_batch_weighs_nothing(monkeypatch):
     """A rank keeping step in sampled partition-parallel training trains a padding batch: its loss
     counts 0, it logs with batch size 0 and adds no rows to the epoch metric."""

@@ -151,6 +151,8 @@ def test_options_are_checked():
         NodeGNN("gat", 4, 8, 2, num_layers=2, heads=3)
     with pytest.raises(ValueError, match="output_heads: expected at least 1 attention head, got 0"):
         NodeGNN("gat", 4, 8, 2, output_heads=0)
+    with pytest.raises(ValueError, match="output_heads: the residual stack ends in a linear map"):
+        NodeGNN("gat", 4, 8, 2, residual=True, output_heads=4)
     with pytest.raises(ValueError, match="layer_norm: LayerNorm replaces BatchNorm; set batch_norm: false as well"):
         NodeGNN("gcn", 4, 8, 2, layer_norm=True)
 
