@@ -8,8 +8,8 @@ nothing is fsynced. :class:`AtomicCheckpointIO` writes beside the target, fsyncs
 
 It writes them in a background thread, as Lightning's ``AsyncCheckpointIO`` does: ``last.ckpt`` is
 saved at every epoch boundary and ``best.ckpt`` at every improvement, and serialising and fsyncing
-a checkpoint took longer than a full-batch epoch on a GPU (10 ms for the arxiv twin's GCN), so
-training waited on the disk. The save copies the checkpoint's tensors to host memory at once (the
+a checkpoint takes about as long as a full-batch epoch on a GPU (9 ms for the arxiv twin's GCN on an
+H200), so training waited on the disk (``bench/checkpoint_io.py``). The save copies the checkpoint's tensors to host memory at once (the
 next optimizer step cannot change what is written), and one thread writes the copies in order. A
 save to a path whose previous save is still queued replaces it (the newer state wins, the older is
 never written), so the training thread never waits on the disk. A killed run therefore finds the

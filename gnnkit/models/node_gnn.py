@@ -209,8 +209,7 @@ class NodeGNN(nn.Module):
         if opts.residual:  # every layer maps the stream to itself; a norm before each and one at the end
             self.stream = ResidualStream(in_channels, hidden_channels, out_channels, num_layers,
                                          self.activation, opts.dropout)
-            dims = [hidden_channels] * (num_layers + 1)
-            norm_widths = [hidden_channels] * (num_layers + 1)
+            dims = norm_widths = [hidden_channels] * (num_layers + 1)
         else:
             dims = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
             norm_widths = dims[1:-1]
