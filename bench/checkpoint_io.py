@@ -44,9 +44,9 @@ MODELS: dict[str, dict[str, Any]] = {
 WAYS = ("no checkpoint", "training thread", "background")
 
 
-def checkpoint_of(arguments: dict[str, Any]) -> tuple[dict[str, Any], torch.nn.Module, torch.optim.Optimizer]:
+def checkpoint_of(arguments: dict[str, Any]) -> tuple[dict[str, Any], torch.nn.Module]:
     """A checkpoint shaped as Lightning's (weights, Adam's state, the random state), with the
-    model and optimizer whose tensors it holds."""
+    model whose tensors it holds."""
     arguments = dict(arguments)
     model = NodeGNN(arguments.pop("model"), arguments.pop("in_channels"), arguments.pop("hidden_channels"),
                     arguments.pop("out_channels"), **arguments)
@@ -56,7 +56,7 @@ def checkpoint_of(arguments: dict[str, Any]) -> tuple[dict[str, Any], torch.nn.M
     optimizer.step()
     checkpoint = {"epoch": 0, "state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()],
                   "callbacks": {"LastCheckpoint": {"random": [random_state()]}}}
-    return checkpoint, model, optimizer
+    return checkpoint, model
 
 
 def epoch_ms(way: str, checkpoint: dict[str, Any], model: torch.nn.Module, epochs: int, wait_ms: float,
@@ -81,7 +81,7 @@ def measure(epochs: int, wait_ms: float) -> list[dict[str, Any]]:
     rows = []
     with tempfile.TemporaryDirectory(dir=ROOT) as folder:
         for label, arguments in MODELS.items():
-            checkpoint, model, _ = checkpoint_of(arguments)
+            checkpoint, model = checkpoint_of(arguments)
             times = {way: epoch_ms(way, checkpoint, model, epochs, wait_ms, Path(folder)) for way in WAYS}
             base = times["training thread"]
             rows.append({"model": label, "checkpoint_mb": round(tensor_bytes(checkpoint) / 2**20, 2),

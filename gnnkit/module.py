@@ -74,8 +74,8 @@ class NodeClassifier(RunLengthHooks, TaskModule):
         lr: Adam learning rate (the default optimizer's; an ``optimizer`` spec carries its own).
         weight_decay: Adam weight decay (L2 penalty added to the gradient; the default optimizer's).
         weight_decay_scope: ``"all"`` parameters (default), or ``"first_layer"``: only the first GNN
-            layer's (with ``residual``, the input map's: the one reading the features), as Kipf & Welling regularise their GCN (<https://arxiv.org/abs/1609.02907>,
-            section 5.2).
+            layer's (with ``residual``, the input map's: the one reading the features), as Kipf &
+            Welling regularise their GCN (<https://arxiv.org/abs/1609.02907>, section 5.2).
         input_dropout: Dropout on the input features before the first layer (the GCN and GAT
             papers drop every layer's input: 0.5 and 0.6).
         activation: Between layers: ``"relu"`` (default), ``"elu"`` (GAT,
@@ -364,7 +364,7 @@ class NodeClassifier(RunLengthHooks, TaskModule):
 
         if self.hparams.weight_decay_scope == "all":
             return [group(list(self.parameters()), decay)]
-        first = list((self.gnn.layers[0] if self.gnn.stream is None else self.gnn.stream.input).parameters())
+        first = list(self.gnn.input_layer.parameters())
         chosen = {id(p) for p in first}
         rest = [p for p in self.parameters() if id(p) not in chosen]
         return [group(first, decay), group(rest, 0.0)]

@@ -251,9 +251,14 @@ class NodeGNN(nn.Module):
         return nn.Linear(fan_in, fan_out)
 
     def reset_parameters(self) -> None:
-        for module in [*self.layers, *self.norms, *([self.stream] if self.stream is not None else [])]:
+        for module in [*self.layers, *self.norms, self.stream]:
             if hasattr(module, "reset_parameters"):
                 module.reset_parameters()
+
+    @property
+    def input_layer(self) -> nn.Module:
+        """The module that reads the features: the first layer, or a residual stack's input map."""
+        return self.layers[0] if self.stream is None else self.stream.input
 
     def forward(
         self,

@@ -7,7 +7,7 @@ import torch
 def test_checkpoints_load_and_every_way_saves_the_last_epoch(bench, tmp_path):
     checkpoint_io = bench("checkpoint_io")
     for label, arguments in checkpoint_io.MODELS.items():
-        checkpoint, model, _ = checkpoint_io.checkpoint_of(arguments)
+        checkpoint, model = checkpoint_io.checkpoint_of(arguments)
         assert checkpoint["optimizer_states"][0]["state"], label  # Adam's moments are there
         for way in ("training thread", "background"):
             ms = checkpoint_io.epoch_ms(way, checkpoint, model, epochs=3, wait_ms=0.0, folder=tmp_path)
