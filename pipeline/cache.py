@@ -266,13 +266,27 @@ def load_entry(path: Path) -> CacheEntry:
         manifest = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise DatasetError(file, f"unreadable manifest ({str(err).splitlines()[0]})") from None
-    if not isinstance(manifest, dict) or manifest.get("schema_version") != SCHEMA_VERSION or (
-            manifest.get("key") != path.name):
-        raise DatasetError(file, f"not a schema-{SCHEMA_VERSION} entry for key {path.name}")
+    if not isinstance(manifest, dict):
+        raise DatasetError(file, f"malformed manifest: expected a JSON object, got a {type(manifest).__name__}")
+    problem = _identity_problem(manifest, path.name)
+    if problem:
+        raise DatasetError(file, problem)
     problem = _manifest_problem(manifest)
     if problem:
         raise DatasetError(file, f"malformed manifest: {problem}")
     return CacheEntry(path, manifest)
+
+
+def _identity_problem(manifest: dict[str, Any], key: str) -> str | None:
+    """Why a manifest is not this gnnkit's entry for the folder named ``key``, or None."""
+    version = manifest.get("schema_version")
+    if version != SCHEMA_VERSION:
+        return (f"an entry of cache schema {version!r}; this gnnkit reads schema {SCHEMA_VERSION} "
+                "(another gnnkit version wrote it; 'gnnkit cache clear' removes it)")
+    if manifest.get("key") != key:
+        return (f"the entry of key {manifest.get('key')!r}, not of its folder's name {key!r} (a copied or renamed "
+                "entry; gnnkit builds its own again)")
+    return None
 
 
 def _manifest_problem(manifest: dict[str, Any]) -> str | None:

@@ -130,14 +130,16 @@ def test_builder_leaves_nothing_when_a_stream_is_incomplete(tmp_path):
 
 
 @pytest.mark.parametrize(("edit", "message"), [
-    (lambda m: [], "not a schema-"),
+    (lambda m: [], "malformed manifest: expected a JSON object, got a list"),
+    (lambda m: {**m, "schema_version": 0}, "an entry of cache schema 0; this gnnkit reads schema 1 .*'gnnkit cache clear'"),
+    (lambda m: {**m, "key": "k9"}, "the entry of key 'k9', not of its folder's name 'k1' \\(a copied or renamed entry"),
     (lambda m: {**m, "arrays": {**m["arrays"], "y": {k: v for k, v in m["arrays"]["y"].items() if k != "sha256"}}},
      "malformed manifest: arrays.y.sha256 must be a str"),
     (lambda m: {k: v for k, v in m.items() if k != "arrays"}, "malformed manifest: 'arrays' must map"),
     (lambda m: {**m, "inputs": ["g"]}, "malformed manifest: 'inputs' must be a mapping"),
     (lambda m: {**m, "arrays": {**m["arrays"], "x": {**m["arrays"]["x"], "shape": "3x4"}}},
      "malformed manifest: arrays.x.shape must be a list"),
-], ids=["a list", "no checksum", "no arrays", "inputs a list", "shape a string"])
+], ids=["a list", "another schema", "another key", "no checksum", "no arrays", "inputs a list", "shape a string"])
 def test_a_damaged_manifest_is_one_line_naming_it(tmp_path, edit, message):
     """The cache commands list such an entry as CORRUPT; they raised AttributeError and KeyError."""
     entry = _publish(tmp_path)
