@@ -76,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     except DatasetError as err:
         print(f"gnnkit: error: {err}", file=sys.stderr)
         return 2
+    except MemoryError as err:  # an allocation the machine cannot hold: one line, not numpy's traceback
+        print(f"gnnkit: error: out of memory: {err or type(err).__name__}", file=sys.stderr)
+        return 1
     except RuntimeError as err:
         if not getattr(err, "gnnkit_comm_failure", False):  # set by gnnkit.comm.failures
             raise

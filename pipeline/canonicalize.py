@@ -13,6 +13,7 @@ from pipeline.graph import (
     check_edges,
     check_features,
     check_labels,
+    check_node_count_fits,
     check_split_labels,
     check_splits,
 )
@@ -123,6 +124,7 @@ def canonicalize(
     say = progress or (lambda _msg: None)
     n = raw.num_nodes
     say("validating edges, features, labels and splits")
+    check_node_count_fits(n, raw.files["nodes"])
     check_edges(raw.edge_index, n, raw.files["edges"])
     x = raw.node_feat
     if x is not None:

@@ -101,6 +101,22 @@ def whole(values: np.ndarray) -> np.ndarray:
     return np.isfinite(values) & (values == np.round(values))
 
 
+#: Bytes a node costs the in-memory CSR build before any edge: its row pointer and its degree count.
+CSR_BYTES_PER_NODE = 16
+
+
+def check_node_count_fits(num_nodes: int, where: str) -> None:
+    """Refuse a node count whose CSR row pointers alone exceed the memory available now (a typo such
+    as 3,000,000,000 for 3,000 ran out of memory deep in the build, or was killed by the kernel)."""
+    from pipeline.progress import available_memory_mb
+
+    need_mb, free_mb = CSR_BYTES_PER_NODE * (num_nodes + 1) / 2**20, available_memory_mb()
+    if free_mb is not None and need_mb > free_mb:
+        raise DatasetError(where, f"{num_nodes:,} nodes need {need_mb / 1024:.1f} GiB for the CSR's row pointers "
+                           f"and degree counts alone, and {free_mb / 1024:.1f} GiB of memory is available; "
+                           "is the node count right?")
+
+
 def check_edges(edge_index: np.ndarray, num_nodes: int, where: str) -> None:
     """Reject an edge list that is malformed or names nodes outside ``0..N-1``."""
     if edge_index.ndim != 2 or edge_index.shape[0] != 2:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from pipeline.errors import DatasetError
-from pipeline.graph import SPLITS, check_edges, check_features
+from pipeline.graph import SPLITS, check_edges, check_features, check_node_count_fits
 from pipeline.ogb_layout import as_bool, as_list, read_raw_graphs, split_name
 from pipeline.safe_pt import as_array, load_pt
 
@@ -270,6 +270,7 @@ def build(
     say(f"reading the training graph from {raw_dir}")
     graph = _read_graph(raw_dir, meta)
     n = int(graph["num_nodes"])
+    check_node_count_fits(n, str(raw_dir / ("data.npz" if meta["binary"] else "num-node-list.csv.gz")))
     edge_file = str(raw_dir / ("data.npz" if meta["binary"] else "edge.csv.gz"))
     edge_index = np.asarray(graph["edge_index"], dtype=np.int64)
     check_edges(edge_index, n, edge_file)

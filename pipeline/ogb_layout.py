@@ -562,6 +562,7 @@ def read_ogb_folder(folder: Path, meta: dict[str, Any]) -> RawGraph:
     raw_dir = folder / "raw"
     graph = _read_graph(raw_dir, meta)
     files = {
+        "nodes": str(raw_dir / ("data.npz" if meta["binary"] else "num-node-list.csv.gz")),
         "edges": str(raw_dir / ("data.npz" if meta["binary"] else "edge.csv.gz")),
         "features": str(raw_dir / ("data.npz" if meta["binary"] else "node-feat.csv.gz")),
     }

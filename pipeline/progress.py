@@ -30,6 +30,19 @@ def rss_mb() -> float:
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def available_memory_mb() -> float | None:
+    """Memory the kernel can give this process now without swapping, in MiB (``MemAvailable``;
+    None where ``/proc/meminfo`` does not say)."""
+    try:
+        with open("/proc/meminfo", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, IndexError, ValueError):
+        pass
+    return None
+
+
 class Stages:
     """Reports the stages of one job with elapsed time and peak memory.
 

@@ -243,6 +243,18 @@ def test_ctrl_c_is_one_line_and_the_shells_status(capsys, monkeypatch):
     assert capsys.readouterr().err == "gnnkit: interrupted\n"
 
 
+def test_an_allocation_beyond_the_machine_is_one_line(capsys, monkeypatch):
+    import gnnkit.data.cli as data_cli
+
+    def too_big(args):
+        return np.empty(2**45, dtype=np.int64)  # 256 TiB
+
+    monkeypatch.setattr(data_cli, "_datasets", too_big)
+    assert main(["datasets"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("gnnkit: error: out of memory: Unable to allocate") and err.count("\n") == 1
+
+
 def test_sigterm_is_a_failure_status(capsys, monkeypatch):
     """Lightning stops a run on SIGTERM (a scheduler's preemption, `timeout`) with an exception that
     exits without a code: the run ended with status 0, a success, without its test or report."""

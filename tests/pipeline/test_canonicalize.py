@@ -71,6 +71,27 @@ def test_out_of_range_edge_is_named(make_ogb_folder):
     assert "edge.csv.gz: edge endpoint 250 out of range [0, 200)" in _bad(make_ogb_folder, edge_index=edges)
 
 
+def test_a_node_count_beyond_the_memory_available_is_named_before_the_build(make_ogb_folder, monkeypatch):
+    """A typo such as 3,000,000,000 nodes ran out of memory in the CSR build (a numpy traceback, or the
+    kernel's OOM killer); here the machine is made to have 3 KiB free for 200 nodes' 3.1 KiB."""
+    import pipeline.progress
+
+    folder = make_ogb_folder()
+    monkeypatch.setattr(pipeline.progress, "available_memory_mb", lambda: 3 / 1024)
+    with pytest.raises(DatasetError, match=r"num-node-list.csv.gz: 200 nodes need 0.0 GiB for the CSR's row pointers "
+                                           r"and degree counts alone, .* is the node count right\?"):
+        canonicalize(_raw(folder), PreprocessOptions())
+    monkeypatch.setattr(pipeline.progress, "available_memory_mb", lambda: None)  # no /proc/meminfo: no check
+    canonicalize(_raw(folder), PreprocessOptions())
+
+
+def test_available_memory_is_read_from_the_kernel():
+    from pipeline.progress import available_memory_mb
+
+    free = available_memory_mb()
+    assert free is None or 0 < free < 2**40
+
+
 def test_non_finite_features_are_named(make_ogb_folder):
     x = np.ones((200, 8), dtype=np.float32)
     x[17, 3] = np.nan

@@ -184,6 +184,21 @@ def test_raw_files_that_disagree_with_the_edge_count_are_refused(folder):
         _build(folder)
 
 
+def test_a_node_count_beyond_the_memory_available_is_refused_naming_its_file(folder):
+    """3e9 nodes in num-node-list.csv.gz (no per-node file to disagree with it): the CSR's row
+    pointers alone are 44.7 GiB; this failed deep in the build on numpy's allocation."""
+    to_csv_gz(folder / "raw" / "num-node-list.csv.gz", np.array([[3_000_000_000]]))
+    (folder / "raw" / "node-feat.csv.gz").unlink()
+    meta = json.loads((folder / "meta.json").read_text())
+    (folder / "meta.json").write_text(json.dumps({**meta, "has_node_attr": "False"}))
+    from pipeline.progress import available_memory_mb
+
+    if (available_memory_mb() or 2**30) > 16 * 3e9 / 2**20:
+        pytest.skip("this machine has the memory for 3e9 nodes' row pointers")
+    with pytest.raises(DatasetError, match=r"num-node-list.csv.gz: 3,000,000,000 nodes need 44.7 GiB"):
+        _build(folder)
+
+
 def test_node_features_of_the_wrong_length_are_refused(folder):
     to_csv_gz(folder / "raw" / "node-feat.csv.gz", np.zeros((SPEC.num_nodes + 2, 8)), float_format="%.4g")
     with pytest.raises(DatasetError, match="node-feat.csv.gz: has 402 lines, but num-node-list.csv.gz says 400"):
