@@ -31,6 +31,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, LRSched
 from gnnkit.allocator import retain_freed_memory
 from gnnkit.best_checkpoint import BestCheckpoint
 from gnnkit.checkpoint_io import AtomicCheckpointIO
+from gnnkit.comm.peer_watch import PeerWatch
 from gnnkit.csv_logger import RunCSVLogger
 from gnnkit.fault_injection import FaultInjection, fault_from_env
 from gnnkit.hints import add_reference_argument, size_hint
@@ -151,6 +152,7 @@ class GnnkitCLI(LightningCLI):
                                    monitor="val_metric", mode="max", save_top_k=1, resumed=resumed),
                     LastCheckpoint(run_dir / CHECKPOINTS),
                     self.timer,
+                    PeerWatch(),
                     *([FaultInjection(fault)] if fault is not None else []),
                 ],
             },

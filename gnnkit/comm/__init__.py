@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 _HOMES = {
     "AllReduce": "gnnkit.comm.allreduce", "Communicator": "gnnkit.comm.base", "Slot": "gnnkit.comm.base",
     "DeAR": "gnnkit.comm.dear", "CommHook": "gnnkit.comm.fusion", "FusionTuner": "gnnkit.comm.fusion",
+    "PeerWatch": "gnnkit.comm.peer_watch",
     "MultiStreamAllReduce": "gnnkit.comm.multistream", "PowerSGD": "gnnkit.comm.powersgd",
     "MODES": "gnnkit.comm.registry", "resolve_mode": "gnnkit.comm.registry", "SignSGD": "gnnkit.comm.signsgd",
     "GnnkitStrategy": "gnnkit.comm.strategy", "TopKA2A": "gnnkit.comm.topk_a2a",
@@ -23,7 +24,7 @@ _HOMES = {
 
 __all__ = [
     "AllReduce", "CommHook", "Communicator", "DeAR", "FusionTuner", "GnnkitStrategy", "MODES",
-    "MultiStreamAllReduce", "PowerSGD", "SignSGD", "Slot", "TopKA2A", "TopKAllGather", "resolve_mode",
+    "MultiStreamAllReduce", "PeerWatch", "PowerSGD", "SignSGD", "Slot", "TopKA2A", "TopKAllGather", "resolve_mode",
 ]
 
 

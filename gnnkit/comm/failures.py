@@ -180,6 +180,29 @@ def lost_ranks(peers: list[Peer], rank: int, store: Any, wait_s: float = ROLL_CA
     return Diagnosis(dict(sorted(lost.items())), store_reachable=True)
 
 
+def default_store() -> Any:
+    """The default process group's rendezvous store, or ``None`` (no group, or a backend without one)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except (AttributeError, RuntimeError, ValueError):
+        return None
+
+
+def name_lost_ranks(exception: BaseException, peers: list[Peer], rank: int, world_size: int,
+                    timeout: timedelta) -> None:
+    """Rewrite a failed collective's error, in place, into the one line of :func:`describe` (and mark
+    it, so the ``gnnkit`` command prints that line alone); other exceptions are left as they are."""
+    if not is_peer_failure(exception) or getattr(exception, MARK, False):
+        return
+    diagnosis = lost_ranks(peers, rank, default_store()) if peers else None
+    exception.args = (describe(str(exception), rank, world_size, timeout, diagnosis),)
+    setattr(exception, MARK, True)
+
+
 def is_peer_failure(exception: BaseException) -> bool:
     """Whether ``exception`` is a backend error about a lost or silent peer."""
     text = str(exception)

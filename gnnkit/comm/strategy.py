@@ -188,11 +188,8 @@ class GnnkitStrategy(DDPStrategy):
     @override
     def setup_distributed(self) -> None:
         super().setup_distributed()
-        if self.world_size > 1:  # where each rank runs, so a failure can name the one lost
-            try:
-                store = dist.distributed_c10d._get_default_store()
-            except (AttributeError, RuntimeError, ValueError):
-                return  # no store to share it through: failures name the peer address instead
+        store = failures.default_store()
+        if self.world_size > 1 and store is not None:  # where each rank runs, so a failure can name the one lost
             self.peers = failures.publish_peers(store, self.global_rank, self.world_size, self._timeout)
 
     @override
@@ -373,18 +370,7 @@ class GnnkitStrategy(DDPStrategy):
     def on_exception(self, exception: BaseException) -> None:
         """Rewrite a failed collective's error into one line naming the lost rank(s)."""
         super().on_exception(exception)
-        if not failures.is_peer_failure(exception) or getattr(exception, failures.MARK, False):
-            return
-        diagnosis = None
-        if self.peers:
-            try:
-                store = dist.distributed_c10d._get_default_store() if dist.is_initialized() else None
-            except (AttributeError, RuntimeError, ValueError):
-                store = None
-            diagnosis = failures.lost_ranks(self.peers, self.global_rank, store)
-        exception.args = (failures.describe(str(exception), self.global_rank, self.world_size,
-                                            self._timeout, diagnosis),)
-        setattr(exception, failures.MARK, True)
+        failures.name_lost_ranks(exception, self.peers, self.global_rank, self.world_size, self._timeout)
 
     def __repr__(self) -> str:
         return (f"GnnkitStrategy(comm={self.comm!r}, streams={self.streams}, density={self.density}, "

@@ -155,6 +155,21 @@ def scenario_die() -> dict:
     return {"finished": True}
 
 
+def scenario_die_plain_ddp() -> dict:
+    """Lightning's own DDPStrategy with gnnkit's PeerWatch callback: the lost rank is named too."""
+    from datetime import timedelta
+
+    from lightning.pytorch.strategies import DDPStrategy
+
+    from gnnkit.comm import PeerWatch
+
+    _observe_children_slowly()
+    pl.seed_everything(0)
+    t = trainer(DDPStrategy(timeout=timedelta(seconds=30)), max_steps=20, limit_val_batches=0, callbacks=[PeerWatch()])
+    t.fit(Die())
+    return {"finished": True}
+
+
 def scenario_sampled_eval() -> dict:
     """Neighbour-sampled training and test on 2 ranks: each rank evaluates its shard of the test
     split (DistributedSampler); the reported metric must cover the whole split."""
@@ -183,7 +198,7 @@ def scenario_sampled_eval() -> dict:
 
 if __name__ == "__main__":
     result = {"modes": scenario_modes, "resume": scenario_resume, "die": scenario_die,
-              "sampled_eval": scenario_sampled_eval}[sys.argv[1]]()
+              "die_plain_ddp": scenario_die_plain_ddp, "sampled_eval": scenario_sampled_eval}[sys.argv[1]]()
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
         (OUT / "result.json").write_text(json.dumps(result))
     # An exit with a live gloo group can abort in its threads' teardown ("terminate called
