@@ -12,14 +12,19 @@ version check, which fails after the block on a machine without internet). A res
 hides, with :func:`resuming`, Lightning's warning that its checkpoint folder is not empty: it
 continues in its own folder by design. A run without validation (``--trainer.limit_val_batches 0``)
 hides, with :func:`unvalidated`, Lightning's warning that the best checkpoint's metric was never
-logged: the run log says instead that the test takes the last weights.
+logged: the run log says instead that the test takes the last weights. :func:`native_stderr_without`
+drops a line that C++ writes straight to the process's standard error, past Python's warnings
+(DDP's ``find_unused_parameters`` notice, which ``GnnkitStrategy`` triggers on purpose).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
+import sys
+import tempfile
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -57,6 +62,10 @@ RESUME_WARNING = r"Checkpoint directory .* exists and is not empty"
 #: Lightning's warning, when a run without validation saves its checkpoints, that the best
 #: checkpoint's metric (gnnkit's ``val_metric``) was never logged.
 UNVALIDATED_WARNING = r"`ModelCheckpoint\(monitor='val_metric'\)` could not find the monitored key"
+
+#: DDP's C++ notice (once a process, at its first forward) that ``find_unused_parameters=True`` found
+#: none: ``GnnkitStrategy(fixed_buckets=True)`` sets that switch on purpose (see its docstring).
+UNUSED_PARAMETERS_NOTICE = "find_unused_parameters=True was specified in DDP constructor"
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -133,3 +142,28 @@ def quietly(function: Callable[P, R]) -> Callable[P, R]:
             return function(*args, **kwargs)
 
     return wrapper
+
+
+@contextmanager
+def native_stderr_without(fragment: str) -> Iterator[None]:
+    """Drop the lines holding ``fragment`` that are written to file descriptor 2 inside the block.
+
+    C++ warnings (``TORCH_WARN`` outside a Python call) go there directly, past Python's warnings
+    filters. Everything written to descriptor 2 in the block, by Python or native code, is held in
+    a temporary file and written on when the block ends (also on an exception), in order, minus
+    those lines. Keep the block short: a process killed inside it loses what it held.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = b"".join(line for line in held if fragment.encode() not in line)
+            if kept:
+                os.write(2, kept)

@@ -18,7 +18,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from gnnkit import setting_checks
+from gnnkit import quiet, setting_checks
 from gnnkit.comm.allreduce import AllReduce
 from gnnkit.comm.base import Communicator
 from gnnkit.comm import failures, mode_options
@@ -131,6 +131,9 @@ class GnnkitStrategy(DDPStrategy):
         timeout = failures.resolve_timeout(timeout)
         self.communicator = self._make_communicator()  # validates the mode's options
         self.fixed_buckets = self.communicator.bucket_dependent if fixed_buckets is None else fixed_buckets
+        # DDP's C++ notice that the switch found no unused parameter is printed at the first forward:
+        # hidden when the switch is gnnkit's doing (fixed_buckets), not the user's
+        self._hush_unused_notice = self.fixed_buckets and not find_unused_parameters
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,
@@ -224,6 +227,14 @@ class GnnkitStrategy(DDPStrategy):
         self.model.register_comm_hook(state=None, hook=self.hook.__call__)
         rank_zero_info(f"gnnkit comm: {self.communicator!r} on {backend}, {self.world_size} ranks, "
                        f"warm-up {self.warmup_steps} dense steps, bucket_mb={self.bucket_mb}")
+
+    @override
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        if not self._hush_unused_notice:
+            return super().training_step(*args, **kwargs)
+        self._hush_unused_notice = False  # the notice comes once a process, at the first forward
+        with quiet.native_stderr_without(quiet.UNUSED_PARAMETERS_NOTICE):
+            return super().training_step(*args, **kwargs)
 
     def _agree_max(self, seconds: float) -> float:
         value = torch.tensor([seconds], dtype=torch.float64)

@@ -141,3 +141,66 @@ def test_filters_that_code_in_the_block_installs_for_the_process_stay():
         with warnings.catch_warnings(record=True) as caught:
             warnings.warn("Failed to check for latest version of package.", VersionCheckWarning)
         assert caught == []
+
+
+def _stderr_of(code: str) -> str:
+    """Standard error of ``code`` run in a new Python (descriptor 2 is the process's own there)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stderr
+
+
+NOTICE_CODE = """
+import os, sys
+from gnnkit.quiet import UNUSED_PARAMETERS_NOTICE as N, native_stderr_without
+line = f"[rank0]:[W1128 reducer.cpp:1529] Warning: {N}, but did not find any\\n".encode()
+with native_stderr_without(N):
+    os.write(2, b"native before\\n")
+    os.write(2, line)
+    print("python after", file=sys.stderr)
+os.write(2, line)
+try:
+    with native_stderr_without(N):
+        os.write(2, b"kept on an error\\n")
+        raise ValueError
+except ValueError:
+    pass
+"""
+
+DDP_CODE = """
+import os, torch, torch.distributed as dist
+from gnnkit.quiet import UNUSED_PARAMETERS_NOTICE as N, native_stderr_without
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"])
+dist.init_process_group("gloo", rank=0, world_size=1)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2), find_unused_parameters=True)
+with native_stderr_without(N if os.environ["HUSH"] == "1" else "nothing"):
+    model(torch.randn(3, 4)).sum().backward()
+dist.destroy_process_group()
+"""
+
+
+def test_a_native_stderr_line_is_dropped_inside_only_and_the_rest_kept_in_order():
+    """Lines written to descriptor 2 in the block, by native code or Python, come out after it, in
+    order, without the dropped one (kept outside the block, and written on an error too)."""
+    from gnnkit.quiet import UNUSED_PARAMETERS_NOTICE
+
+    notice = f"[rank0]:[W1128 reducer.cpp:1529] Warning: {UNUSED_PARAMETERS_NOTICE}, but did not find any\n"
+    assert _stderr_of(NOTICE_CODE) == f"native before\npython after\n{notice}kept on an error\n"
+
+
+@pytest.mark.parametrize("hush", [True, False])
+def test_ddps_own_notice_is_what_the_filter_drops(hush, monkeypatch):
+    """torch's DDP with find_unused_parameters=True on a model that uses every parameter prints the
+    notice from C++ at its first forward; the filter's text matches it."""
+    import socket
+
+    from gnnkit.quiet import UNUSED_PARAMETERS_NOTICE
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("PORT", str(sock.getsockname()[1]))
+    monkeypatch.setenv("HUSH", "1" if hush else "0")
+    assert (UNUSED_PARAMETERS_NOTICE in _stderr_of(DDP_CODE)) is not hush
