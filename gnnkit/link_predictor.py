@@ -96,6 +96,10 @@ class LinkPredictor(RunLengthHooks, TaskModule):
         num_layers: Encoder layers.
         dropout: Dropout between encoder layers (and decoder layers).
         batch_norm: BatchNorm between encoder layers (OGB's link examples use none).
+        layer_norm: LayerNorm where ``batch_norm`` puts BatchNorm (with ``batch_norm`` off).
+        residual: The encoder as pre-norm residual blocks (Platonov et al.,
+            <https://arxiv.org/abs/2302.11640>; :class:`~gnnkit.models.node_gnn.NodeGNNOptions`).
+        activation: Between encoder layers: ``"relu"``, ``"elu"`` or ``"gelu"``.
         decoder: ``"mlp"`` (OGB's LinkPredictor) or ``"dot"``.
         decoder_layers: Layers of the MLP decoder.
         lr: Adam learning rate.
@@ -120,6 +124,9 @@ class LinkPredictor(RunLengthHooks, TaskModule):
         num_layers: int = 3,
         dropout: float = 0.0,
         batch_norm: bool = False,
+        layer_norm: bool = False,
+        residual: bool = False,
+        activation: str = "relu",
         decoder: str = "mlp",
         decoder_layers: int = 3,
         lr: float = 0.001,

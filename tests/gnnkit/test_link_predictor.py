@@ -140,6 +140,29 @@ def test_model_scores_a_batch_and_learns(full, model, loader):
     assert module.evaluator.eval_metric == "hits@50" and module.hparams.model == model
 
 
+def test_the_encoder_can_be_a_residual_stack_that_learns(full):
+    """Platonov et al.'s pre-norm residual blocks (LayerNorm, GELU), as node recipes have them."""
+    from gnnkit.models.residual_stream import ResidualStream
+
+    torch.manual_seed(0)
+    module = LinkPredictor("sage", hidden_channels=32, num_layers=2, lr=0.01, layer_norm=True, residual=True,
+                           activation="gelu", in_channels=full.num_features, num_nodes=full.num_nodes,
+                           task=full.task)
+    assert any(isinstance(m, ResidualStream) for m in module.gnn.modules())
+    optimizer = module.configure_optimizers()
+    losses = []
+    for _ in range(5):
+        for batch in full.train_dataloader():
+            loss = link_loss(*module(batch))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss.detach()))
+    assert losses[-1] < losses[0]
+    with pytest.raises(ValueError, match="model.activation"):
+        LinkPredictor(activation="tanh", in_channels=4)
+
+
 def test_featureless_graphs_need_an_embedding():
     with pytest.raises(ValueError, match="model.embedding_dim"):
         LinkPredictor(in_channels=0, num_nodes=10)
