@@ -316,7 +316,7 @@ def _refused(err: Exception) -> str:
     built (gnnkit's checks name the field; Lightning's ``No supported gpu backend found!`` is told
     what this torch sees)."""
     message = " ".join(str(err).split())
-    if "gpu" in message.lower() and not torch.cuda.is_available():
+    if re.search(r"gpu|cuda", message, re.IGNORECASE) and not torch.cuda.is_available():
         build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
         message += f" (torch {torch.__version__}, {build}, sees no GPU)"
     return message

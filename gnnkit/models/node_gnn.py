@@ -18,7 +18,7 @@ from gnnkit.models.sampled_blocks import SampledBlocks
 from gnnkit.partitioned.halo import HaloPlan, with_halo
 from gnnkit.partitioned.local_graph import gcn_local_normalized, weighted_halo
 from gnnkit.partitioned.stale_halo import StaleHalo
-from gnnkit.sparse import Adjacency
+from gnnkit.sparse import Adjacency, resolve_format
 
 #: Where message-passing layers aggregate: PyG's own layers, or gnnkit.sparse.spmm per layer.
 AGGREGATIONS = ("pyg", "gnnkit")
@@ -121,6 +121,8 @@ class NodeGNNOptions:
             raise ValueError(f"num_layers must be >= 1, got {self.num_layers}")
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"Could not resolve aggregation '{self.aggregation}' among choices {list(AGGREGATIONS)}")
+        if self.format != "auto":
+            resolve_format(self.format)  # "Could not resolve format ...": model.format, before the data is read
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation: expected one of {list(ACTIVATIONS)}, got {self.activation!r}")
         for name in ("dropout", "input_dropout", "attention_dropout"):

@@ -223,24 +223,28 @@ def test_a_run_without_validation_says_so_once_and_tests_the_last_weights(tmp_pa
     (["--data.sampler_device", "tpu"], "data.sampler_device: expected one of ['auto', 'cpu', 'cuda'], got 'tpu'"),
     (["--trainer.max_epochs", "-5"], "`max_epochs` must be a non-negative integer or -1. You passed in -5."),
     (["--trainer.accelerator", "gpu"], "No supported gpu backend found! (torch "),  # Lightning's, on a CPU machine
+    (["--trainer.accelerator", "cuda"], "`CUDAAccelerator` can not run on your system since the accelerator is not "
+     "available."),
     (["--trainer.strategy", "ddp_spawn", "--trainer.devices", "2", "--trainer.accelerator", "cpu"],
      "trainer.strategy: ddp_spawn starts its ranks with multiprocessing ('spawn'), and their epoch times"),
     (["--trainer.strategy.class_path", "lightning.pytorch.strategies.DDPStrategy", "--trainer.strategy.init_args."
       "start_method", "fork", "--trainer.devices", "2", "--trainer.accelerator", "cpu"],
      "trainer.strategy: DDPStrategy(start_method='fork') starts its ranks with multiprocessing ('fork')"),
-], ids=["model", "lr", "fanouts", "data", "trainer", "no-gpu", "ddp_spawn", "fork"])
+], ids=["model", "lr", "fanouts", "data", "trainer", "no-gpu", "no-cuda", "ddp_spawn", "fork"])
 def test_a_setting_the_classes_refuse_is_one_line_and_leaves_no_run_folder(tmp_path, monkeypatch, setting, line):
     import torch
 
     from gnnkit.resume import ResumeError
     from gnnkit.run import run
 
-    if setting[-1] == "gpu" and torch.cuda.is_available():
+    if setting[-1] in ("gpu", "cuda") and torch.cuda.is_available():
         pytest.skip("a GPU is there: the accelerator is not refused")
     monkeypatch.setenv("GNNKIT_NATIVE", "0")
     with pytest.raises(ResumeError) as refused:
         run(str(QUICKSTART), [*setting, "--run_dir", str(tmp_path / "r")])
     assert str(refused.value).startswith(line) and "\n" not in str(refused.value)
+    if setting[-1] in ("gpu", "cuda"):  # what this torch sees, for either spelling
+        assert f"(torch {torch.__version__}, " in str(refused.value)
     assert not (tmp_path / "r").exists()
 
 
@@ -277,6 +281,8 @@ def test_a_bad_model_setting_is_refused_before_the_data_is_read(tmp_path, monkey
     monkeypatch.setenv("GNNKIT_HOME", str(tmp_path / "home"))  # an empty cache: building would preprocess
     with pytest.raises(ResumeError, match=r"^model\.dropout: expected a probability in \[0, 1\), got 3\.0$"):
         run(str(QUICKSTART), ["--model.dropout", "3", "--run_dir", str(tmp_path / "r")])
+    with pytest.raises(ResumeError, match=r"^model\.format: Could not resolve format 'sell' among choices \["):
+        run(str(QUICKSTART), ["--model.format", "sell", "--run_dir", str(tmp_path / "r")])
     assert not (tmp_path / "home" / "cache").exists() and not (tmp_path / "r").exists()
     run(str(QUICKSTART), ["--trainer.max_epochs", "1", "--run_dir", str(tmp_path / "r")])
     assert (tmp_path / "home" / "cache").is_dir()  # what a good setting builds
