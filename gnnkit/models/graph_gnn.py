@@ -42,7 +42,7 @@ from gnnkit import native
 from gnnkit.models.bond_types import BondTypes, bond_codes
 from gnnkit.models.dropout import dropout
 from gnnkit.models.sparse_conv import BatchPlans, SparseAggregation, SparseGINConv
-from gnnkit.sparse import Adjacency, SpmmPlan
+from gnnkit.sparse import Adjacency, SpmmPlan, resolve_format
 
 MODELS = ("gin", "gcn", "mlp")
 POOLINGS = ("mean", "sum", "attention")
@@ -87,6 +87,11 @@ class GraphGNNOptions:
         for name, allowed in (("model", MODELS), ("pooling", POOLINGS), ("aggregation", AGGREGATIONS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"model.{name}: expected one of {list(allowed)}, got {getattr(self, name)!r}")
+        if self.format != "auto":
+            try:
+                resolve_format(self.format)
+            except ValueError as err:
+                raise ValueError(f"model.format: {err}") from None
         if self.num_layers < 1:
             raise ValueError(f"model.num_layers: expected >= 1, got {self.num_layers}")
         if self.emb_dim < 1:

@@ -116,6 +116,9 @@ def test_bad_options_name_the_field():
         GraphGNNOptions(pooling="max2")
     with pytest.raises(ValueError, match="model.model: OGB's GCN needs edge features"):
         GraphGNNOptions(model="gcn", edge_features=False)
+    with pytest.raises(ValueError, match="model.format: Could not resolve format 'sel'"):
+        GraphGNNOptions(format="sel")  # it failed in the first batch, after the dataset was read
+    assert GraphGNNOptions(format="Native-CSR").format == "Native-CSR"
 
 
 def test_ogb_names_get_ogbs_evaluator_and_twins_the_same_code():
