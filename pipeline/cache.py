@@ -267,7 +267,7 @@ def load_entry(path: Path) -> CacheEntry:
     except (OSError, ValueError) as err:
         raise DatasetError(file, f"unreadable manifest ({str(err).splitlines()[0]})") from None
     if not isinstance(manifest, dict):
-        raise DatasetError(file, f"malformed manifest: expected a JSON object, got a {type(manifest).__name__}")
+        raise DatasetError(file, f"malformed manifest: expected a JSON object, got {json.dumps(manifest)[:40]}")
     problem = _identity_problem(manifest, path.name)
     if problem:
         raise DatasetError(file, problem)

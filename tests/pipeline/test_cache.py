@@ -130,7 +130,7 @@ def test_builder_leaves_nothing_when_a_stream_is_incomplete(tmp_path):
 
 
 @pytest.mark.parametrize(("edit", "message"), [
-    (lambda m: [], "malformed manifest: expected a JSON object, got a list"),
+    (lambda m: [], "malformed manifest: expected a JSON object, got \\[\\]"),
     (lambda m: {**m, "schema_version": 0}, "an entry of cache schema 0; this gnnkit reads schema 1 .*'gnnkit cache clear'"),
     (lambda m: {**m, "key": "k9"}, "the entry of key 'k9', not of its folder's name 'k1' \\(a copied or renamed entry"),
     (lambda m: {**m, "arrays": {**m["arrays"], "y": {k: v for k, v in m["arrays"]["y"].items() if k != "sha256"}}},
