@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import signal
 import sys
 
@@ -80,10 +81,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gnnkit: error: out of memory: {err or type(err).__name__}", file=sys.stderr)
         return 1
     except RuntimeError as err:
+        if (line := out_of_memory_line(err)) is not None:
+            print(f"gnnkit: error: {line}", file=sys.stderr)
+            return 1
         if not getattr(err, "gnnkit_comm_failure", False):  # set by gnnkit.comm.failures
             raise
         print(f"gnnkit: error: {err}", file=sys.stderr)
         return 1
+
+
+def out_of_memory_line(err: RuntimeError) -> str | None:
+    """One line for torch's failed allocations (``torch.OutOfMemoryError`` on a GPU, the CPU
+    allocator's ``RuntimeError``), with what to make smaller; ``None`` for other errors."""
+    text = " ".join(str(err).split())
+    if type(err).__name__ != "OutOfMemoryError" and "DefaultCPUAllocator: can't allocate memory" not in text:
+        return None
+    text = re.sub(r"^\[enforce fail at [^\]]*\]\s*err == 0\.\s*", "", text)  # the CPU allocator's source line
+    text = text.split(" Including non-PyTorch memory")[0].split(" If reserved but unallocated")[0]  # CUDA's details
+    return (f"out of memory: {text.rstrip('. ')}; a smaller data.batch_size, data.num_neighbors, data.eval_batch_size "
+            "or model.hidden_channels needs less")
 
 
 if __name__ == "__main__":

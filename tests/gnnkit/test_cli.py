@@ -255,6 +255,30 @@ def test_an_allocation_beyond_the_machine_is_one_line(capsys, monkeypatch):
     assert err.startswith("gnnkit: error: out of memory: Unable to allocate") and err.count("\n") == 1
 
 
+CUDA_OOM = ("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 139.8 GiB of which 1.2 GiB "
+            "is free. Including non-PyTorch memory, this process has 138.6 GiB memory in use. Of the allocated memory "
+            "137.1 GiB is allocated by PyTorch. If reserved but unallocated memory is large try setting "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.")
+
+
+@pytest.mark.parametrize("raised, line", [
+    (lambda: __import__("torch").empty(2**45),  # 128 TiB on the CPU: torch's allocator refuses it
+     "out of memory: DefaultCPUAllocator: can't allocate memory: you tried to allocate 140737488355328 bytes"),
+    (lambda: (_ for _ in ()).throw(__import__("torch").OutOfMemoryError(CUDA_OOM)),
+     "out of memory: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 139.8 GiB of "
+     "which 1.2 GiB is free; a smaller data.batch_size, data.num_neighbors, data.eval_batch_size or "
+     "model.hidden_channels needs less"),
+], ids=["cpu", "cuda"])
+def test_torchs_failed_allocations_are_one_line_with_what_to_make_smaller(capsys, monkeypatch, raised, line):
+    import gnnkit.data.cli as data_cli
+
+    monkeypatch.setattr(data_cli, "_datasets", lambda args: raised())
+    assert main(["datasets"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"gnnkit: error: {line}") and err.count("\n") == 1
+    assert err.rstrip().endswith("or model.hidden_channels needs less")
+
+
 def test_sigterm_is_a_failure_status(capsys, monkeypatch):
     """Lightning stops a run on SIGTERM (a scheduler's preemption, `timeout`) with an exception that
     exits without a code: the run ended with status 0, a success, without its test or report."""
