@@ -41,15 +41,19 @@ def read_heterophilous(path: Path, split: int = 0) -> dict[str, Any]:
     """One graph file as :func:`write_ogb_folder`'s arguments, with data split ``split``.
 
     Raises:
-        SystemExit: A file that is missing, lacks one of :data:`ARRAYS` or has no split ``split``.
+        SystemExit: A file that is missing or unreadable, lacks one of :data:`ARRAYS` or has no split
+            ``split``.
     """
     if not path.is_file():
         raise SystemExit(f"{path}: missing; fetch data/{path.name} from github.com/yandex-research/heterophilous-graphs")
-    with np.load(path, allow_pickle=False) as data:
-        missing = [name for name in ARRAYS if name not in data.files]
-        if missing:
-            raise SystemExit(f"{path}: expected the arrays {list(ARRAYS)}, missing {missing}")
-        arrays = {name: data[name] for name in ARRAYS}
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            missing = [name for name in ARRAYS if name not in data.files]
+            if missing:
+                raise SystemExit(f"{path}: expected the arrays {list(ARRAYS)}, missing {missing}")
+            arrays = {name: data[name] for name in ARRAYS}
+    except (OSError, ValueError, EOFError) as err:  # empty, cut short, not an npz, or arrays of objects
+        raise SystemExit(f"{path}: not a readable npz file ({err})") from None
     if not 0 <= split < len(arrays["train_masks"]):
         raise SystemExit(f"{path}: expected a split in 0..{len(arrays['train_masks']) - 1}, got {split}")
     labels = arrays["node_labels"].astype(np.int64)

@@ -53,3 +53,6 @@ def test_a_file_without_an_array_or_split_is_one_line(bench, tmp_path):
     np.savez(tmp_path / "short.npz", node_features=np.zeros((2, 2), np.float32))
     with pytest.raises(SystemExit, match=r"missing \['node_labels', 'edges'"):
         convert.read_heterophilous(tmp_path / "short.npz")
+    (tmp_path / "empty.npz").write_bytes(b"")  # what a snapshot without the large file leaves
+    with pytest.raises(SystemExit, match=r"empty.npz: not a readable npz file \(No data left in file\)"):
+        convert.read_heterophilous(tmp_path / "empty.npz")
