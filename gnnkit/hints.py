@@ -32,22 +32,28 @@ class Reference:
     Args:
         graph: Its name (``Cora``, ``ogbn-arxiv``).
         nodes: Its number of nodes.
+        heterophilous: Its edges mostly join nodes of different classes (adjusted homophily below
+            :data:`~gnnkit.homophily.HETEROPHILOUS_BELOW`), as minesweeper's do.
     """
 
     graph: str
     nodes: int
+    heterophilous: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.nodes, int) or self.nodes < 1:
             raise ValueError(f"reference.nodes: expected a positive node count, got {self.nodes!r}")
+        if not isinstance(self.heterophilous, bool):
+            raise ValueError(f"reference.heterophilous: expected true or false, got {self.heterophilous!r}")
 
 
 def add_reference_argument(parser: Any) -> None:
     """Add the top-level ``reference`` key to a recipe parser (a ``LightningArgumentParser``)."""
     parser.add_argument(
         "--reference", type=Reference | None, default=None,
-        help="The graph the recipe's hyper-parameters come from ({graph: NAME, nodes: N}); a dataset "
-             f"more than {FAR:g}x smaller or larger gets a hint naming a better-sized recipe.",
+        help="The graph the recipe's hyper-parameters come from ({graph: NAME, nodes: N, heterophilous: "
+             f"false}}); a dataset more than {FAR:g}x smaller or larger, or heterophilous unlike it, gets a hint "
+             "naming a better-suited recipe.",
     )
 
 
@@ -67,7 +73,8 @@ def _read_candidate(path: Path) -> _Candidate | None:
         if config.get("task", "node") != "node":
             return None
         ref = config["reference"]
-        reference = Reference(graph=str(ref["graph"]), nodes=int(ref["nodes"]))
+        reference = Reference(graph=str(ref["graph"]), nodes=int(ref["nodes"]),
+                              heterophilous=bool(ref.get("heterophilous", False)))
     except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
         return None
     model = (config.get("model") or {}).get("model")
@@ -80,12 +87,13 @@ def _distance(nodes: int, reference: Reference) -> float:
     return abs(math.log(nodes / reference.nodes))
 
 
-def suggest_recipe(recipe: Path, model: str, num_nodes: int) -> _Candidate | None:
+def suggest_recipe(recipe: Path, model: str, num_nodes: int, heterophilous: bool | None = None) -> _Candidate | None:
     """The recipe beside ``recipe`` that suits a graph of ``num_nodes`` nodes best, if any.
 
     Candidates are the recipes in the same folder whose reference graph is within :data:`FAR`
-    times ``num_nodes``; preferred are the same ``model``, then recipes that train on their
-    reference graph itself (over its synthetic twins), then the closest size, then the name.
+    times ``num_nodes`` (and, where ``heterophilous`` is known, is as heterophilous as the graph);
+    preferred are the same ``model``, then recipes that train on their reference graph itself (over
+    its synthetic twins), then the closest size, then the name.
     """
     best: tuple[tuple[Any, ...], _Candidate] | None = None
     for path in sorted(recipe.parent.glob("*.yaml")):
@@ -94,6 +102,8 @@ def suggest_recipe(recipe: Path, model: str, num_nodes: int) -> _Candidate | Non
         candidate = _read_candidate(path)
         if candidate is None or _distance(num_nodes, candidate.reference) > math.log(FAR):
             continue
+        if heterophilous is not None and candidate.reference.heterophilous != heterophilous:
+            continue
         rank = (candidate.model != model, candidate.dataset != candidate.reference.graph,
                 _distance(num_nodes, candidate.reference), path.name)
         if best is None or rank < best[0]:
@@ -101,7 +111,8 @@ def suggest_recipe(recipe: Path, model: str, num_nodes: int) -> _Candidate | Non
     return None if best is None else best[1]
 
 
-def size_hint(recipe: Path, reference: Reference | None, model: str, dataset: str, num_nodes: int) -> str | None:
+def size_hint(recipe: Path, reference: Reference | None, model: str, dataset: str, num_nodes: int,
+              heterophilous: bool | None = None) -> str | None:
     """One line when ``dataset`` is more than :data:`FAR` times smaller or larger than the recipe's
     reference graph (``None`` otherwise, or when the recipe names no reference).
 
@@ -111,6 +122,7 @@ def size_hint(recipe: Path, reference: Reference | None, model: str, dataset: st
         model: The recipe's architecture (``gcn``), preferred among the suggestions.
         dataset: The dataset's name, for the message.
         num_nodes: The dataset's node count.
+        heterophilous: Whether the dataset is (``None``: not known); suggestions are set for its kind.
     """
     if reference is None or _distance(num_nodes, reference) <= math.log(FAR):
         return None
@@ -118,9 +130,34 @@ def size_hint(recipe: Path, reference: Reference | None, model: str, dataset: st
     size = f"{ratio:,.0f}x more" if ratio > 1 else f"{1 / ratio:,.0f}x fewer"
     line = (f"hint: {dataset} has {num_nodes:,} nodes, {size} than {reference.graph} ({reference.nodes:,}), the graph "
             f"{recipe.name}'s hyper-parameters come from")
-    better = suggest_recipe(recipe, model, num_nodes)
+    better = suggest_recipe(recipe, model, num_nodes, heterophilous)
     if better is None:
         return line + "; expect to tune them"
     other = "" if better.model == model else (f" with {better.model}, not {model}: on some graphs {model} does better "
                                                f"(a heterophilous one), so compare the two")
     return line + f"; {better.path} is set for {better.reference.graph} ({better.reference.nodes:,} nodes){other}"
+
+
+def homophily_hint(recipe: Path, reference: Reference | None, dataset: str, homophily: float | None) -> str | None:
+    """One line when ``dataset`` is heterophilous (adjusted homophily below
+    :data:`~gnnkit.homophily.HETEROPHILOUS_BELOW`) and the recipe was set on a graph that is not,
+    naming the recipe beside it that was set on a heterophilous graph (``None`` otherwise).
+
+    Args:
+        recipe: The recipe's path (its folder is searched for a recipe set on a heterophilous graph).
+        reference: The recipe's ``reference``; without one nothing is known to compare.
+        dataset: The dataset's name, for the message.
+        homophily: The dataset's adjusted homophily (:func:`gnnkit.homophily.adjusted_homophily`).
+    """
+    from gnnkit.homophily import HETEROPHILOUS_BELOW
+
+    if reference is None or reference.heterophilous or homophily is None or homophily >= HETEROPHILOUS_BELOW:
+        return None
+    shown = round(homophily, 2) + 0.0  # -0.0046 is "0.00", not "-0.00"
+    line = (f"hint: {dataset} is heterophilous (adjusted homophily {shown:.2f} on its training labels, below "
+            f"{HETEROPHILOUS_BELOW:g}), unlike {reference.graph}, the graph {recipe.name}'s hyper-parameters come from")
+    others = [c for c in map(_read_candidate, sorted(recipe.parent.glob("*.yaml")))
+              if c is not None and c.reference.heterophilous]
+    if not others:
+        return line + "; expect to tune them"
+    return line + f"; compare {others[0].path} by validation (README: Heterophilous graphs)"

@@ -34,7 +34,8 @@ from gnnkit.checkpoint_io import AtomicCheckpointIO
 from gnnkit.comm.peer_watch import PeerWatch
 from gnnkit.csv_logger import RunCSVLogger
 from gnnkit.fault_injection import FaultInjection, fault_from_env
-from gnnkit.hints import add_reference_argument, size_hint
+from gnnkit.hints import add_reference_argument, homophily_hint, size_hint
+from gnnkit.homophily import HETEROPHILOUS_BELOW
 from gnnkit.last_checkpoint import LastCheckpoint
 from gnnkit.optim import GaLoreAdamW  # noqa: F401  (a known Optimizer subclass: `--optimizer GaLoreAdamW`)
 from gnnkit.optim.foreign_state import ForeignOptimizerState
@@ -337,6 +338,16 @@ def _environment(name: str, value: str) -> Iterator[None]:
             os.environ[name] = former
 
 
+def _hints(recipe: Path, cli: GnnkitCLI, model: str, facts: dict[str, Any]) -> list[str]:
+    """A node run's hints: the graph far smaller or larger than the recipe's reference, or
+    heterophilous unlike it (:mod:`gnnkit.hints`)."""
+    reference, homophily = cli.config_init.get("reference"), facts.get("adjusted_homophily")
+    heterophilous = None if homophily is None else homophily < HETEROPHILOUS_BELOW
+    hints = (size_hint(recipe, reference, model, facts["name"], facts["num_nodes"], heterophilous),
+             homophily_hint(recipe, reference, facts["name"], homophily))
+    return [hint for hint in hints if hint]
+
+
 def _train_and_test(plan: RunPlan, cli: GnnkitCLI, task: str) -> dict[str, Any]:
     """Fit and test the parsed run in ``plan.run_dir``; the report."""
     run_dir = plan.run_dir
@@ -348,10 +359,7 @@ def _train_and_test(plan: RunPlan, cli: GnnkitCLI, task: str) -> dict[str, Any]:
              facts["name"], facts["loader"], model.num_params, ranks)
     if plan.ckpt_path is not None:  # log lines come from rank 0 alone (pipeline.progress)
         log.info("resume: %s continues from %s", run_dir, plan.ckpt_path)
-    hint = None if plan.resumed or task != DEFAULT_TASK else size_hint(
-        Path(plan.config), cli.config_init.get("reference"), model.gnn.model, facts["name"],
-        facts["num_nodes"])
-    if hint:
+    for hint in ([] if plan.resumed or task != DEFAULT_TASK else _hints(Path(plan.config), cli, model.gnn.model, facts)):
         log.info(hint)
     validating = trainer.limit_val_batches != 0
     if not trainer.checkpoint_callback:

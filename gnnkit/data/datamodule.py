@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -22,6 +23,7 @@ from gnnkit.data.preprocessing import PreprocessOverrides, describe_line, graph_
 from gnnkit.data.prefetch import DEFAULT_DEPTH, DevicePrefetcher
 from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats
 from gnnkit.data.stages import SPLIT_OF_STAGE
+from gnnkit.homophily import adjusted_homophily
 from gnnkit.partitioned.boundary_sampling import BoundarySampler
 from gnnkit.partitioned.rank_data import (
     describe_fetches,
@@ -272,8 +274,15 @@ class GraphDataModule(PrecisionBatches):
             "cache_entry": str(self.entry.path),
             "preprocess": self.entry.manifest["inputs"]["options"],
             **graph_facts(self.entry),
+            "adjusted_homophily": self.adjusted_homophily,
             "loader": self._loader_name(),
         }
+
+    @functools.cached_property
+    def adjusted_homophily(self) -> float | None:
+        """Of the training labels (:func:`gnnkit.homophily.adjusted_homophily`), rounded to 4 places."""
+        value = adjusted_homophily(self.graph)
+        return None if value is None else round(value, 4)
 
     def _loader_name(self) -> str:
         if self.partitions is not None and self.full_batch:

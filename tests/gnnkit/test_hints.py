@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gnnkit.hints import Reference, size_hint, suggest_recipe
+from gnnkit.hints import Reference, homophily_hint, size_hint, suggest_recipe
 
 RECIPES = Path(__file__).parents[2] / "recipes"
 CORA = Reference("Cora", 2708)
@@ -68,6 +68,37 @@ def test_suggestion_prefers_the_model_then_the_real_graph_then_the_size(tmp_path
 def test_reference_needs_a_positive_node_count():
     with pytest.raises(ValueError, match="reference.nodes: expected a positive node count, got 0"):
         Reference("Cora", 0)
+    with pytest.raises(ValueError, match="reference.heterophilous: expected true or false, got 'yes'"):
+        Reference("Cora", 2708, heterophilous="yes")
+
+
+def test_a_heterophilous_graph_on_a_recipe_set_on_a_homophilous_one_is_pointed_at_the_heterophily_recipe():
+    """actor (adjusted homophily 0.00) under gcn_citation.yaml (Cora): compare sage_heterophilous.yaml."""
+    line = homophily_hint(RECIPES / "gcn_citation.yaml", CORA, "actor", -0.0046)
+    assert line == ("hint: actor is heterophilous (adjusted homophily 0.00 on its training labels, below 0.3), unlike "
+                    "Cora, the graph gcn_citation.yaml's hyper-parameters come from; compare "
+                    f"{RECIPES / 'sage_heterophilous.yaml'} by validation (README: Heterophilous graphs)")
+    assert homophily_hint(RECIPES / "gcn_citation.yaml", CORA, "cora", 0.77) is None
+    assert homophily_hint(RECIPES / "gcn_citation.yaml", None, "actor", 0.0) is None  # nothing to compare with
+    assert homophily_hint(RECIPES / "gcn_citation.yaml", CORA, "proteins", None) is None  # multi-task: no measure
+    minesweeper = Reference("minesweeper", 10000, heterophilous=True)
+    assert homophily_hint(RECIPES / "sage_heterophilous.yaml", minesweeper, "actor", 0.0) is None
+
+
+def test_without_a_heterophily_recipe_beside_it_the_hint_says_to_tune(tmp_path):
+    mine = _recipe(tmp_path, "mine", "gcn", "synthetic-tiny", {"graph": "Cora", "nodes": 2708})
+    assert homophily_hint(mine, CORA, "actor", 0.1).endswith("come from; expect to tune them")
+
+
+def test_size_suggestions_keep_to_the_graphs_kind_once_it_is_known(tmp_path):
+    """A homophilous graph of 12,000 nodes under an arxiv recipe was pointed at the heterophily recipe
+    (set on minesweeper's 10,000 nodes) when its model matched."""
+    mine = _recipe(tmp_path, "mine", "sage", "synthetic-arxiv", {"graph": "ogbn-arxiv", "nodes": 169343})
+    _recipe(tmp_path, "a_hetero", "sage", "synthetic-tiny", {"graph": "minesweeper", "nodes": 10000, "heterophilous": True})
+    _recipe(tmp_path, "b_cora", "gcn", "synthetic-tiny", {"graph": "Cora", "nodes": 2708})
+    assert suggest_recipe(mine, "sage", 12000).path.name == "a_hetero.yaml"  # kind unknown: the model decides
+    assert suggest_recipe(mine, "sage", 12000, heterophilous=False).path.name == "b_cora.yaml"
+    assert suggest_recipe(mine, "sage", 12000, heterophilous=True).path.name == "a_hetero.yaml"
 
 
 def test_every_node_recipe_but_the_quickstart_names_its_reference_graph():
@@ -80,3 +111,4 @@ def test_every_node_recipe_but_the_quickstart_names_its_reference_graph():
             assert reference is None
             continue
         assert Reference(**reference).nodes in (2708, 10000, 169343, 2449029), recipe.name
+        assert Reference(**reference).heterophilous is (recipe.name == "sage_heterophilous.yaml"), recipe.name

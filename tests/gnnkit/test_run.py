@@ -180,6 +180,22 @@ def test_a_graph_far_smaller_than_the_recipes_reference_gets_a_hint(tmp_path):
             in out.stderr), out.stderr[-3000:]
 
 
+@pytest.mark.slow
+def test_a_heterophilous_graph_under_a_citation_recipe_gets_a_hint_and_its_homophily_is_reported(
+        tmp_path, make_ogb_folder):
+    """Random edges and labels: adjusted homophily about 0, far below Cora's; the hint names the
+    heterophily recipe, and report.json holds the measure."""
+    folder = make_ogb_folder()
+    out = _gnnkit("run", REPO / "recipes" / "gcn_citation.yaml", "--data.dataset", folder, "--trainer.max_epochs", "1",
+                  "--run_dir", tmp_path / "r", cwd=tmp_path, env=NATIVE_OFF)
+    assert out.returncode == 0, out.stderr[-3000:]
+    homophily = json.loads((tmp_path / "r" / "report.json").read_text())["data"]["adjusted_homophily"]
+    assert abs(homophily) < 0.2
+    assert (f"is heterophilous (adjusted homophily {round(homophily, 2) + 0.0:.2f} on its training labels, below 0.3), "
+            f"unlike Cora, the graph gcn_citation.yaml's hyper-parameters come from; compare "
+            f"{REPO / 'recipes' / 'sage_heterophilous.yaml'} by validation" in out.stderr), out.stderr[-3000:]
+
+
 def test_a_batch_limit_of_1_is_one_batch_and_a_written_float_a_fraction(tmp_path):
     """`--trainer.limit_val_batches 1` is the int 1 (one batch), in the trainer and in config.yaml,
     from the command line and from a recipe; jsonargparse had widened it to 1.0 (every batch)."""
