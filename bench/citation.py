@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"recipe": recipe, "graph": name, "seeds": args.seeds, "test_acc": accs,
                          "val_acc": [round(100 * r["val"], 2) for r in reports], "mean": round(mean, 2), "std": round(std, 2),
                          "paper": paper, "epochs": reports[0]["epochs"], "metric": reports[0]["metric"],
+                         "adjusted_homophily": reports[0].get("data", {}).get("adjusted_homophily"),
                          "command": " ".join(["gnnkit", *command(recipe, args.graphs.resolve() / name, 0,
                                                                  args.runs)[3:-4]])})
             per_seed = " ".join(f"{a:.1f}" for a in accs)
