@@ -40,13 +40,6 @@ REPO = Path(__file__).resolve().parents[1]
 KEY_BYTES_PER_EDGE = 40
 
 
-def mem_available_mb() -> float:
-    """What the kernel reports available (MemAvailable), in MiB."""
-    with open("/proc/meminfo") as handle:
-        fields = dict(line.split(":", 1) for line in handle)
-    return int(fields["MemAvailable"].split()[0]) / 1024
-
-
 def locate(name: str) -> dict[str, Any]:
     """Generate ``name`` if missing, hash its raw files into the digest memo; its folder and sizes."""
     from pipeline import paths
@@ -170,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
         return json.loads(out["output"])
 
     info = prepare(args.dataset)
-    limit_mb = min(args.max_in_memory_gb * 1024, 0.8 * mem_available_mb())
+    from pipeline.progress import available_memory_mb
+
+    limit_mb = min(args.max_in_memory_gb * 1024, 0.8 * (available_memory_mb() or float("inf")))
     fits = estimate_in_memory_mb(info) <= limit_mb
     print(f"{args.dataset}: in-memory estimate {estimate_in_memory_mb(info):,.0f} MiB, limit here {limit_mb:,.0f} MiB"
           f" -> {'both paths on it' if fits else f'in-memory comparison on {args.compare_dataset}'}", flush=True)

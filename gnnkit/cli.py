@@ -78,10 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gnnkit: error: {err}", file=sys.stderr)
         return 2
     except MemoryError as err:  # an allocation the machine cannot hold: one line, not numpy's traceback
-        print(f"gnnkit: error: out of memory: {err or type(err).__name__}", file=sys.stderr)
+        print(f"gnnkit: error: out of memory: {str(err) or type(err).__name__}", file=sys.stderr)
         return 1
     except RuntimeError as err:
-        if (line := out_of_memory_line(err)) is not None:
+        if (line := out_of_memory_line(err, training=args.command == "run")) is not None:
             print(f"gnnkit: error: {line}", file=sys.stderr)
             return 1
         if not getattr(err, "gnnkit_comm_failure", False):  # set by gnnkit.comm.failures
@@ -90,16 +90,18 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def out_of_memory_line(err: RuntimeError) -> str | None:
+def out_of_memory_line(err: RuntimeError, training: bool = True) -> str | None:
     """One line for torch's failed allocations (``torch.OutOfMemoryError`` on a GPU, the CPU
-    allocator's ``RuntimeError``), with what to make smaller; ``None`` for other errors."""
+    allocator's ``RuntimeError``), with what to make smaller in a ``training`` run; ``None`` for
+    other errors."""
     text = " ".join(str(err).split())
     if type(err).__name__ != "OutOfMemoryError" and "DefaultCPUAllocator: can't allocate memory" not in text:
         return None
     text = re.sub(r"^\[enforce fail at [^\]]*\]\s*err == 0\.\s*", "", text)  # the CPU allocator's source line
     text = text.split(" Including non-PyTorch memory")[0].split(" If reserved but unallocated")[0]  # CUDA's details
-    return (f"out of memory: {text.rstrip('. ')}; a smaller data.batch_size, data.num_neighbors, data.eval_batch_size "
-            "or model.hidden_channels needs less")
+    advice = ("; a smaller data.batch_size, data.num_neighbors, data.eval_batch_size or model.hidden_channels "
+              "needs less") if training else ""
+    return f"out of memory: {text.rstrip('. ')}{advice}"
 
 
 if __name__ == "__main__":

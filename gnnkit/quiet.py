@@ -24,7 +24,7 @@ import logging
 import os
 import re
 import sys
-import tempfile
+import threading
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -149,21 +149,51 @@ def native_stderr_without(fragment: str) -> Iterator[None]:
     """Drop the lines holding ``fragment`` that are written to file descriptor 2 inside the block.
 
     C++ warnings (``TORCH_WARN`` outside a Python call) go there directly, past Python's warnings
-    filters. Everything written to descriptor 2 in the block, by Python or native code, is held in
-    a temporary file and written on when the block ends (also on an exception), in order, minus
-    those lines. Keep the block short: a process killed inside it loses what it held.
+    filters. Inside the block descriptor 2 is a pipe; a thread passes every line on to the real
+    standard error as it arrives (a line without its newline yet waits for it, or for the end of
+    the block), except those holding ``fragment``. Where no pipe or thread can be had, nothing is
+    filtered.
     """
     sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as held:
-        os.dup2(held.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    try:
+        read_end, write_end = os.pipe()
+    except OSError:
+        os.close(saved)
+        yield
+        return
+    unwanted = fragment.encode()
+    relay = threading.Thread(target=_relay_lines, args=(read_end, saved, unwanted), name="gnnkit-stderr", daemon=True)
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    relay.start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)  # the pipe's last writer gone (unless a child process took it): the relay ends
+        relay.join(timeout=5.0)
+        if not relay.is_alive():
             os.close(saved)
-            held.seek(0)
-            kept = b"".join(line for line in held if fragment.encode() not in line)
-            if kept:
-                os.write(2, kept)
+
+
+def _relay_lines(read_end: int, target: int, unwanted: bytes) -> None:
+    """Copy lines from ``read_end`` to ``target`` until the pipe ends, without those holding ``unwanted``."""
+    pending = b""
+    with os.fdopen(read_end, "rb", buffering=0) as pipe:
+        while chunk := pipe.read(65536):
+            *lines, pending = (pending + chunk).split(b"\n")
+            _write_all(target, b"".join(line + b"\n" for line in lines if unwanted not in line))
+    if pending and unwanted not in pending:
+        _write_all(target, pending)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until every byte is written (a pipe or terminal may take part of it)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]

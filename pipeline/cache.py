@@ -280,6 +280,8 @@ def load_entry(path: Path) -> CacheEntry:
 def _identity_problem(manifest: dict[str, Any], key: str) -> str | None:
     """Why a manifest is not this gnnkit's entry for the folder named ``key``, or None."""
     version = manifest.get("schema_version")
+    if version is None:
+        return "malformed manifest: no schema_version"
     if version != SCHEMA_VERSION:
         return (f"an entry of cache schema {version!r}; this gnnkit reads schema {SCHEMA_VERSION} "
                 "(another gnnkit version wrote it; 'gnnkit cache clear' removes it)")

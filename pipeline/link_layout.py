@@ -36,7 +36,7 @@ import numpy as np
 
 from pipeline.errors import DatasetError
 from pipeline.graph import SPLITS, check_edges, check_features, check_node_count_fits
-from pipeline.ogb_layout import as_bool, as_list, read_raw_graphs, split_name
+from pipeline.ogb_layout import as_bool, as_list, raw_file, read_raw_graphs, split_name
 from pipeline.safe_pt import as_array, load_pt
 
 if TYPE_CHECKING:
@@ -270,8 +270,8 @@ def build(
     say(f"reading the training graph from {raw_dir}")
     graph = _read_graph(raw_dir, meta)
     n = int(graph["num_nodes"])
-    check_node_count_fits(n, str(raw_dir / ("data.npz" if meta["binary"] else "num-node-list.csv.gz")))
-    edge_file = str(raw_dir / ("data.npz" if meta["binary"] else "edge.csv.gz"))
+    check_node_count_fits(n, raw_file(raw_dir, meta, "num-node-list.csv.gz"))
+    edge_file = raw_file(raw_dir, meta, "edge.csv.gz")
     edge_index = np.asarray(graph["edge_index"], dtype=np.int64)
     check_edges(edge_index, n, edge_file)
     say("reading and validating the edge splits")
@@ -288,7 +288,7 @@ def build(
     x, normalized = graph.get("node_feat"), "none"
     if x is not None:
         x = np.asarray(x).astype(np.float32, copy=False)
-        check_features(x, n, str(raw_dir / ("data.npz" if meta["binary"] else "node-feat.csv.gz")))
+        check_features(x, n, raw_file(raw_dir, meta, "node-feat.csv.gz"))
         arrays["x"], normalized = normalize_features(x, options.normalize_features, say)
     for s in SPLITS:
         arrays.update({f"split.{s}.{key}": np.ascontiguousarray(v) for key, v in splits[s].items()})

@@ -115,6 +115,11 @@ def meta_counts(raw: dict[str, Any], where: str) -> tuple[int, int]:
     return num_tasks, num_classes
 
 
+def raw_file(raw_dir: Path, meta: dict[str, Any], csv_name: str) -> str:
+    """Where a raw array is read from: ``data.npz`` in the binary layout, ``csv_name`` otherwise."""
+    return str(raw_dir / ("data.npz" if meta["binary"] else csv_name))
+
+
 def split_name(raw: dict[str, Any], where: str) -> str:
     """``'split'``: the name of one folder under ``split/`` (never a path out of the dataset folder)."""
     name = str(raw["split"])
@@ -562,9 +567,9 @@ def read_ogb_folder(folder: Path, meta: dict[str, Any]) -> RawGraph:
     raw_dir = folder / "raw"
     graph = _read_graph(raw_dir, meta)
     files = {
-        "nodes": str(raw_dir / ("data.npz" if meta["binary"] else "num-node-list.csv.gz")),
-        "edges": str(raw_dir / ("data.npz" if meta["binary"] else "edge.csv.gz")),
-        "features": str(raw_dir / ("data.npz" if meta["binary"] else "node-feat.csv.gz")),
+        "nodes": raw_file(raw_dir, meta, "num-node-list.csv.gz"),
+        "edges": raw_file(raw_dir, meta, "edge.csv.gz"),
+        "features": raw_file(raw_dir, meta, "node-feat.csv.gz"),
     }
     label_path = label_file(raw_dir, meta)
     if meta["binary"]:

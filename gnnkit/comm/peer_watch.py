@@ -13,7 +13,7 @@ user's own ``Trainer`` can add it too.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, Optional
+from typing import Optional
 
 import lightning.pytorch as pl
 
@@ -42,7 +42,8 @@ class PeerWatch(pl.Callback):
         return timeout if isinstance(timeout, timedelta) else timedelta(minutes=30)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        """Publish this rank's host and pid once (a barrier of every rank, as setup is)."""
+        """Publish this rank's host and pid once, and read every rank's (each rank waits for the
+        others' entries; Lightning calls ``setup`` on every rank)."""
         store = failures.default_store()
         if self.peers or not self._watched(trainer) or store is None:
             return
@@ -53,6 +54,3 @@ class PeerWatch(pl.Callback):
         if self._watched(trainer):
             failures.name_lost_ranks(exception, self.peers, trainer.global_rank, trainer.world_size,
                                      self._timeout(trainer))
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}  # where ranks ran is not part of a checkpoint

@@ -232,7 +232,9 @@ class GnnkitStrategy(DDPStrategy):
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         if not self._hush_unused_notice:
             return super().training_step(*args, **kwargs)
-        self._hush_unused_notice = False  # the notice comes once a process, at the first forward
+        # the notice comes once a process, at the first forward that syncs gradients (not one
+        # inside no_sync, as Lightning accumulates)
+        self._hush_unused_notice = not getattr(self.model, "require_backward_grad_sync", True)
         with quiet.native_stderr_without(quiet.UNUSED_PARAMETERS_NOTICE):
             return super().training_step(*args, **kwargs)
 

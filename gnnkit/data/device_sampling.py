@@ -24,13 +24,13 @@ falls back to the CPU. The log and ``report.json`` say where each array went and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from gnnkit.optim.state import tensor_bytes
+from pipeline.progress import available_memory_mb
 
 SAMPLER_DEVICES = ("auto", "cpu", "cuda")
 #: Share of the device's free memory the graph may take; the rest is left to training.
@@ -106,14 +106,9 @@ def free_device_bytes(device: torch.device) -> int:
 
 
 def available_host_bytes() -> int:
-    """Memory the host can still give (``MemAvailable`` of ``/proc/meminfo``; unbounded where unknown)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 2**62
+    """Memory the host can still give (:func:`pipeline.progress.available_memory_mb`; unbounded where unknown)."""
+    free_mb = available_memory_mb()
+    return 2**62 if free_mb is None else int(free_mb * 2**20)
 
 
 def pinned_bytes(nbytes: int) -> int:

@@ -270,13 +270,30 @@ CUDA_OOM = ("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total 
      "model.hidden_channels needs less"),
 ], ids=["cpu", "cuda"])
 def test_torchs_failed_allocations_are_one_line_with_what_to_make_smaller(capsys, monkeypatch, raised, line):
+    """A run says what to make smaller; another command (no batch to shrink) only what failed."""
     import gnnkit.data.cli as data_cli
+    import gnnkit.run_command as run_command
 
-    monkeypatch.setattr(data_cli, "_datasets", lambda args: raised())
-    assert main(["datasets"]) == 1
+    monkeypatch.setattr(run_command, "_run_command", lambda args: raised())
+    assert main(["run", "recipe.yaml"]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"gnnkit: error: {line}") and err.count("\n") == 1
     assert err.rstrip().endswith("or model.hidden_channels needs less")
+    monkeypatch.setattr(data_cli, "_datasets", lambda args: raised())
+    assert main(["datasets"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("gnnkit: error: out of memory: ") and "needs less" not in err and err.count("\n") == 1
+
+
+def test_a_bare_memory_error_names_itself(capsys, monkeypatch):
+    import gnnkit.data.cli as data_cli
+
+    def bare(args):
+        raise MemoryError
+
+    monkeypatch.setattr(data_cli, "_datasets", bare)
+    assert main(["datasets"]) == 1
+    assert capsys.readouterr().err == "gnnkit: error: out of memory: MemoryError\n"
 
 
 def test_sigterm_is_a_failure_status(capsys, monkeypatch):

@@ -185,7 +185,9 @@ def test_a_heterophilous_graph_under_a_citation_recipe_gets_a_hint_and_its_homop
         tmp_path, make_ogb_folder):
     """Random edges and labels: adjusted homophily about 0, far below Cora's; the hint names the
     heterophily recipe, and report.json holds the measure."""
-    folder = make_ogb_folder()
+    from tests.conftest import graph_arrays
+
+    folder = make_ogb_folder(**graph_arrays(num_nodes=1000, num_edges=6000))  # 2,160 edges between training nodes
     out = _gnnkit("run", REPO / "recipes" / "gcn_citation.yaml", "--data.dataset", folder, "--trainer.max_epochs", "1",
                   "--run_dir", tmp_path / "r", cwd=tmp_path, env=NATIVE_OFF)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -131,6 +131,7 @@ def test_builder_leaves_nothing_when_a_stream_is_incomplete(tmp_path):
 
 @pytest.mark.parametrize(("edit", "message"), [
     (lambda m: [], "malformed manifest: expected a JSON object, got \\[\\]"),
+    (lambda m: {k: v for k, v in m.items() if k != "schema_version"}, "malformed manifest: no schema_version"),
     (lambda m: {**m, "schema_version": 0}, "an entry of cache schema 0; this gnnkit reads schema 1 .*'gnnkit cache clear'"),
     (lambda m: {**m, "key": "k9"}, "the entry of key 'k9', not of its folder's name 'k1' \\(a copied or renamed entry"),
     (lambda m: {**m, "arrays": {**m["arrays"], "y": {k: v for k, v in m["arrays"]["y"].items() if k != "sha256"}}},
@@ -139,7 +140,7 @@ def test_builder_leaves_nothing_when_a_stream_is_incomplete(tmp_path):
     (lambda m: {**m, "inputs": ["g"]}, "malformed manifest: 'inputs' must be a mapping"),
     (lambda m: {**m, "arrays": {**m["arrays"], "x": {**m["arrays"]["x"], "shape": "3x4"}}},
      "malformed manifest: arrays.x.shape must be a list"),
-], ids=["a list", "another schema", "another key", "no checksum", "no arrays", "inputs a list", "shape a string"])
+], ids=["a list", "no schema", "another schema", "another key", "no checksum", "no arrays", "inputs a list", "shape a string"])
 def test_a_damaged_manifest_is_one_line_naming_it(tmp_path, edit, message):
     """The cache commands list such an entry as CORRUPT; they raised AttributeError and KeyError."""
     entry = _publish(tmp_path)

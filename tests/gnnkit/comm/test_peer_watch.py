@@ -49,7 +49,7 @@ def test_other_errors_one_process_and_gnnkit_strategy_are_left_alone() -> None:
     single = _gloo_error()
     watch.on_exception(_trainer(DDPStrategy(), world_size=1), None, single)
     assert not hasattr(single, MARK)
-    own = _gloo_error()  # GnnkitStrategy.on_exception rewrites it itself, before the callbacks run
+    own = _gloo_error()  # GnnkitStrategy.on_exception rewrites it itself
     watch.on_exception(_trainer(GnnkitStrategy()), None, own)
     assert not hasattr(own, MARK)
 

@@ -284,6 +284,35 @@ def test_bucket_dependent_modes_keep_ddp_buckets_fixed(comm: str, fixed: bool) -
     assert GnnkitStrategy(comm=comm, fixed_buckets=False)._ddp_kwargs["find_unused_parameters"] is False
 
 
+def test_the_unused_parameters_notice_is_hushed_until_the_first_step_that_syncs(monkeypatch) -> None:
+    """DDP prints it at the first forward outside no_sync: with accumulate_grad_batches 2, the second."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from lightning.pytorch.strategies import DDPStrategy
+
+    from gnnkit import quiet
+    from gnnkit.comm import GnnkitStrategy
+
+    hushed = []
+
+    @contextlib.contextmanager
+    def record(fragment):
+        hushed.append(fragment)
+        yield
+
+    monkeypatch.setattr(quiet, "native_stderr_without", record)
+    monkeypatch.setattr(DDPStrategy, "training_step", lambda self, *args, **kwargs: "loss")
+    strategy = GnnkitStrategy(comm="topk_a2a")
+    strategy._model = SimpleNamespace(require_backward_grad_sync=False)  # inside no_sync
+    assert strategy.training_step() == "loss" and hushed == [quiet.UNUSED_PARAMETERS_NOTICE]
+    strategy._model.require_backward_grad_sync = True
+    assert strategy.training_step() == "loss" and len(hushed) == 2
+    assert strategy.training_step() == "loss" and len(hushed) == 2  # once a process: nothing to hush after
+    assert not GnnkitStrategy(comm="topk_a2a", find_unused_parameters=True)._hush_unused_notice  # the user's own
+    assert not GnnkitStrategy(comm="allreduce")._hush_unused_notice
+
+
 def test_the_packages_names_load_on_first_use():
     import gnnkit.comm as comm
 
