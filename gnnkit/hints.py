@@ -21,6 +21,8 @@ from typing import Any
 
 import yaml
 
+from gnnkit.homophily import HETEROPHILOUS_BELOW
+
 #: A dataset this many times smaller or larger than a recipe's reference graph gets a hint.
 FAR = 10.0
 
@@ -149,8 +151,6 @@ def homophily_hint(recipe: Path, reference: Reference | None, dataset: str, homo
         dataset: The dataset's name, for the message.
         homophily: The dataset's adjusted homophily (:func:`gnnkit.homophily.adjusted_homophily`).
     """
-    from gnnkit.homophily import HETEROPHILOUS_BELOW
-
     if reference is None or reference.heterophilous or homophily is None or homophily >= HETEROPHILOUS_BELOW:
         return None
     shown = round(homophily, 2) + 0.0  # -0.0046 is "0.00", not "-0.00"

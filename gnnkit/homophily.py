@@ -9,12 +9,12 @@ sizes gives about that much. The adjusted measure subtracts that chance level,
     h_adj = (h_edge - sum_k p_k^2) / (1 - sum_k p_k^2),   p_k = D_k / 2|E|,
 
 with ``D_k`` the summed degree of class ``k``: 0 for edges that ignore the classes, 1 when every
-edge stays within a class, negative when edges prefer other classes. On their training labels gnnkit
-measures 0.01 on minesweeper, 0.10 on tolokers, 0.00 on actor, 0.02 on chameleon_filtered and
-0.01 on squirrel_filtered (the heterophilous graphs of README's table), and 0.56 to 0.57 on the
-arxiv twin and synthetic-tiny. Only training labels are read (edges between two labelled training nodes), so
-nothing of the validation or test labels reaches a run's choices; on graphs with many training
-nodes a seeded sample of them stands in.
+edge stays within a class, negative when edges prefer other classes. On their training labels
+gnnkit measures 0.01 on minesweeper, 0.10 on tolokers, 0.00 on actor, 0.02 on chameleon_filtered
+and 0.01 on squirrel_filtered (the heterophilous graphs of README's table), and 0.56 to 0.57 on
+the arxiv twin and synthetic-tiny. Only training labels are read (edges between two labelled
+training nodes, self loops left out), so nothing of the validation or test labels reaches a run's
+choices; on graphs with many training nodes a seeded sample of them stands in.
 """
 
 from __future__ import annotations
