@@ -166,11 +166,17 @@ def native_stderr_without(fragment: str) -> Iterator[None]:
         os.close(saved)
         yield
         return
-    unwanted = fragment.encode()
-    relay = threading.Thread(target=_relay_lines, args=(read_end, saved, unwanted), name="gnnkit-stderr", daemon=True)
+    relay = threading.Thread(target=_relay_lines, args=(read_end, saved, fragment.encode()), name="gnnkit-stderr",
+                             daemon=True)
+    try:
+        relay.start()
+    except RuntimeError:  # no thread to be had
+        for fd in (read_end, write_end, saved):
+            os.close(fd)
+        yield
+        return
     os.dup2(write_end, 2)
     os.close(write_end)
-    relay.start()
     try:
         yield
     finally:
@@ -193,7 +199,11 @@ def _relay_lines(read_end: int, target: int, unwanted: bytes) -> None:
 
 
 def _write_all(fd: int, data: bytes) -> None:
-    """``os.write`` until every byte is written (a pipe or terminal may take part of it)."""
+    """``os.write`` until every byte is written (a pipe or terminal may take part of it); nothing
+    when standard error itself is gone (the relay goes on reading, so writers never block)."""
     view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+    try:
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError:
+        pass
