@@ -29,7 +29,8 @@ import numpy as np
 
 from pipeline.errors import DatasetError
 from pipeline.npz_stream import MemberHeader, NpzReader
-from pipeline.ogb_layout import check_raw_folder, csv_chunks, label_file, numeric, ogb_values, read_csv, read_split
+from pipeline.ogb_layout import (check_raw_folder, csv_chunks, label_file, numeric, ogb_values, raw_file, read_csv,
+                                 read_split)
 
 #: data.npz members that are neither node nor edge arrays (OGB's binary reader).
 COUNT_MEMBERS = ("edge_index", "num_nodes_list", "num_edges_list")
@@ -84,7 +85,8 @@ class RawNodeChunks:
             self._open_binary()
         else:
             self._open_csv()
-        self.files = {"edges": str(self.edge_file), "features": str(self.feature_file), "labels": str(self.label_path)}
+        self.files = {"nodes": raw_file(self.raw_dir, meta, "num-node-list.csv.gz"), "edges": str(self.edge_file),
+                      "features": str(self.feature_file), "labels": str(self.label_path)}
 
     # -- layout-specific set-up -------------------------------------------------------------------
 

@@ -164,7 +164,8 @@ def test_citation_recipes_run_as_shipped(tmp_path, recipe):
                   cwd=tmp_path, env=NATIVE_OFF)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-2].startswith("test acc: ") and "hint:" not in out.stderr
-    assert yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())["reference"] == {"graph": "Cora", "nodes": 2708}
+    reference = yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())["reference"]
+    assert reference == {"graph": "Cora", "nodes": 2708, "heterophilous": False}
     data = json.loads((tmp_path / "r" / "report.json").read_text())["data"]
     assert (data["graph"], data["normalize_features"], data["preprocess"]["normalize_features"]) == \
         ("symmetrised", "none", "auto")
