@@ -12,8 +12,8 @@ from gnnkit.comm.costmodel import MODES, Calibration, explain, plan
 
 
 def _calibration(args: argparse.Namespace) -> Calibration:
-    """The link model: ``--calibration`` (one of its ``--network``\ s) or the default, then ``--bandwidth``
-    and ``--latency``."""
+    """The link model: ``--calibration`` (the network ``--network`` names in it) or the default, then
+    ``--bandwidth`` and ``--latency``."""
     if args.network is not None and args.calibration is None:
         raise ValueError("comm plan --network: picks one of a --calibration file's networks; give --calibration")
     cal = Calibration.load(args.calibration, args.network) if args.calibration else Calibration()
