@@ -17,11 +17,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import yaml
 
-from gnnkit.homophily import HETEROPHILOUS_BELOW
+from gnnkit.homophily import HETEROPHILOUS_BELOW, is_heterophilous
 
 #: A dataset this many times smaller or larger than a recipe's reference graph gets a hint.
 FAR = 10.0
@@ -84,6 +84,13 @@ def _read_candidate(path: Path) -> _Candidate | None:
     return _Candidate(path, reference, model, dataset)
 
 
+def _candidates(recipe: Path) -> Iterator[_Candidate]:
+    """The node recipes beside ``recipe`` (itself left out) that name a reference, by file name."""
+    for path in sorted(recipe.parent.glob("*.yaml")):
+        if path.resolve() != recipe.resolve() and (candidate := _read_candidate(path)) is not None:
+            yield candidate
+
+
 def _distance(nodes: int, reference: Reference) -> float:
     """How far apart two sizes are, as the absolute log of their ratio."""
     return abs(math.log(nodes / reference.nodes))
@@ -98,16 +105,13 @@ def suggest_recipe(recipe: Path, model: str, num_nodes: int, heterophilous: bool
     its synthetic twins), then the closest size, then the name.
     """
     best: tuple[tuple[Any, ...], _Candidate] | None = None
-    for path in sorted(recipe.parent.glob("*.yaml")):
-        if path.resolve() == recipe.resolve():
-            continue
-        candidate = _read_candidate(path)
-        if candidate is None or _distance(num_nodes, candidate.reference) > math.log(FAR):
+    for candidate in _candidates(recipe):
+        if _distance(num_nodes, candidate.reference) > math.log(FAR):
             continue
         if heterophilous is not None and candidate.reference.heterophilous != heterophilous:
             continue
         rank = (candidate.model != model, candidate.dataset != candidate.reference.graph,
-                _distance(num_nodes, candidate.reference), path.name)
+                _distance(num_nodes, candidate.reference), candidate.path.name)
         if best is None or rank < best[0]:
             best = (rank, candidate)
     return None if best is None else best[1]
@@ -151,13 +155,12 @@ def homophily_hint(recipe: Path, reference: Reference | None, dataset: str, homo
         dataset: The dataset's name, for the message.
         homophily: The dataset's adjusted homophily (:func:`gnnkit.homophily.adjusted_homophily`).
     """
-    if reference is None or reference.heterophilous or homophily is None or homophily >= HETEROPHILOUS_BELOW:
+    if reference is None or reference.heterophilous or not is_heterophilous(homophily):
         return None
     shown = round(homophily, 2) + 0.0  # -0.0046 is "0.00", not "-0.00"
     line = (f"hint: {dataset} is heterophilous (adjusted homophily {shown:.2f} on its training labels, below "
             f"{HETEROPHILOUS_BELOW:g}), unlike {reference.graph}, the graph {recipe.name}'s hyper-parameters come from")
-    others = [c for c in map(_read_candidate, sorted(recipe.parent.glob("*.yaml")))
-              if c is not None and c.reference.heterophilous]
-    if not others:
+    other = next((c for c in _candidates(recipe) if c.reference.heterophilous), None)
+    if other is None:
         return line + "; expect to tune them"
-    return line + f"; compare {others[0].path} by validation (README: Heterophilous graphs)"
+    return line + f"; compare {other.path} by validation (README: Heterophilous graphs)"

@@ -34,6 +34,11 @@ MAX_NODES = 100_000
 MIN_EDGES = 500
 
 
+def is_heterophilous(homophily: float | None) -> bool | None:
+    """Whether an adjusted homophily is below :data:`HETEROPHILOUS_BELOW` (``None``: not measured)."""
+    return None if homophily is None else homophily < HETEROPHILOUS_BELOW
+
+
 def class_labels(graph: CanonicalGraph) -> Tensor | None:
     """``int64 [N]`` class labels with -1 for unlabelled nodes, or ``None`` when the task has none
     (several tasks, regression)."""

@@ -35,7 +35,7 @@ from gnnkit.comm.peer_watch import PeerWatch
 from gnnkit.csv_logger import RunCSVLogger
 from gnnkit.fault_injection import FaultInjection, fault_from_env
 from gnnkit.hints import add_reference_argument, homophily_hint, size_hint
-from gnnkit.homophily import HETEROPHILOUS_BELOW
+from gnnkit.homophily import is_heterophilous
 from gnnkit.last_checkpoint import LastCheckpoint
 from gnnkit.optim import GaLoreAdamW  # noqa: F401  (a known Optimizer subclass: `--optimizer GaLoreAdamW`)
 from gnnkit.optim.foreign_state import ForeignOptimizerState
@@ -342,8 +342,7 @@ def _hints(recipe: Path, cli: GnnkitCLI, model: str, facts: dict[str, Any]) -> l
     """A node run's hints: the graph far smaller or larger than the recipe's reference, or
     heterophilous unlike it (:mod:`gnnkit.hints`)."""
     reference, homophily = cli.config_init.get("reference"), facts.get("adjusted_homophily")
-    heterophilous = None if homophily is None else homophily < HETEROPHILOUS_BELOW
-    hints = (size_hint(recipe, reference, model, facts["name"], facts["num_nodes"], heterophilous),
+    hints = (size_hint(recipe, reference, model, facts["name"], facts["num_nodes"], is_heterophilous(homophily)),
              homophily_hint(recipe, reference, facts["name"], homophily))
     return [hint for hint in hints if hint]
 
