@@ -14,7 +14,7 @@ that the recipes can be checked on graphs whose edges mostly join different clas
   graphs; the recipes do too);
 * split ``--split`` of the ten in the file (``train_masks``/``val_masks``/``test_masks`` rows).
 
-The files are read with ``numpy.load(allow_pickle=False)``: plain arrays only.
+The files are read as ``gnnkit import`` reads them (``numpy.load(allow_pickle=False)``: plain arrays only).
 
     python bench/heterophilous_to_ogb.py --raw heterophilous-graphs/data --out /tmp/hetero [minesweeper actor ...]
 """
@@ -26,11 +26,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from pipeline.errors import DatasetError  # noqa: E402
+from pipeline.node_graph_import import ImportOptions, node_graph_parts, read_arrays  # noqa: E402
 from pipeline.ogb_layout import write_ogb_folder  # noqa: E402
 
 #: The arrays each file holds.
@@ -38,7 +38,8 @@ ARRAYS = ("node_features", "node_labels", "edges", "train_masks", "val_masks", "
 
 
 def read_heterophilous(path: Path, split: int = 0) -> dict[str, Any]:
-    """One graph file as :func:`write_ogb_folder`'s arguments, with data split ``split``.
+    """One graph file as :func:`write_ogb_folder`'s arguments, with data split ``split``
+    (:func:`pipeline.node_graph_import.node_graph_parts`, edges stored once per pair).
 
     Raises:
         SystemExit: A file that is missing or unreadable, lacks one of :data:`ARRAYS` or has no split
@@ -47,26 +48,15 @@ def read_heterophilous(path: Path, split: int = 0) -> dict[str, Any]:
     if not path.is_file():
         raise SystemExit(f"{path}: missing; fetch data/{path.name} from github.com/yandex-research/heterophilous-graphs")
     try:
-        with np.load(path, allow_pickle=False) as data:
-            missing = [name for name in ARRAYS if name not in data.files]
-            if missing:
-                raise SystemExit(f"{path}: expected the arrays {list(ARRAYS)}, missing {missing}")
-            arrays = {name: data[name] for name in ARRAYS}
-    except (OSError, ValueError, EOFError) as err:  # empty, cut short, not an npz, or arrays of objects
-        raise SystemExit(f"{path}: not a readable npz file ({err})") from None
-    if not 0 <= split < len(arrays["train_masks"]):
-        raise SystemExit(f"{path}: expected a split in 0..{len(arrays['train_masks']) - 1}, got {split}")
-    labels = arrays["node_labels"].astype(np.int64)
-    binary = int(labels.max()) == 1
-    meta = {"num tasks": 1, "num classes": int(labels.max()) + 1,
-            "task type": "binary classification" if binary else "multiclass classification",
-            "eval metric": "rocauc" if binary else "acc", "add_inverse_edge": "True", "split": f"platonov{split}",
-            "additional node files": "None", "additional edge files": "None", "is hetero": "False", "version": 1}
-    masks = {"train": "train_masks", "valid": "val_masks", "test": "test_masks"}
-    return {"edge_index": arrays["edges"].T.astype(np.int64), "num_nodes": len(labels),
-            "labels": labels.reshape(-1, 1) if binary else labels, "meta": meta,
-            "split": {part: np.flatnonzero(arrays[key][split]) for part, key in masks.items()},
-            "node_feat": arrays["node_features"].astype(np.float32)}
+        arrays = read_arrays(path)
+        missing = [name for name in ARRAYS if name not in arrays]
+        if missing:
+            raise SystemExit(f"{path}: expected the arrays {list(ARRAYS)}, missing {missing}")
+        parts = node_graph_parts(arrays, ImportOptions(split=split, add_inverse_edge=True), str(path))
+    except DatasetError as err:
+        raise SystemExit(str(err)) from None
+    del parts["summary"]
+    return parts
 
 
 def edge_homophily(parts: dict[str, Any]) -> float:

@@ -21,7 +21,6 @@ from typing import Any, Iterator
 
 import yaml
 
-from gnnkit.homophily import HETEROPHILOUS_BELOW, is_heterophilous
 
 #: A dataset this many times smaller or larger than a recipe's reference graph gets a hint.
 FAR = 10.0
@@ -155,6 +154,8 @@ def homophily_hint(recipe: Path, reference: Reference | None, dataset: str, homo
         dataset: The dataset's name, for the message.
         homophily: The dataset's adjusted homophily (:func:`gnnkit.homophily.adjusted_homophily`).
     """
+    from gnnkit.homophily import HETEROPHILOUS_BELOW, is_heterophilous  # torch: not for gnnkit import's suggestion
+
     if reference is None or reference.heterophilous or not is_heterophilous(homophily):
         return None
     shown = round(homophily, 2) + 0.0  # -0.0046 is "0.00", not "-0.00"

@@ -1,5 +1,5 @@
-"""``gnnkit datasets``, ``gnnkit preprocess``, ``gnnkit partition`` and ``gnnkit cache``: the registry
-and the caches.
+"""``gnnkit datasets``, ``gnnkit import``, ``gnnkit preprocess``, ``gnnkit partition`` and ``gnnkit cache``:
+the registry, the user's own graphs and the caches.
 
 These commands import :mod:`pipeline` only (no torch, no Lightning) wherever the cache answers, so
 they start in a fraction of a second.
@@ -93,6 +93,31 @@ def _preprocess(args: argparse.Namespace) -> int:
           f"in {seconds:.2f}s, peak memory {peak_rss_mb():.0f} MiB")
     print(entry.path)
     return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from pipeline.node_graph_import import ImportOptions, import_node_graph
+
+    options = ImportOptions(split=args.split, metric=args.metric, seed=args.seed)
+    imported = import_node_graph(args.source, args.out, options)
+    print(f"{imported.folder.name}: {imported.summary}")
+    recipe, why = _recipe_for(imported.num_nodes)
+    print(f"train it: gnnkit run {recipe} --data.dataset {imported.folder}{why}")
+    print(imported.folder)
+    return 0
+
+
+def _recipe_for(num_nodes: int) -> tuple[str, str]:
+    """The shipped recipe set for a graph of ``num_nodes`` nodes (:func:`gnnkit.hints.suggest_recipe`,
+    GCN first: the baseline every paper reports) and a note naming its reference graph; the quickstart
+    recipe when none is near in size or the recipes are not beside the package (an installed wheel)."""
+    from gnnkit.hints import suggest_recipe
+
+    recipes = Path(__file__).resolve().parents[2] / "recipes"
+    found = suggest_recipe(recipes / "quickstart.yaml", "gcn", num_nodes) if recipes.is_dir() else None
+    if found is None:
+        return "recipes/quickstart.yaml", ""
+    return f"recipes/{found.path.name}", f"   (set for {found.reference.graph}, {found.reference.nodes:,} nodes)"
 
 
 def _partition(args: argparse.Namespace) -> int:
@@ -200,10 +225,26 @@ def _entry_arguments(p: argparse.ArgumentParser) -> None:
                    help="build out of core, peak memory under N MiB (node datasets; the same entry as in memory)")
 
 
+#: ``gnnkit import``'s line in ``gnnkit --help`` (gnnkit.cli.COMMANDS holds the same).
+IMPORT_HELP = "write a graph of your own (a PyG Data's arrays) as a dataset folder for node prediction"
+
+
 def add_parser(subparsers: Any) -> None:
-    """Add ``datasets``, ``preprocess`` and ``cache`` to the ``gnnkit`` command."""
+    """Add ``datasets``, ``import``, ``preprocess``, ``partition`` and ``cache`` to the ``gnnkit`` command."""
     p = subparsers.add_parser("datasets", help="list registry entries and their cache state")
     p.set_defaults(func=_datasets)
+    p = subparsers.add_parser("import", help=IMPORT_HELP,
+                              description=IMPORT_HELP + ": x, edge_index, y and train_mask/val_mask/test_mask (or "
+                                          "train_idx/valid_idx/test_idx; none: a random 50/25/25 split) from a .pt "
+                                          "file of torch.save(data.to_dict(), path) or a one-graph PyG processed "
+                                          "data.pt (weights-only loads), or an .npz of arrays")
+    p.add_argument("source", type=Path, help=".pt or .npz file")
+    p.add_argument("out", type=Path, help="the dataset folder to write (must not exist); give it as --data.dataset")
+    p.add_argument("--split", type=int, default=0, help="which split of 2-D masks ([N, K]: a column)")
+    p.add_argument("--metric", choices=["acc", "rocauc"], default=None,
+                   help="default: rocauc for two classes or [N, T] binary labels, acc otherwise")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random split made when the file has none")
+    p.set_defaults(func=_import)
     p = subparsers.add_parser("preprocess", help="build (or find) the cache entry of a dataset")
     _entry_arguments(p)
     p.add_argument("--force", action="store_true", help="rebuild even if cached")

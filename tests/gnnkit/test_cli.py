@@ -80,6 +80,24 @@ def test_bad_folder_is_one_clear_line(capsys, make_ogb_folder):
     assert err == f"gnnkit: error: {folder}/meta.json: missing meta key 'eval metric'"
 
 
+def test_import_writes_a_folder_that_preprocess_takes_and_a_bad_file_is_one_line(capsys, tmp_path):
+    n = 300  # within 10x of Cora's 2,708 nodes: the Cora recipe is named
+    mask = np.arange(n) < 100
+    np.savez(tmp_path / "g.npz", x=np.eye(n, 4, dtype=np.float32),
+             edge_index=np.array([np.arange(n), np.arange(n)[::-1]]), y=np.arange(n) % 3, train_mask=mask, val_mask=np.roll(mask, 100), test_mask=np.roll(mask, 200))
+    assert main(["import", str(tmp_path / "g.npz"), str(tmp_path / "mine")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [f"mine: {n} nodes, {n} edges, 4 features, 3 classes (acc); split train_mask/val_mask/test_mask: "
+                   "train 100, valid 100, test 100",
+                   f"train it: gnnkit run recipes/gcn_citation.yaml --data.dataset {tmp_path / 'mine'}"
+                   "   (set for Cora, 2,708 nodes)", str(tmp_path / "mine")]
+    assert main(["preprocess", str(tmp_path / "mine")]) == 0
+    capsys.readouterr()
+    assert main(["import", str(tmp_path / "g.npz"), str(tmp_path / "mine")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"gnnkit: error: {tmp_path / 'mine'}: exists: expected a new folder to write the dataset into\n"
+
+
 def test_console_script_help():
     out = subprocess.run([sys.executable, "-m", "gnnkit.cli", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "preprocess" in out.stdout
@@ -134,10 +152,13 @@ def test_the_parser_is_complete_for_the_invoked_command_only():
         build_parser(["--help"]).parse_args(["preprocess", "x"])
 
 
-def test_dataset_commands_comm_plan_and_a_missing_recipe_import_neither_torch_nor_lightning(make_ogb_folder):
+def test_dataset_commands_comm_plan_and_a_missing_recipe_import_neither_torch_nor_lightning(make_ogb_folder,
+                                                                                             tmp_path):
     folder = make_ogb_folder()
     assert main(["preprocess", str(folder)]) == 0  # the hits below must not build
     assert main(["partition", str(folder), "--parts", "2"]) == 0
+    np.savez(tmp_path / "g.npz", edge_index=np.array([[0, 1], [1, 2]]), y=np.array([0, 1, 0, 1]))
+    imported = [str(tmp_path / "g.npz"), str(tmp_path / "g")]
     code = f"""
 import contextlib, io, sys
 from gnnkit.cli import main
@@ -149,6 +170,8 @@ for argv in ([], ["datasets"], ["preprocess", {str(folder)!r}], ["partition", {s
     assert not heavy, (argv, heavy[:5])
 with contextlib.redirect_stderr(io.StringIO()):  # a recipe path that is no file: refused before Lightning
     assert main(["run", "no-such-recipe.yaml", "--trainer.max_epochs", "1"]) == 2
+with contextlib.redirect_stdout(io.StringIO()):  # an .npz graph imported (its split files are written by pandas)
+    assert main(["import", *{imported!r}]) == 0
 assert not [m for m in sys.modules if m.split(".")[0] in ("torch", "lightning")]
 print("ok")
 """
