@@ -157,7 +157,11 @@ def _num_nodes(arrays: Mapping[str, np.ndarray], edges: np.ndarray, where: str) 
     for field in ("num_nodes", "x", "y"):
         if (found := _field(arrays, field)) is not None:
             name, value = found
-            n = int(value) if field == "num_nodes" else len(value)
+            count = field == "num_nodes"
+            if (value.size != 1 or value.dtype.kind not in "iu") if count else value.ndim == 0:
+                raise DatasetError(f"{where}: {name}", f"expected {'a node count' if count else 'a row per node'}, "
+                                                       f"got {value.dtype} of shape {list(value.shape)}")
+            n = int(value.reshape(-1)[0]) if count else len(value)
             break
     else:
         raise DatasetError(where, "no labels: expected an array named one of " + str(list(ALIASES["y"])))

@@ -117,6 +117,8 @@ def test_index_arrays_and_no_split_at_all():
     ({"train_mask": np.zeros(40, bool)}, "graph: train_mask: selects no node: expected training nodes"),
     ({"train_mask": np.full(40, 2)}, "graph: train_mask: expected a mask of booleans"),
     ({"test_idx": np.array([99])}, r"graph: test_idx: expected node ids in \[0, 40\)"),
+    ({"num_nodes": np.array([3, 4])}, r"graph: num_nodes: expected a node count, got int64 of shape \[2\]"),
+    ({"x": np.array(1.0)}, r"graph: x: expected a row per node, got float64 of shape \[\]"),
 ])
 def test_a_bad_array_is_one_line_naming_it(change, message):
     arrays = {k: v.numpy() for k, v in _graph().to_dict().items()}
