@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline.errors import DatasetError  # noqa: E402
-from pipeline.node_graph_import import ImportOptions, node_graph_parts, read_arrays  # noqa: E402
+from pipeline.array_source import read_arrays  # noqa: E402
+from pipeline.node_graph_import import ImportOptions, node_graph_parts  # noqa: E402
 from pipeline.ogb_layout import write_ogb_folder  # noqa: E402
 
 #: The arrays each file holds.
@@ -48,7 +49,7 @@ def read_heterophilous(path: Path, split: int = 0) -> dict[str, Any]:
     if not path.is_file():
         raise SystemExit(f"{path}: missing; fetch data/{path.name} from github.com/yandex-research/heterophilous-graphs")
     try:
-        arrays = read_arrays(path)
+        arrays = read_arrays(path, ARRAYS)
         missing = [name for name in ARRAYS if name not in arrays]
         if missing:
             raise SystemExit(f"{path}: expected the arrays {list(ARRAYS)}, missing {missing}")

@@ -1,26 +1,22 @@
 """A graph of the user's own, given as arrays, written as an OGB-layout folder for node prediction.
 
 A PyG user holds a :class:`torch_geometric.data.Data` (``x``, ``edge_index``, ``y`` and
-``train_mask``/``val_mask``/``test_mask``); ``gnnkit import`` takes its arrays from
-
-* a ``.pt`` file: ``torch.save(data.to_dict(), path)``, or the ``processed/data.pt`` of a one-graph
-  PyG ``InMemoryDataset`` (both read with ``torch.load(weights_only=True)``: a pickled ``Data``
-  object is refused, never unpickled);
-* an ``.npz`` file of plain arrays (``numpy.load(allow_pickle=False)``), under PyG's names or those
-  of Platonov et al.'s heterophilous graphs (``node_features``, ``node_labels``, ``edges``,
-  ``train_masks``, ...);
-* in Python, the ``Data`` itself or any mapping of names to tensors or arrays
-  (:func:`import_node_graph`).
+``train_mask``/``val_mask``/``test_mask``); ``gnnkit import`` takes its arrays from a ``.pt`` or
+``.npz`` file, and :func:`import_node_graph` from the ``Data`` itself (:mod:`pipeline.array_source`),
+under PyG's names, OGB's or those of Platonov et al.'s heterophilous graphs (``node_features``,
+``node_labels``, ``edges``, ``train_masks``, ...).
 
 The folder is what ``gnnkit run RECIPE --data.dataset PATH`` reads (:func:`write_ogb_folder`):
 
 * labels: integer classes (``-1`` unlabelled) are a multi-class task scored by accuracy, two classes
-  a binary one scored by ROC-AUC as OGB and Platonov et al. score theirs (``metric`` picks), an
-  ``[N, T]`` matrix of 0/1 (NaN unlabelled) T binary tasks scored by ROC-AUC;
+  a binary one scored by ROC-AUC as OGB and Platonov et al. score theirs (``metric`` picks); one-hot
+  rows are classes; an ``[N, T]`` matrix of 0/1 (NaN unlabelled) is T binary tasks scored by ROC-AUC;
 * split: the masks (one column of 2-D masks, as PyG's ``WikipediaNetwork`` keeps ten) or index
   arrays (``train_idx``/``valid_idx``/``test_idx``, as OGB's ``get_idx_split`` gives); without
   either, a seeded random 50/25/25 split of the labelled nodes, the proportions of Platonov et al.
-  (ICLR 2023, https://arxiv.org/abs/2302.11640);
+  (ICLR 2023, https://arxiv.org/abs/2302.11640). The three parts must be disjoint, non-empty and
+  labelled, and under ROC-AUC hold both classes, so that every run on the folder can score them;
+* features: finite in float32 (what training reads);
 * edges as stored (both directions of an undirected PyG graph are there already; the recipes
   symmetrise what is not).
 """
@@ -34,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.array_source import named_arrays, read_arrays
 from pipeline.errors import DatasetError
 from pipeline.graph import whole
 from pipeline.ogb_layout import SPLITS, write_ogb_folder
-from pipeline.safe_pt import as_array, load_pt
 
 #: Field -> the names it is read under, first found wins (PyG's, OGB's, Platonov et al.'s).
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -54,6 +50,9 @@ ALIASES: dict[str, tuple[str, ...]] = {
 RANDOM_SPLIT = {"train": 0.5, "valid": 0.25, "test": 0.25}
 
 METRICS = ("acc", "rocauc")
+
+#: Every name :data:`ALIASES` reads.
+NAMES = tuple(name for names in ALIASES.values() for name in names)
 
 
 @dataclass(frozen=True)
@@ -74,66 +73,6 @@ class ImportOptions:
     metric: str | None = None
     seed: int = 0
     add_inverse_edge: bool = False
-
-
-def read_arrays(path: Path) -> dict[str, np.ndarray]:
-    """A ``.pt`` or ``.npz`` file's arrays by name.
-
-    Raises:
-        DatasetError: A missing or unreadable file, another suffix, a pickled object, a file that
-            holds several graphs or a heterogeneous one.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise DatasetError(path, "no such file")
-    if path.suffix == ".npz":
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                return {name: data[name] for name in data.files}
-        except (OSError, ValueError, EOFError) as err:  # empty, cut short, not an npz, or arrays of objects
-            raise DatasetError(path, f"not a readable npz file of plain arrays ({err})") from None
-    if path.suffix in (".pt", ".pth"):
-        return _arrays_of(_read_pt(path), path)
-    raise DatasetError(path, "expected a .pt file (torch.save(data.to_dict(), path)) or an .npz file of arrays")
-
-
-def _read_pt(path: Path) -> Any:
-    """A torch file's content, loaded weights-only (:func:`load_pt`); a PyG processed file's dict."""
-    import torch_geometric.data  # noqa: F401  (allows PyG's Data class, named in its processed files)
-
-    try:
-        content = load_pt(path)
-    except DatasetError as err:
-        raise DatasetError(path, f"{err.problem}: a pickled Data? save the graph with "
-                                 f"torch.save(data.to_dict(), path)") from None
-    if isinstance(content, (tuple, list)) and content and isinstance(content[0], Mapping):  # InMemoryDataset.save
-        slices = content[1] if len(content) > 2 else None
-        if isinstance(slices, Mapping) and any(len(s) > 2 for s in slices.values()):
-            graphs = max(len(s) for s in slices.values()) - 1
-            raise DatasetError(path, f"a dataset of {graphs} graphs; gnnkit import takes one graph for node "
-                                     f"prediction (graph datasets: recipes/gin_molhiv.yaml)")
-        content = content[0]
-    return content
-
-
-def _arrays_of(source: Any, where: str | Path) -> dict[str, np.ndarray]:
-    """``source``'s tensors and arrays (a PyG ``Data``, a mapping) as numpy arrays by name."""
-    if hasattr(source, "to_dict") and not isinstance(source, Mapping):
-        source = source.to_dict()
-    if not isinstance(source, Mapping):
-        raise DatasetError(where, f"expected a dict of tensors (torch.save(data.to_dict(), path)), "
-                                  f"got {type(source).__name__}")
-    nested = sorted(str(k) for k, v in source.items() if isinstance(v, Mapping))
-    if nested:
-        raise DatasetError(where, f"a heterogeneous graph (types {nested}); convert it with "
-                                  f"HeteroData.to_homogeneous() first")
-    arrays = {}
-    for name, value in source.items():
-        if hasattr(value, "detach"):  # a torch tensor, maybe on a GPU or needing grad
-            value = value.detach().cpu()
-        if hasattr(value, "numpy") or isinstance(value, (np.ndarray, np.generic, int, float)):
-            arrays[str(name)] = as_array(value)
-    return arrays
 
 
 def _field(arrays: Mapping[str, np.ndarray], field: str) -> tuple[str, np.ndarray] | None:
@@ -180,38 +119,92 @@ def _rows(found: tuple[str, np.ndarray], n: int, where: str) -> np.ndarray:
     return value
 
 
-def _labels(y: np.ndarray, metric: str | None, where: str) -> tuple[np.ndarray, dict[str, Any], np.ndarray]:
-    """Labels as written, the task's meta keys, and which nodes are labelled."""
+@dataclass(frozen=True)
+class _Labels:
+    """Labels as written, the task's meta keys, which nodes are labelled, and a note for the summary."""
+
+    values: np.ndarray
+    task: dict[str, Any]
+    labelled: np.ndarray
+    note: str = ""
+
+
+def _labels(y: np.ndarray, metric: str | None, where: str) -> _Labels:
+    """The task ``y`` and ``metric`` make (see the module docstring)."""
     if metric is not None and metric not in METRICS:
         raise DatasetError(f"{where}: metric", f"expected one of {list(METRICS)}, got {metric!r}")
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
     if y.dtype.kind == "b":
         y = y.astype(np.int64)
-    if y.ndim == 2:  # several binary tasks, NaN where unknown
-        values = y[~np.isnan(y)] if y.dtype.kind == "f" else y
-        if not np.isin(values, (0, 1)).all() or metric == "acc":
-            raise DatasetError(f"{where}: y", f"an [N, {y.shape[1]}] label matrix is read as {y.shape[1]} binary "
-                                              "tasks scored by rocauc: expected values 0, 1 (NaN unknown)")
-        meta = {"num tasks": y.shape[1], "num classes": 2, "task type": "binary classification",
-                "eval metric": "rocauc"}
-        return y.astype(np.float32), meta, ~np.isnan(y.astype(np.float32)).all(axis=1)
-    if y.ndim != 1 or y.dtype.kind not in "iuf" or (y.dtype.kind == "f" and not np.all(np.isnan(y) | whole(y))):
+    if y.ndim == 2 and y.dtype.kind in "iuf":
+        return _matrix_labels(y, metric, where)
+    if y.ndim != 1 or y.dtype.kind not in "iuf":
         raise DatasetError(f"{where}: y", f"expected integer classes per node (-1 unlabelled), got {y.dtype} of "
-                                          f"shape {list(y.shape)}; regression is not a gnnkit node task")
-    labelled = (y >= 0) if y.dtype.kind != "f" else (~np.isnan(y) & (y >= 0))
-    classes = int(y[labelled].max()) + 1 if labelled.any() else 0
+                                          f"shape {list(y.shape)}")
+    if y.dtype.kind == "f" and not np.all(np.isnan(y) | whole(y)):
+        raise DatasetError(f"{where}: y", "expected integer classes per node (-1 or NaN unlabelled), got fractions; "
+                                          "regression is not a gnnkit node task")
+    return _class_labels(y, metric, where)
+
+
+def _class_labels(y: np.ndarray, metric: str | None, where: str, note: str = "", width: int = 0) -> _Labels:
+    """Integer classes (``-1``/NaN unlabelled), at least ``width`` of them (one-hot columns):
+    multi-class by accuracy, or binary by ROC-AUC."""
+    labelled = ~np.isnan(y) & (y >= 0) if y.dtype.kind == "f" else y >= 0
+    if (y[~labelled] < -1).any():
+        raise DatasetError(f"{where}: y", f"expected classes 0, 1, ... and -1 for unlabelled nodes, found "
+                                          f"{int(np.nanmin(y))}")
+    classes = max(int(y[labelled].max()) + 1 if labelled.any() else 0, width)
     if classes < 2:
         raise DatasetError(f"{where}: y", f"expected at least two classes among the labelled nodes, got {classes}")
-    if metric is None:
-        metric = "rocauc" if classes == 2 else "acc"
+    if classes > labelled.sum():
+        raise DatasetError(f"{where}: y", f"class {classes - 1} among {int(labelled.sum()):,} labelled nodes: "
+                                          "expected classes numbered 0, 1, ..., C-1")
+    empty = np.flatnonzero(np.bincount(y[labelled].astype(np.int64), minlength=classes) == 0)
+    if empty.size:
+        note += f"; no node of class {', '.join(map(str, empty[:5]))}{', ...' if empty.size > 5 else ''}"
+    metric = metric or ("rocauc" if classes == 2 else "acc")
     if metric == "rocauc" and classes != 2:
         raise DatasetError(f"{where}: metric", f"rocauc scores two classes (or [N, T] binary tasks); y has {classes}")
     if metric == "rocauc":
-        meta = {"num tasks": 1, "num classes": 2, "task type": "binary classification", "eval metric": "rocauc"}
-        return np.where(labelled, y, np.nan).astype(np.float32).reshape(-1, 1), meta, labelled
-    meta = {"num tasks": 1, "num classes": classes, "task type": "multiclass classification", "eval metric": "acc"}
-    return np.where(labelled, y, -1).astype(np.int64), meta, labelled
+        task = {"num tasks": 1, "num classes": 2, "task type": "binary classification", "eval metric": "rocauc"}
+        return _Labels(np.where(labelled, y, np.nan).astype(np.float32).reshape(-1, 1), task, labelled, note)
+    task = {"num tasks": 1, "num classes": classes, "task type": "multiclass classification", "eval metric": "acc"}
+    return _Labels(np.where(labelled, y, -1).astype(np.int64), task, labelled, note)
+
+
+def _matrix_labels(y: np.ndarray, metric: str | None, where: str) -> _Labels:
+    """An ``[N, T]`` matrix: one-hot rows are classes (unless ``metric`` is ``rocauc``), 0/1 with
+    NaN unknown T binary tasks by ROC-AUC."""
+    known = ~np.isnan(y) if y.dtype.kind == "f" else np.ones(y.shape, bool)
+    if not np.isin(y[known], (0, 1)).all():
+        raise DatasetError(f"{where}: y", f"an [N, {y.shape[1]}] label matrix is one-hot classes or {y.shape[1]} "
+                                          "binary tasks: expected values 0, 1 (NaN unknown)")
+    if known.all() and (y.sum(axis=1) == 1).all() and metric != "rocauc":
+        note = f"; one-hot y read as classes (--metric rocauc: {y.shape[1]} binary tasks)"
+        return _class_labels(y.argmax(axis=1), metric, where, note, width=y.shape[1])
+    if metric == "acc":
+        raise DatasetError(f"{where}: metric", f"an [N, {y.shape[1]}] label matrix that is not one-hot is "
+                                               f"{y.shape[1]} binary tasks, scored by rocauc, not acc")
+    task = {"num tasks": y.shape[1], "num classes": 2, "task type": "binary classification", "eval metric": "rocauc"}
+    values = np.where(known, y, np.nan).astype(np.float32)
+    return _Labels(values, task, known.any(axis=1))
+
+
+def _features(found: tuple[str, np.ndarray], n: int, where: str) -> np.ndarray:
+    """``[N, F]`` float32 features, finite."""
+    name, x = found
+    if x.dtype.kind not in "biuf":
+        raise DatasetError(f"{where}: {name}", f"expected real numbers, got {x.dtype}")
+    with np.errstate(over="ignore"):
+        x = _rows(found, n, where).reshape(n, -1).astype(np.float32)
+    bad = ~np.isfinite(x)
+    if bad.any():
+        row = int(np.flatnonzero(bad.any(axis=1))[0])
+        raise DatasetError(f"{where}: {name}", f"expected finite values in float32, found {x[bad][0]} in row {row:,} "
+                                               f"({int(bad.any(axis=1).sum()):,} rows)")
+    return x
 
 
 def _one_split(name: str, value: np.ndarray, n: int, column: int, where: str) -> tuple[np.ndarray, int]:
@@ -221,6 +214,8 @@ def _one_split(name: str, value: np.ndarray, n: int, column: int, where: str) ->
         ids = value.reshape(-1)
         if ids.dtype.kind not in "iu" or (ids.size and not 0 <= int(ids.min()) <= int(ids.max()) < n):
             raise DatasetError(f"{where}: {name}", f"expected node ids in [0, {n:,})")
+        if len(np.unique(ids)) < len(ids):
+            raise DatasetError(f"{where}: {name}", f"holds {len(ids) - len(np.unique(ids)):,} repeated node ids")
         return ids.astype(np.int64), 1
     if value.ndim == 2 and n in value.shape:
         masks = value if value.shape[0] == n else value.T  # [N, K]: PyG's; [K, N]: Platonov et al.'s
@@ -239,33 +234,57 @@ def _mask_ids(name: str, mask: np.ndarray, where: str) -> np.ndarray:
     return np.flatnonzero(mask.astype(bool))
 
 
-def _split(arrays: Mapping[str, np.ndarray], n: int, labelled: np.ndarray, options: ImportOptions,
-           where: str) -> tuple[dict[str, np.ndarray], str, str]:
-    """The split's node ids, its name in ``split/``, and where it came from (for the summary)."""
-    found = {part: _field(arrays, part) for part in SPLITS}
-    given = [part for part in SPLITS if found[part] is not None]
-    if not given:
-        order = np.random.default_rng(options.seed).permutation(np.flatnonzero(labelled))
-        ends = np.cumsum([round(RANDOM_SPLIT[p] * len(order)) for p in SPLITS[:-1]])
-        split = dict(zip(SPLITS, np.split(order, ends)))
-        return ({p: np.sort(ids) for p, ids in split.items()}, f"random{options.seed}",
-                f"random 50/25/25 of the labelled nodes (seed {options.seed})")
-    if len(given) < len(SPLITS):
-        missing = [ALIASES[p][0] for p in SPLITS if found[p] is None]
-        raise DatasetError(where, f"has {[found[p][0] for p in given]} but not {missing}: expected all three "
-                                  "splits or none (a random one is made)")
+def _random_split(labelled: np.ndarray, options: ImportOptions, where: str) -> dict[str, np.ndarray]:
+    """Platonov et al.'s 50/25/25 of the labelled nodes, seeded."""
+    if options.split != 0:
+        raise DatasetError(f"{where}: split", f"split {options.split} asked for, but there are no masks (a random "
+                                              "split is made; --seed picks it)")
+    order = np.random.default_rng(options.seed).permutation(np.flatnonzero(labelled))
+    ends = np.cumsum([round(RANDOM_SPLIT[p] * len(order)) for p in SPLITS[:-1]])
+    return {p: np.sort(ids) for p, ids in zip(SPLITS, np.split(order, ends))}
+
+
+def _given_split(arrays: Mapping[str, np.ndarray], n: int, options: ImportOptions,
+                 where: str) -> tuple[dict[str, np.ndarray], dict[str, str], int]:
+    """The split the arrays give, the name each part came from, and how many splits they hold."""
+    names = {part: [name for name in ALIASES[part] if name in arrays] for part in SPLITS}
+    twice = next((found for found in names.values() if len(found) > 1), None)
+    if twice:
+        raise DatasetError(where, f"has both {twice[0]} and {twice[1]}: expected one of them")
+    missing = [ALIASES[p][0] for p in SPLITS if not names[p]]
+    if missing:
+        given = [found[0] for found in names.values() if found]
+        raise DatasetError(where, f"has {given} but not {missing}: expected all three splits or none (a random one "
+                                  "is made)")
     split, count = {}, 1
     for part in SPLITS:
-        split[part], held = _one_split(*found[part], n, options.split, where)
+        split[part], held = _one_split(names[part][0], arrays[names[part][0]], n, options.split, where)
         count = max(count, held)
-    if not len(split["train"]):
-        raise DatasetError(f"{where}: {found['train'][0]}", "selects no node: expected training nodes")
+    if count == 1 and options.split != 0:
+        raise DatasetError(f"{where}: split", f"split {options.split} asked for, but the masks hold one split")
+    return split, {part: found[0] for part, found in names.items()}, count
+
+
+def _check_split(split: dict[str, np.ndarray], names: dict[str, str], labels: _Labels, where: str) -> None:
+    """Every part non-empty, labelled, disjoint from the others, and scorable by its metric."""
     for part, ids in split.items():
-        if not labelled[ids].all():
-            raise DatasetError(f"{where}: {found[part][0]}", f"selects {int((~labelled[ids]).sum()):,} unlabelled "
-                                                             f"nodes: expected labelled ones")
-    source = "/".join(found[p][0] for p in SPLITS) + (f" (split {options.split} of {count})" if count > 1 else "")
-    return split, (f"masks{options.split}" if count > 1 else "given"), source
+        if not len(ids):
+            raise DatasetError(f"{where}: {names[part]}", "selects no node: expected some")
+        if not labels.labelled[ids].all():
+            raise DatasetError(f"{where}: {names[part]}", f"selects {int((~labels.labelled[ids]).sum()):,} "
+                                                          "unlabelled nodes: expected labelled ones")
+    for i, first in enumerate(SPLITS):
+        for second in SPLITS[i + 1:]:
+            shared = len(np.intersect1d(split[first], split[second]))
+            if shared:
+                raise DatasetError(where, f"{names[first]} and {names[second]} share {shared:,} nodes: expected "
+                                          "disjoint splits")
+    if labels.task["eval metric"] == "rocauc":
+        for part, ids in split.items():
+            y = labels.values[ids]
+            if not any(np.isin([0, 1], column[~np.isnan(column)]).all() for column in y.T):
+                raise DatasetError(f"{where}: {names[part]}", "holds one class only in every task: ROC-AUC needs "
+                                                              "both (--metric acc for accuracy)")
 
 
 def node_graph_parts(arrays: Mapping[str, np.ndarray], options: ImportOptions = ImportOptions(),
@@ -288,20 +307,28 @@ def node_graph_parts(arrays: Mapping[str, np.ndarray], options: ImportOptions = 
     n = _num_nodes(arrays, edges, where)
     if (found_y := _field(arrays, "y")) is None:
         raise DatasetError(where, "no labels: expected an array named one of " + str(list(ALIASES["y"])))
-    labels, task, labelled = _labels(_rows(found_y, n, where), options.metric, where)
-    x = None
-    if (found_x := _field(arrays, "x")) is not None:
-        x = _rows(found_x, n, where).reshape(n, -1).astype(np.float32)
-    split, split_name, split_source = _split(arrays, n, labelled, options, where)
+    labels = _labels(_rows(found_y, n, where), options.metric, where)
+    x = _features(found_x, n, where) if (found_x := _field(arrays, "x")) is not None else None
+    if any(_field(arrays, part) for part in SPLITS):
+        split, names, count = _given_split(arrays, n, options, where)
+        split_name = f"masks{options.split}" if count > 1 else "given"
+        source = "/".join(names.values()) + (f" (split {options.split} of {count})" if count > 1 else "")
+    else:
+        split, split_name = _random_split(labels.labelled, options, where), f"random{options.seed}"
+        names = {part: f"random split (seed {options.seed}) {part}" for part in SPLITS}
+        source = f"random 50/25/25 of the labelled nodes (seed {options.seed})"
+    _check_split(split, names, labels, where)
+    task = labels.task
     meta = {**task, "add_inverse_edge": str(options.add_inverse_edge), "split": split_name,
             "additional node files": "None", "additional edge files": "None", "is hetero": "False", "version": 1}
     kind = (f"{task['num tasks']} binary tasks" if task["num tasks"] > 1 else f"{task['num classes']} classes")
     features = f"{x.shape[1]:,} features" if x is not None else "no features"
     sizes = ", ".join(f"{p} {len(ids):,}" for p, ids in split.items())
-    summary = (f"{n:,} nodes, {edges.shape[1]:,} edges, {features}, {kind} ({task['eval metric']}); "
-               f"split {split_source}: {sizes}")
-    return {"edge_index": edges, "num_nodes": n, "labels": labels, "split": split, "meta": meta, "node_feat": x,
-            "binary": not options.add_inverse_edge, "summary": summary}  # OGB's binary reader adds no reverses
+    summary = (f"{n:,} nodes, {edges.shape[1]:,} edges, {features}, {kind} ({task['eval metric']}){labels.note}; "
+               f"split {source}: {sizes}")
+    return {"edge_index": edges, "num_nodes": n, "labels": labels.values, "split": split, "meta": meta,
+            "node_feat": x, "binary": not options.add_inverse_edge,  # OGB's binary reader adds no reverses
+            "summary": summary}
 
 
 @dataclass(frozen=True)
@@ -312,11 +339,13 @@ class Imported:
         folder: The dataset folder.
         summary: A line on what was read (nodes, edges, features, task, split).
         num_nodes: N.
+        has_features: Whether the graph has node features.
     """
 
     folder: Path
     summary: str
     num_nodes: int
+    has_features: bool
 
 
 def import_node_graph(source: Path | str | Any, folder: Path, options: ImportOptions = ImportOptions()) -> Imported:
@@ -324,16 +353,17 @@ def import_node_graph(source: Path | str | Any, folder: Path, options: ImportOpt
     OGB-layout folder, atomically.
 
     Raises:
-        DatasetError: A bad source (see :func:`read_arrays`, :func:`node_graph_parts`) or an existing
-            ``folder``; nothing is written then.
+        DatasetError: A bad source (see :func:`pipeline.array_source.read_arrays`,
+            :func:`node_graph_parts`) or an existing ``folder``; nothing is written then.
     """
     folder = Path(folder)
     if isinstance(source, (str, Path)):
-        where, arrays = str(source), read_arrays(Path(source))
+        where, arrays = str(source), read_arrays(Path(source), NAMES)
     else:
-        where, arrays = type(source).__name__, _arrays_of(source, type(source).__name__)
+        where = type(source).__name__
+        arrays = named_arrays(source, NAMES, where)
     parts = node_graph_parts(arrays, options, where)
     if folder.exists():
         raise DatasetError(folder, "exists: expected a new folder to write the dataset into")
     summary = parts.pop("summary")
-    return Imported(write_ogb_folder(folder, **parts), summary, parts["num_nodes"])
+    return Imported(write_ogb_folder(folder, **parts), summary, parts["num_nodes"], parts["node_feat"] is not None)

@@ -8,6 +8,7 @@ they start in a fraction of a second.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import time
@@ -102,7 +103,11 @@ def _import(args: argparse.Namespace) -> int:
     imported = import_node_graph(args.source, args.out, options)
     print(f"{imported.folder.name}: {imported.summary}")
     recipe, why = _recipe_for(imported.num_nodes)
-    print(f"train it: gnnkit run {recipe} --data.dataset {imported.folder}{why}")
+    folder = str(imported.folder)
+    if folder in load_registry():  # the registry's entry would be trained, not this folder
+        folder = f".{os.sep}{folder}"
+    features = "" if imported.has_features else " --model.embedding_dim 64"  # a learned vector per node instead
+    print(f"train it: gnnkit run {recipe} --data.dataset {folder}{features}{why}")
     print(imported.folder)
     return 0
 

@@ -80,7 +80,7 @@ def test_bad_folder_is_one_clear_line(capsys, make_ogb_folder):
     assert err == f"gnnkit: error: {folder}/meta.json: missing meta key 'eval metric'"
 
 
-def test_import_writes_a_folder_that_preprocess_takes_and_a_bad_file_is_one_line(capsys, tmp_path):
+def test_import_writes_a_folder_that_preprocess_takes_and_a_bad_file_is_one_line(capsys, tmp_path, monkeypatch):
     n = 300  # within 10x of Cora's 2,708 nodes: the Cora recipe is named
     mask = np.arange(n) < 100
     np.savez(tmp_path / "g.npz", x=np.eye(n, 4, dtype=np.float32),
@@ -93,6 +93,14 @@ def test_import_writes_a_folder_that_preprocess_takes_and_a_bad_file_is_one_line
                    "   (set for Cora, 2,708 nodes)", str(tmp_path / "mine")]
     assert main(["preprocess", str(tmp_path / "mine")]) == 0
     capsys.readouterr()
+    featureless = tmp_path / "synthetic-tiny"  # a registry entry's name: the line gives the folder as a path
+    np.savez(tmp_path / "bare.npz", edge_index=np.array([[0, 1], [1, 2]]), y=np.arange(n) % 2, num_nodes=n)
+    monkeypatch.chdir(tmp_path)
+    assert main(["import", "bare.npz", "synthetic-tiny", "--metric", "acc"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == ("train it: gnnkit run recipes/gcn_citation.yaml --data.dataset "
+                                                       "./synthetic-tiny --model.embedding_dim 64   (set for Cora, "
+                                                       "2,708 nodes)")
+    assert featureless.is_dir()
     assert main(["import", str(tmp_path / "g.npz"), str(tmp_path / "mine")]) == 2
     err = capsys.readouterr().err
     assert err == f"gnnkit: error: {tmp_path / 'mine'}: exists: expected a new folder to write the dataset into\n"
@@ -157,7 +165,7 @@ def test_dataset_commands_comm_plan_and_a_missing_recipe_import_neither_torch_no
     folder = make_ogb_folder()
     assert main(["preprocess", str(folder)]) == 0  # the hits below must not build
     assert main(["partition", str(folder), "--parts", "2"]) == 0
-    np.savez(tmp_path / "g.npz", edge_index=np.array([[0, 1], [1, 2]]), y=np.array([0, 1, 0, 1]))
+    np.savez(tmp_path / "g.npz", edge_index=np.array([[0, 1], [1, 2]]), y=np.arange(40) % 3)
     imported = [str(tmp_path / "g.npz"), str(tmp_path / "g")]
     code = f"""
 import contextlib, io, sys

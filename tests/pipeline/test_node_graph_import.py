@@ -13,7 +13,7 @@ from torch_geometric.data import Data, InMemoryDataset
 
 from pipeline.errors import DatasetError
 from pipeline.family import read_meta_json
-from pipeline.node_graph_import import ImportOptions, import_node_graph, node_graph_parts, read_arrays
+from pipeline.node_graph_import import ImportOptions, import_node_graph, node_graph_parts
 from pipeline.ogb_layout import read_ogb_folder
 
 
@@ -107,29 +107,98 @@ def test_index_arrays_and_no_split_at_all():
     assert all(np.array_equal(made["split"][p], again["split"][p]) for p in made["split"])
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"edge_index": np.zeros((3, 5), np.int64)}, r"graph: edge_index: expected \[2, E\] or \[E, 2\] integer node ids"),
-    ({"edge_index": np.array([[0, 40]])}, r"graph: edge_index: node ids must lie in \[0, 40\) \(x gives 40 nodes\)"),
-    ({"y": np.random.rand(40)}, "graph: y: expected integer classes per node .*regression is not a gnnkit node task"),
-    ({"y": np.zeros(40, np.int64)}, "graph: y: expected at least two classes among the labelled nodes, got 1"),
-    ({"y": np.zeros(39, np.int64)}, r"graph: y: expected one row per node \(40\), got shape \[39\]"),
-    ({"val_mask": None}, r"graph: has \['train_mask', 'test_mask'\] but not \['val_mask'\]: expected all three"),
-    ({"train_mask": np.zeros(40, bool)}, "graph: train_mask: selects no node: expected training nodes"),
-    ({"train_mask": np.full(40, 2)}, "graph: train_mask: expected a mask of booleans"),
-    ({"test_idx": np.array([99])}, r"graph: test_idx: expected node ids in \[0, 40\)"),
-    ({"num_nodes": np.array([3, 4])}, r"graph: num_nodes: expected a node count, got int64 of shape \[2\]"),
-    ({"x": np.array(1.0)}, r"graph: x: expected a row per node, got float64 of shape \[\]"),
-])
-def test_a_bad_array_is_one_line_naming_it(change, message):
+def _set(**changes):
+    """A change to a graph's arrays: new values, ``None`` to drop one."""
+    def change(arrays):
+        for name, value in changes.items():
+            if value is None:
+                del arrays[name]
+            else:
+                arrays[name] = value(arrays) if callable(value) else value
+    return change
+
+
+def _ids(train, valid, test):
+    return _set(train_mask=None, val_mask=None, test_mask=None, train_idx=np.array(train), valid_idx=np.array(valid),
+                test_idx=np.array(test))
+
+
+def _with_nan(x):
+    x["x"][3, 1] = np.nan
+    return x["x"]
+
+
+BAD = {
+    "edges of 3 rows": (_set(edge_index=np.zeros((3, 5), np.int64)),
+                        r"graph: edge_index: expected \[2, E\] or \[E, 2\] integer node ids"),
+    "edge beyond N": (_set(edge_index=np.array([[0, 40]])),
+                      r"graph: edge_index: node ids must lie in \[0, 40\) \(x gives 40 nodes\)"),
+    "fractional y": (_set(y=np.random.rand(40)), "graph: y: .*got fractions; regression is not a gnnkit node task"),
+    "string y": (_set(y=np.array(["a", "b"] * 20)), r"graph: y: expected integer classes per node \(-1 unlabelled\), "
+                                                    "got <U1 of shape"),
+    "one class": (_set(y=np.zeros(40, np.int64)), "graph: y: expected at least two classes among the labelled nodes"),
+    "y of -2": (_set(y=lambda a: np.where(np.arange(40) == 39, -2, a["y"])),
+                "graph: y: expected classes 0, 1, ... and -1 for unlabelled nodes, found -2"),
+    "a stray huge class": (_set(y=lambda a: np.where(np.arange(40) == 0, 10**9, a["y"])),
+                           "graph: y: class 1000000000 among 40 labelled nodes: expected classes numbered 0, 1"),
+    "short y": (_set(y=np.zeros(39, np.int64)), r"graph: y: expected one row per node \(40\), got shape \[39\]"),
+    "no val_mask": (_set(val_mask=None),
+                    r"graph: has \['train_mask', 'test_mask'\] but not \['val_mask'\]: expected all three"),
+    "empty train": (_set(train_mask=np.zeros(40, bool)), "graph: train_mask: selects no node: expected some"),
+    "empty valid": (_set(val_mask=np.zeros(40, bool)), "graph: val_mask: selects no node"),
+    "mask of 2s": (_set(train_mask=np.full(40, 2)), "graph: train_mask: expected a mask of booleans"),
+    "overlap": (_set(test_mask=lambda a: a["test_mask"] | a["train_mask"]),
+                "graph: train_mask and test_mask share 20 nodes: expected disjoint splits"),
+    "masks and ids": (_set(train_idx=np.array([0])), "graph: has both train_mask and train_idx: expected one"),
+    "id beyond N": (_ids([0], [1], [99]), r"graph: test_idx: expected node ids in \[0, 40\)"),
+    "repeated ids": (_ids([0, 1, 1], [2], [3]), "graph: train_idx: holds 1 repeated node ids"),
+    "node count of 2": (_set(num_nodes=np.array([3, 4])),
+                        r"graph: num_nodes: expected a node count, got int64 of shape \[2\]"),
+    "scalar x": (_set(x=np.array(1.0)), r"graph: x: expected a row per node, got float64 of shape \[\]"),
+    "NaN feature": (_set(x=_with_nan), r"graph: x: expected finite values in float32, found nan in row 3 \(1 rows\)"),
+    "beyond float32": (_set(x=np.full((40, 2), 1e300)), "graph: x: expected finite values in float32, found inf"),
+    "complex x": (_set(x=np.ones((40, 2), complex)), "graph: x: expected real numbers, got complex128"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_a_bad_array_is_one_line_naming_it(case):
+    change, message = BAD[case]
     arrays = {k: v.numpy() for k, v in _graph().to_dict().items()}
-    arrays.update({k: v for k, v in change.items() if v is not None})
-    for name in [k for k, v in change.items() if v is None] + (["test_mask"] if "test_idx" in change else []):
-        del arrays[name]
-    if "test_idx" in change:
-        arrays.update(train_idx=np.array([0]), valid_idx=np.array([1]))
-        del arrays["train_mask"], arrays["val_mask"]
+    change(arrays)
     with pytest.raises(DatasetError, match=message):
         node_graph_parts(arrays)
+
+
+def test_a_split_that_no_run_could_score_is_refused():
+    arrays = {k: v.numpy() for k, v in _graph(classes=2).to_dict().items()}
+    arrays["y"][arrays["test_mask"]] = 0  # ROC-AUC on a test split of one class is undefined
+    with pytest.raises(DatasetError, match="graph: test_mask: holds one class only in every task: ROC-AUC needs both"):
+        node_graph_parts(arrays)
+    assert node_graph_parts(arrays, ImportOptions(metric="acc"))["meta"]["eval metric"] == "acc"
+    few = {"edge_index": arrays["edge_index"], "y": np.array([0, 1, 2] + [-1] * 37)}
+    with pytest.raises(DatasetError, match=r"graph: random split \(seed 0\) test: selects no node"):
+        node_graph_parts(few)
+    with pytest.raises(DatasetError, match="graph: split: split 2 asked for, but there are no masks"):
+        node_graph_parts({**few, "y": np.arange(40) % 3}, ImportOptions(split=2))
+    with pytest.raises(DatasetError, match="graph: split: split 1 asked for, but the masks hold one split"):
+        node_graph_parts(arrays, ImportOptions(split=1, metric="acc"))
+
+
+def test_one_hot_rows_are_classes_and_a_label_matrix_is_tasks_only_by_rocauc():
+    arrays = {k: v.numpy() for k, v in _graph().to_dict().items()}
+    classes = arrays["y"].copy()
+    arrays["y"] = np.eye(5, dtype=np.float32)[classes]  # class 4 has no node
+    parts = node_graph_parts(arrays)
+    assert np.array_equal(parts["labels"], classes) and parts["meta"]["num classes"] == 5
+    assert ("5 classes (acc); one-hot y read as classes (--metric rocauc: 5 binary tasks); no node of class 4; "
+            "split") in parts["summary"]
+    arrays["y"] = arrays["y"][:, :4]
+    assert node_graph_parts(arrays, ImportOptions(metric="rocauc"))["meta"]["num tasks"] == 4
+    arrays["y"][0] = [1, 1, 0, 0]
+    with pytest.raises(DatasetError, match=r"graph: metric: an \[N, 4\] label matrix that is not one-hot is 4 binary "
+                                           "tasks, scored by rocauc, not acc"):
+        node_graph_parts(arrays, ImportOptions(metric="acc"))
 
 
 def test_a_split_with_unlabelled_nodes_is_refused():
@@ -139,34 +208,8 @@ def test_a_split_with_unlabelled_nodes_is_refused():
         node_graph_parts(arrays)
 
 
-def test_files_that_are_not_one_homogeneous_graph_are_refused_and_nothing_is_written(tmp_path):
-    data = _graph()
-    torch.save(data, tmp_path / "pickled.pt")
-    InMemoryDataset.save([data, _graph(seed=1)], tmp_path / "many.pt")
-    torch.save({"paper": {"x": torch.zeros(2, 2)}}, tmp_path / "hetero.pt")
-    (tmp_path / "g.csv").write_text("0,1\n")
-    np.savez(tmp_path / "objects.npz", y=np.array([{"a": 1}], dtype=object))
-    cases = {"pickled.pt": r"cannot be read with weights_only=True \(UnpicklingError\): a pickled Data\? save the "
-                           r"graph with torch.save\(data.to_dict\(\), path\)",
-             "many.pt": "a dataset of 2 graphs; gnnkit import takes one graph for node prediction",
-             "hetero.pt": r"a heterogeneous graph \(types \['paper'\]\)",
-             "g.csv": r"expected a .pt file \(torch.save\(data.to_dict\(\), path\)\) or an .npz file",
-             "objects.npz": "not a readable npz file of plain arrays",
-             "absent.pt": "no such file"}
-    for name, message in cases.items():
-        with pytest.raises(DatasetError, match=f"{name}: {message}"):
-            import_node_graph(tmp_path / name, tmp_path / "out")
-    assert not (tmp_path / "out").exists()
-
-
 def test_an_existing_folder_is_not_written_over(tmp_path):
     (tmp_path / "out").mkdir()
     with pytest.raises(DatasetError, match="out: exists: expected a new folder"):
         import_node_graph(_graph(), tmp_path / "out")
     assert not any((tmp_path / "out").iterdir())
-
-
-def test_read_arrays_gives_tensors_as_arrays(tmp_path):
-    torch.save({"edge_index": torch.tensor([[0], [1]]), "num_nodes": 2, "name": "kept out"}, tmp_path / "g.pt")
-    arrays = read_arrays(tmp_path / "g.pt")
-    assert set(arrays) == {"edge_index", "num_nodes"} and arrays["edge_index"].tolist() == [[0], [1]]

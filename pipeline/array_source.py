@@ -1,0 +1,122 @@
+"""Named arrays out of a user's graph: a ``.pt`` or ``.npz`` file, a PyG ``Data``, a mapping.
+
+What ``gnnkit import`` reads (:mod:`pipeline.node_graph_import` says what the names mean):
+
+* a ``.pt`` file of ``torch.save(data.to_dict(), path)``, or the ``processed/data.pt`` of a one-graph
+  PyG ``InMemoryDataset``, loaded weights-only (:func:`pipeline.safe_pt.load_pt`: a pickled ``Data``
+  object is refused, never unpickled);
+* an ``.npz`` file of plain arrays (``numpy.load(allow_pickle=False)``);
+* in Python, a ``Data`` or any mapping of names to tensors, arrays or lists.
+
+Only the names asked for are converted (an unused sparse or bfloat16 attribute is left alone); a
+nested ``{"train": ..., "valid": ..., "test": ...}`` mapping, as OGB's ``get_idx_split()`` returns,
+becomes ``train_idx``/``valid_idx``/``test_idx``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import DatasetError
+from pipeline.ogb_layout import SPLITS
+from pipeline.safe_pt import load_pt
+
+#: The names of the index arrays a nested split mapping becomes.
+SPLIT_IDS = {part: f"{part}_idx" for part in SPLITS}
+
+
+def read_arrays(path: Path, names: Collection[str]) -> dict[str, np.ndarray]:
+    """The arrays among ``names`` that a ``.pt`` or ``.npz`` file holds.
+
+    Raises:
+        DatasetError: A missing or unreadable file, another suffix, a pickled object, a file that
+            holds several graphs or a heterogeneous one, or an array that cannot be read.
+    """
+    path = Path(path)
+    if path.is_dir():
+        hint = f"; PyG's processed file is {path / 'processed' / 'data.pt'}" if (path / "processed").is_dir() else ""
+        raise DatasetError(path, f"a folder: expected a .pt or .npz file{hint}")
+    if not path.is_file():
+        raise DatasetError(path, "no such file")
+    suffix = path.suffix.lower()
+    if suffix == ".npz":
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                return {name: data[name] for name in data.files if name in names}
+        except (OSError, ValueError, EOFError) as err:  # empty, cut short, not an npz, or arrays of objects
+            raise DatasetError(path, f"not a readable npz file of plain arrays ({err})") from None
+    if suffix in (".pt", ".pth"):
+        return named_arrays(_read_pt(path), names, str(path))
+    raise DatasetError(path, "expected a .pt file (torch.save(data.to_dict(), path)) or an .npz file of arrays")
+
+
+def _read_pt(path: Path) -> Any:
+    """A torch file's content, loaded weights-only; a PyG processed file's dict of its one graph."""
+    import torch_geometric.data  # noqa: F401  (allows PyG's Data class, named in its processed files)
+
+    try:
+        content = load_pt(path)
+    except DatasetError as err:
+        if "UnpicklingError" not in err.problem:
+            raise
+        raise DatasetError(path, f"{err.problem}: a pickled Data? save the graph with "
+                                 f"torch.save(data.to_dict(), path)") from None
+    if isinstance(content, (tuple, list)) and content and isinstance(content[0], Mapping):  # InMemoryDataset.save
+        slices = content[1] if len(content) > 2 else None
+        if isinstance(slices, Mapping) and any(len(s) > 2 for s in slices.values()):
+            graphs = max(len(s) for s in slices.values()) - 1
+            raise DatasetError(path, f"a dataset of {graphs} graphs; gnnkit import takes one graph for node "
+                                     f"prediction (graph datasets: recipes/gin_molhiv.yaml)")
+        content = content[0]
+    return content
+
+
+def named_arrays(source: Any, names: Collection[str], where: str) -> dict[str, np.ndarray]:
+    """The values among ``names`` that ``source`` (a PyG ``Data``, a mapping) holds, as numpy arrays.
+
+    Raises:
+        DatasetError: A heterogeneous graph, a source that is no mapping, or a value that cannot be
+            read as an array (naming it).
+    """
+    if hasattr(source, "node_types") and hasattr(source, "edge_types"):  # a HeteroData
+        raise DatasetError(where, f"a heterogeneous graph (node types {list(source.node_types)}); convert it "
+                                  f"with HeteroData.to_homogeneous() first")
+    if hasattr(source, "to_dict") and not isinstance(source, Mapping):
+        source = source.to_dict()
+    if not isinstance(source, Mapping):
+        raise DatasetError(where, f"expected a dict of tensors (torch.save(data.to_dict(), path)), "
+                                  f"got {type(source).__name__}")
+    flat = dict(source)
+    for value in source.values():  # OGB's get_idx_split(), kept beside the graph's arrays
+        if isinstance(value, Mapping) and set(SPLITS) <= set(value):
+            flat.update({SPLIT_IDS[part]: value[part] for part in SPLITS if SPLIT_IDS[part] not in source})
+    nested = [str(k) for k, v in source.items() if isinstance(v, Mapping) and not str(k).startswith("_")]
+    if nested and not any(name in flat for name in ("edge_index", "edges")):
+        raise DatasetError(where, f"a heterogeneous graph? its arrays are under {nested}, none is edge_index; "
+                                  f"convert it with HeteroData.to_homogeneous() first")
+    return {name: _array(flat[name], f"{where}: {name}") for name in names if name in flat}
+
+
+def _array(value: Any, where: str) -> np.ndarray:
+    """A tensor (sparse or bfloat16 too), array, list or number as a numpy array."""
+    try:
+        if hasattr(value, "detach"):  # a torch tensor, maybe sparse, on a GPU or needing grad
+            import torch
+
+            value = value.detach()
+            if value.layout != torch.strided:
+                value = value.to_dense()
+            if value.dtype in (torch.bfloat16,) or str(value.dtype).startswith("torch.float8"):
+                value = value.float()  # numpy has no such dtype
+            return value.cpu().numpy()
+        array = np.asarray(value)
+    except (TypeError, ValueError, RuntimeError, NotImplementedError) as err:
+        raise DatasetError(where, f"cannot be read as an array ({type(err).__name__}: "
+                                  f"{' '.join(str(err).split())[:150]})") from None
+    if array.dtype.kind == "O":
+        raise DatasetError(where, "cannot be read as an array (it holds Python objects)")
+    return array

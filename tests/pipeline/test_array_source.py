@@ -1,0 +1,82 @@
+"""pipeline/array_source.py: the arrays asked for, out of .pt and .npz files and PyG objects, whatever
+their tensors' layout or dtype; anything that is not one homogeneous graph is one line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch_geometric.data import Data, HeteroData, InMemoryDataset
+
+from pipeline.array_source import named_arrays, read_arrays
+from pipeline.errors import DatasetError
+
+NAMES = ("x", "edge_index", "y", "num_nodes", "train_idx", "valid_idx", "test_idx")
+
+
+def _graph(seed: int = 0) -> Data:
+    g = torch.Generator().manual_seed(seed)
+    return Data(x=torch.randn(6, 3, generator=g), edge_index=torch.tensor([[0, 1], [1, 2]]), y=torch.arange(6) % 2)
+
+
+def test_only_the_names_asked_for_are_read_and_unusual_tensors_become_arrays():
+    x = torch.randn(6, 3)
+    source = {"x": x.bfloat16(), "edge_index": torch.tensor([[0, 1], [1, 2]]).to_sparse().to_dense(),
+              "y": torch.tensor([0, 1, 0, 1, 0, 1]).to_sparse(), "adj_t": torch.eye(6).to_sparse(),
+              "edge_attr": torch.zeros(2, 2, dtype=torch.complex64), "name": "kept out", "num_nodes": 6}
+    arrays = named_arrays(source, NAMES, "g")
+    assert set(arrays) == {"x", "edge_index", "y", "num_nodes"}
+    assert arrays["x"].dtype == np.float32 and np.allclose(arrays["x"], x.numpy(), atol=1e-2)
+    assert arrays["y"].tolist() == [0, 1, 0, 1, 0, 1] and int(arrays["num_nodes"]) == 6
+
+
+def test_ogb_split_dict_and_lists_are_taken():
+    split = {"train": torch.tensor([0, 1]), "valid": [2], "test": np.array([3])}
+    arrays = named_arrays({**_graph().to_dict(), "split_idx": split}, NAMES, "g")
+    assert arrays["train_idx"].tolist() == [0, 1] and arrays["valid_idx"].tolist() == [2]
+    assert arrays["test_idx"].tolist() == [3]
+
+
+def test_values_that_are_no_arrays_are_one_line():
+    with pytest.raises(DatasetError, match=r"g: y: cannot be read as an array \(ValueError: setting an array"):
+        named_arrays({"y": [[0, 1], [2]]}, NAMES, "g")  # rows of unequal length
+    with pytest.raises(DatasetError, match=r"g: y: cannot be read as an array \(it holds Python objects"):
+        named_arrays({"y": [{"a": 1}, None]}, NAMES, "g")
+    with pytest.raises(DatasetError, match=r"g: x: cannot be read as an array \(NotImplementedError"):
+        named_arrays({"x": torch.empty(3, 2, device="meta")}, NAMES, "g")
+    hetero = HeteroData()
+    hetero["paper"].x = torch.zeros(2, 2)
+    hetero["paper", "cites", "paper"].edge_index = torch.tensor([[0], [1]])
+    with pytest.raises(DatasetError, match=r"HeteroData: a heterogeneous graph \(node types \['paper'\]\)"):
+        named_arrays(hetero, NAMES, "HeteroData")
+    with pytest.raises(DatasetError, match=r"g: a heterogeneous graph\? its arrays are under \['paper'"):
+        named_arrays(hetero.to_dict(), NAMES, "g")
+    with pytest.raises(DatasetError, match="g: expected a dict of tensors .*got list"):
+        named_arrays([1, 2], NAMES, "g")
+
+
+def test_files_that_are_not_one_homogeneous_graph_are_refused(tmp_path):
+    data = _graph()
+    torch.save(data, tmp_path / "pickled.pt")
+    InMemoryDataset.save([data, _graph(seed=1)], tmp_path / "many.pt")
+    (tmp_path / "g.csv").write_text("0,1\n")
+    (tmp_path / "cut.pt").write_bytes(b"PK\x03\x04")
+    np.savez(tmp_path / "objects.npz", y=np.array([{"a": 1}], dtype=object))
+    (tmp_path / "Cora" / "processed").mkdir(parents=True)
+    cases = {"pickled.pt": r"cannot be read with weights_only=True \(UnpicklingError\): a pickled Data\? save the "
+                           r"graph with torch.save\(data.to_dict\(\), path\)",
+             "many.pt": "a dataset of 2 graphs; gnnkit import takes one graph for node prediction",
+             "cut.pt": r"cannot be read with weights_only=True \([A-Za-z]+\)$",
+             "g.csv": r"expected a .pt file \(torch.save\(data.to_dict\(\), path\)\) or an .npz file",
+             "objects.npz": "not a readable npz file of plain arrays",
+             "absent.pt": "no such file",
+             "Cora": r"a folder: expected a .pt or .npz file; PyG's processed file is .*Cora/processed/data.pt"}
+    for name, message in cases.items():
+        with pytest.raises(DatasetError, match=f"{name}: {message}"):
+            read_arrays(tmp_path / name, NAMES)
+
+
+def test_a_processed_file_and_an_upper_case_suffix_are_read(tmp_path):
+    InMemoryDataset.save([_graph()], tmp_path / "data.PT")
+    arrays = read_arrays(tmp_path / "data.PT", NAMES)
+    assert set(arrays) == {"x", "edge_index", "y"} and arrays["edge_index"].tolist() == [[0, 1], [1, 2]]
