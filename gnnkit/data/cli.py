@@ -35,7 +35,8 @@ def _datasets(args: argparse.Namespace) -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[4])
-    print(f"\ncache: {root}   (any OGB-format folder path is accepted as a dataset too)")
+    print(f"\ncache: {root}   (any OGB-format folder path is accepted as a dataset too; "
+          f"gnnkit import writes one from a PyG graph)")
     return 0
 
 
