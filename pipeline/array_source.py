@@ -56,15 +56,18 @@ def read_arrays(path: Path, names: Collection[str]) -> dict[str, np.ndarray]:
 
 def _read_pt(path: Path) -> Any:
     """A torch file's content, loaded weights-only; a PyG processed file's dict of its one graph."""
-    import torch_geometric.data  # noqa: F401  (allows PyG's Data class, named in its processed files)
-
     try:
         content = load_pt(path)
     except DatasetError as err:
         if "UnpicklingError" not in err.problem:
             raise
-        raise DatasetError(path, f"{err.problem}: a pickled Data? save the graph with "
-                                 f"torch.save(data.to_dict(), path)") from None
+        import torch_geometric.data  # noqa: F401  (3 s; allows PyG's Data class, named in its processed files)
+
+        try:
+            content = load_pt(path)
+        except DatasetError as again:
+            raise DatasetError(path, f"{again.problem}: a pickled Data? save the graph with "
+                                     f"torch.save(data.to_dict(), path)") from None
     if isinstance(content, (tuple, list)) and content and isinstance(content[0], Mapping):  # InMemoryDataset.save
         slices = content[1] if len(content) > 2 else None
         if isinstance(slices, Mapping) and any(len(s) > 2 for s in slices.values()):
