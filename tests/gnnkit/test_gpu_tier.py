@@ -30,7 +30,7 @@ SAMPLED = ("--data.batch_size", "256", "--data.num_neighbors", "[5, 5]")
 
 #: name -> (recipe, extra arguments): one run per recipe family and mechanism.
 RUNS = {
-    "full_batch_pyg": ("gcn_synthetic_arxiv.yaml", TINY),
+    "full_batch_pyg": ("gcn_synthetic_arxiv.yaml", (*TINY, "--model.aggregation", "pyg")),
     "full_batch_gnnkit_auto": ("gcn_synthetic_arxiv.yaml", (*TINY, "--model.aggregation", "gnnkit",
                                                             "--model.format", "auto")),
     "sage_full_batch_gnnkit": ("sage_synthetic_arxiv.yaml", (*TINY, "--model.aggregation", "gnnkit")),
