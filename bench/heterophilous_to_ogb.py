@@ -29,8 +29,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.errors import DatasetError  # noqa: E402
 from pipeline.array_source import read_arrays  # noqa: E402
+from pipeline.errors import DatasetError  # noqa: E402
 from pipeline.node_graph_import import ImportOptions, node_graph_parts  # noqa: E402
 from pipeline.ogb_layout import write_ogb_folder  # noqa: E402
 
