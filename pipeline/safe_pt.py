@@ -31,7 +31,7 @@ def load_pt(path: Path) -> Any:
     safe += [type(np.dtype(t)) for t in DTYPES]
     try:
         with torch.serialization.safe_globals(safe):
-            return torch.load(path, weights_only=True)
+            return torch.load(path, map_location="cpu", weights_only=True)  # tensors saved from a GPU too
     except Exception as err:  # noqa: BLE001 - any unpickling failure is a bad file
         raise DatasetError(path, f"cannot be read with weights_only=True ({type(err).__name__})") from None
 

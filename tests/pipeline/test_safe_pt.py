@@ -1,3 +1,5 @@
+import zipfile
+
 import numpy as np
 import pytest
 import torch
@@ -35,3 +37,14 @@ def test_ids_must_be_whole_numbers():
         as_ids(np.array([1.0, 19.9]), "f.pt", "test")
     with pytest.raises(DatasetError, match=r"'train' must hold whole-number ids, found True \(dtype bool\)"):
         as_ids(np.array([True]), "f.pt", "train")
+
+
+def test_tensors_saved_from_a_gpu_load_on_the_cpu(tmp_path):
+    torch.save({"y": torch.arange(3)}, tmp_path / "cpu.pt")
+    with zipfile.ZipFile(tmp_path / "cpu.pt") as source, zipfile.ZipFile(tmp_path / "gpu.pt", "w") as target:
+        for info in source.infolist():  # the storages' location, as a GPU's torch.save writes it
+            data = source.read(info.filename)
+            if info.filename.endswith("data.pkl"):
+                data = data.replace(b"X\x03\x00\x00\x00cpu", b"X\x06\x00\x00\x00cuda:0")
+            target.writestr(info, data)
+    assert load_pt(tmp_path / "gpu.pt")["y"].tolist() == [0, 1, 2]
