@@ -66,6 +66,10 @@ def _read_pt(path: Path) -> Any:
         try:
             content = load_pt(path)
         except DatasetError as again:
+            if path.name == "geometric_data_processed.pt":  # what the ogb package's PyG datasets write
+                raise DatasetError(path, f"{again.problem}: an OGB dataset's processed file; gnnkit reads "
+                                         "OGB's datasets by name (--data.dataset ogbn-arxiv), from their raw files"
+                                   ) from None
             raise DatasetError(path, f"{again.problem}: a pickled Data? save the graph with "
                                      f"torch.save(data.to_dict(), path)") from None
     if isinstance(content, (tuple, list)) and content and isinstance(content[0], Mapping):  # InMemoryDataset.save

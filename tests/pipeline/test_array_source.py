@@ -58,6 +58,7 @@ def test_values_that_are_no_arrays_are_one_line():
 def test_files_that_are_not_one_homogeneous_graph_are_refused(tmp_path):
     data = _graph()
     torch.save(data, tmp_path / "pickled.pt")
+    torch.save(InMemoryDataset.collate([data]), tmp_path / "geometric_data_processed.pt")  # the ogb package's
     InMemoryDataset.save([data, _graph(seed=1)], tmp_path / "many.pt")
     (tmp_path / "g.csv").write_text("0,1\n")
     (tmp_path / "cut.pt").write_bytes(b"PK\x03\x04")
@@ -65,6 +66,8 @@ def test_files_that_are_not_one_homogeneous_graph_are_refused(tmp_path):
     (tmp_path / "Cora" / "processed").mkdir(parents=True)
     cases = {"pickled.pt": r"cannot be read with weights_only=True \(UnpicklingError\): a pickled Data\? save the "
                            r"graph with torch.save\(data.to_dict\(\), path\)",
+             "geometric_data_processed.pt": r".*\(UnpicklingError\): an OGB dataset's processed file; gnnkit reads "
+                                            r"OGB's datasets by name \(--data.dataset ogbn-arxiv\)",
              "many.pt": "a dataset of 2 graphs; gnnkit import takes one graph for node prediction",
              "cut.pt": r"cannot be read with weights_only=True \([A-Za-z]+\)$",
              "g.csv": r"expected a .pt file \(torch.save\(data.to_dict\(\), path\)\) or an .npz file",
