@@ -15,6 +15,8 @@ becomes ``train_idx``/``valid_idx``/``test_idx``.
 
 from __future__ import annotations
 
+import zipfile
+import zlib
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
@@ -44,14 +46,26 @@ def read_arrays(path: Path, names: Collection[str]) -> dict[str, np.ndarray]:
         raise DatasetError(path, "no such file")
     suffix = path.suffix.lower()
     if suffix == ".npz":
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                return {name: data[name] for name in data.files if name in names}
-        except (OSError, ValueError, EOFError) as err:  # empty, cut short, not an npz, or arrays of objects
-            raise DatasetError(path, f"not a readable npz file of plain arrays ({err})") from None
+        return _read_npz(path, names)
     if suffix in (".pt", ".pth"):
         return named_arrays(_read_pt(path), names, str(path))
     raise DatasetError(path, "expected a .pt file (torch.save(data.to_dict(), path)) or an .npz file of arrays")
+
+
+def _read_npz(path: Path, names: Collection[str]) -> dict[str, np.ndarray]:
+    """The arrays among ``names`` in an ``.npz`` file, read without unpickling."""
+    unreadable = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error)  # cut short, corrupt, objects
+    try:
+        data = np.load(path, allow_pickle=False)
+    except unreadable as err:
+        raise DatasetError(path, f"not a readable npz file of plain arrays ({err})") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):  # an .npy under another name
+        raise DatasetError(path, "one array (an .npy file): expected an .npz of named arrays (numpy.savez)")
+    try:
+        with data:
+            return {name: data[name] for name in data.files if name in names}
+    except unreadable as err:
+        raise DatasetError(path, f"not a readable npz file of plain arrays ({err})") from None
 
 
 def _read_pt(path: Path) -> Any:
@@ -72,14 +86,24 @@ def _read_pt(path: Path) -> Any:
                                    ) from None
             raise DatasetError(path, f"{again.problem}: a pickled Data? save the graph with "
                                      f"torch.save(data.to_dict(), path)") from None
-    if isinstance(content, (tuple, list)) and content and isinstance(content[0], Mapping):  # InMemoryDataset.save
-        slices = content[1] if len(content) > 2 else None
-        if isinstance(slices, Mapping) and any(len(s) > 2 for s in slices.values()):
-            graphs = max(len(s) for s in slices.values()) - 1
-            raise DatasetError(path, f"a dataset of {graphs} graphs; gnnkit import takes one graph for node "
-                                     f"prediction (graph datasets: recipes/gin_molhiv.yaml)")
-        content = content[0]
-    return content
+    if not isinstance(content, (tuple, list)):
+        return content
+    if len(content) == 3 and isinstance(content[0], Mapping) and isinstance(content[2], type):  # InMemoryDataset.save
+        graphs = _graph_count(content[1])
+        if graphs == 1:
+            return content[0]
+        raise DatasetError(path, f"a dataset of {graphs} graphs; gnnkit import takes one graph for node prediction "
+                                 f"(graph datasets: recipes/gin_molhiv.yaml)")
+    raise DatasetError(path, f"a {type(content).__name__} of {len(content)} items: expected one graph, a dict of "
+                             "tensors (torch.save(data.to_dict(), path))")
+
+
+def _graph_count(slices: Any) -> int:
+    """How many graphs a PyG processed file's ``slices`` cut its arrays into (``None``: one)."""
+    if slices is None:
+        return 1
+    sizes = [len(s) for s in slices.values() if getattr(s, "ndim", 0) == 1] if isinstance(slices, Mapping) else []
+    return max(sizes) - 1 if sizes else 1
 
 
 def named_arrays(source: Any, names: Collection[str], where: str) -> dict[str, np.ndarray]:

@@ -32,8 +32,9 @@ import numpy as np
 
 from pipeline.array_source import named_arrays, read_arrays
 from pipeline.errors import DatasetError
-from pipeline.graph import whole
-from pipeline.ogb_layout import SPLITS, write_ogb_folder
+from pipeline.graph import check_edges, check_features, check_split_labels, check_splits, whole
+from pipeline.ogb_layout import EVAL_METRICS, SPLITS, write_ogb_folder
+from pipeline.safe_pt import as_ids
 
 #: Field -> the names it is read under, first found wins (PyG's, OGB's, Platonov et al.'s).
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -49,7 +50,11 @@ ALIASES: dict[str, tuple[str, ...]] = {
 #: Shares of the labelled nodes in a split made here (Platonov et al.'s 50/25/25).
 RANDOM_SPLIT = {"train": 0.5, "valid": 0.25, "test": 0.25}
 
-METRICS = ("acc", "rocauc")
+#: The metrics a node task written here is scored by.
+METRICS = EVAL_METRICS
+
+#: Edge arrays stored as ``[E, 2]`` rows (Platonov et al.'s); the others are ``[2, E]``, as PyG's.
+ROW_EDGES = ("edges",)
 
 #: Every name :data:`ALIASES` reads.
 NAMES = tuple(name for names in ALIASES.values() for name in names)
@@ -59,7 +64,7 @@ NAMES = tuple(name for names in ALIASES.values() for name in names)
 class ImportOptions:
     """How :func:`node_graph_parts` reads a source's arrays.
 
-    Args:
+    Attributes:
         split: Which split of 2-D masks (a column of PyG's ``[N, K]``, a row of ``[K, N]``).
         metric: ``acc`` or ``rocauc``; ``None``: ROC-AUC for two classes or several binary tasks,
             accuracy otherwise. ``acc`` keeps two classes a two-class multi-class task.
@@ -81,14 +86,16 @@ def _field(arrays: Mapping[str, np.ndarray], field: str) -> tuple[str, np.ndarra
 
 
 def _edges(found: tuple[str, np.ndarray] | None, where: str) -> np.ndarray:
-    """``[2, E]`` int64 edges from ``[2, E]`` or ``[E, 2]`` node ids."""
+    """``[2, E]`` int64 edges from ``[2, E]`` or ``[E, 2]`` node ids; the array's name decides a
+    ``2 x 2`` one (:data:`ROW_EDGES`)."""
     if found is None:
         raise DatasetError(where, f"no edges: expected an array named one of {list(ALIASES['edge_index'])}")
     name, edges = found
     if edges.ndim != 2 or 2 not in edges.shape or edges.dtype.kind not in "iu":
         raise DatasetError(f"{where}: {name}", f"expected [2, E] or [E, 2] integer node ids, got "
                                                f"{edges.dtype} of shape {list(edges.shape)}")
-    return (edges if edges.shape[0] == 2 else edges.T).astype(np.int64)
+    rows = edges.shape[1] == 2 and (name in ROW_EDGES or edges.shape[0] != 2)
+    return (edges.T if rows else edges).astype(np.int64)
 
 
 def _num_nodes(arrays: Mapping[str, np.ndarray], edges: np.ndarray, where: str) -> int:
@@ -104,10 +111,7 @@ def _num_nodes(arrays: Mapping[str, np.ndarray], edges: np.ndarray, where: str) 
             break
     else:
         raise DatasetError(where, "no labels: expected an array named one of " + str(list(ALIASES["y"])))
-    if edges.size and not 0 <= int(edges.min()) <= int(edges.max()) < n:
-        raise DatasetError(f"{where}: {_field(arrays, 'edge_index')[0]}",
-                           f"node ids must lie in [0, {n}) ({name} gives {n:,} nodes), found "
-                           f"{int(edges.min())}..{int(edges.max())}")
+    check_edges(edges, n, f"{where}: {_field(arrays, 'edge_index')[0]} (with {n:,} nodes from {name})")
     return n
 
 
@@ -181,8 +185,9 @@ def _matrix_labels(y: np.ndarray, metric: str | None, where: str) -> _Labels:
     if not np.isin(y[known], (0, 1)).all():
         raise DatasetError(f"{where}: y", f"an [N, {y.shape[1]}] label matrix is one-hot classes or {y.shape[1]} "
                                           "binary tasks: expected values 0, 1 (NaN unknown)")
-    if known.all() and (y.sum(axis=1) == 1).all() and metric != "rocauc":
-        note = f"; one-hot y read as classes (--metric rocauc: {y.shape[1]} binary tasks)"
+    if known.all() and (y.sum(axis=1) == 1).all() and (metric != "rocauc" or y.shape[1] == 2):
+        note = "; one-hot y read as classes" + (f" (--metric rocauc: {y.shape[1]} binary tasks)" if y.shape[1] > 2
+                                                 else "")
         return _class_labels(y.argmax(axis=1), metric, where, note, width=y.shape[1])
     if metric == "acc":
         raise DatasetError(f"{where}: metric", f"an [N, {y.shape[1]}] label matrix that is not one-hot is "
@@ -192,31 +197,22 @@ def _matrix_labels(y: np.ndarray, metric: str | None, where: str) -> _Labels:
     return _Labels(values, task, known.any(axis=1))
 
 
-def _features(found: tuple[str, np.ndarray], n: int, where: str) -> np.ndarray:
-    """``[N, F]`` float32 features, finite."""
+def _features(found: tuple[str, np.ndarray], n: int, where: str) -> np.ndarray | None:
+    """``[N, F]`` float32 features, finite (``None`` for ``F = 0``: no features)."""
     name, x = found
     if x.dtype.kind not in "biuf":
         raise DatasetError(f"{where}: {name}", f"expected real numbers, got {x.dtype}")
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore"):  # beyond float32's range becomes inf, refused below
         x = _rows(found, n, where).reshape(n, -1).astype(np.float32)
-    bad = ~np.isfinite(x)
-    if bad.any():
-        row = int(np.flatnonzero(bad.any(axis=1))[0])
-        raise DatasetError(f"{where}: {name}", f"expected finite values in float32, found {x[bad][0]} in row {row:,} "
-                                               f"({int(bad.any(axis=1).sum()):,} rows)")
-    return x
+    check_features(x, n, f"{where}: {name} (in float32)")
+    return x if x.shape[1] else None
 
 
 def _one_split(name: str, value: np.ndarray, n: int, column: int, where: str) -> tuple[np.ndarray, int]:
     """The node ids of one split array (a mask, a column or row of 2-D masks, or ids), with how many
     splits the array holds."""
-    if name.endswith("_idx"):
-        ids = value.reshape(-1)
-        if ids.dtype.kind not in "iu" or (ids.size and not 0 <= int(ids.min()) <= int(ids.max()) < n):
-            raise DatasetError(f"{where}: {name}", f"expected node ids in [0, {n:,})")
-        if len(np.unique(ids)) < len(ids):
-            raise DatasetError(f"{where}: {name}", f"holds {len(ids) - len(np.unique(ids)):,} repeated node ids")
-        return ids.astype(np.int64), 1
+    if name.endswith("_idx"):  # ids, checked with the other parts by check_splits
+        return as_ids(value.reshape(-1), f"{where}: {name}", name), 1
     if value.ndim == 2 and n in value.shape:
         masks = value if value.shape[0] == n else value.T  # [N, K]: PyG's; [K, N]: Platonov et al.'s
         if not 0 <= column < masks.shape[1]:
@@ -229,6 +225,7 @@ def _one_split(name: str, value: np.ndarray, n: int, column: int, where: str) ->
 
 
 def _mask_ids(name: str, mask: np.ndarray, where: str) -> np.ndarray:
+    """The node ids a boolean (or 0/1) mask selects."""
     if mask.dtype.kind != "b" and not np.isin(mask, (0, 1)).all():
         raise DatasetError(f"{where}: {name}", "expected a mask of booleans (or 0/1)")
     return np.flatnonzero(mask.astype(bool))
@@ -265,26 +262,22 @@ def _given_split(arrays: Mapping[str, np.ndarray], n: int, options: ImportOption
     return split, {part: found[0] for part, found in names.items()}, count
 
 
-def _check_split(split: dict[str, np.ndarray], names: dict[str, str], labels: _Labels, where: str) -> None:
-    """Every part non-empty, labelled, disjoint from the others, and scorable by its metric."""
+def _check_split(split: dict[str, np.ndarray], names: dict[str, str], labels: _Labels, made: bool,
+                 where: str) -> None:
+    """Every part non-empty, within the graph, disjoint, labelled, and scorable by its metric."""
     for part, ids in split.items():
         if not len(ids):
             raise DatasetError(f"{where}: {names[part]}", "selects no node: expected some")
-        if not labels.labelled[ids].all():
-            raise DatasetError(f"{where}: {names[part]}", f"selects {int((~labels.labelled[ids]).sum()):,} "
-                                                          "unlabelled nodes: expected labelled ones")
-    for i, first in enumerate(SPLITS):
-        for second in SPLITS[i + 1:]:
-            shared = len(np.intersect1d(split[first], split[second]))
-            if shared:
-                raise DatasetError(where, f"{names[first]} and {names[second]} share {shared:,} nodes: expected "
-                                          "disjoint splits")
-    if labels.task["eval metric"] == "rocauc":
-        for part, ids in split.items():
-            y = labels.values[ids]
-            if not any(np.isin([0, 1], column[~np.isnan(column)]).all() for column in y.T):
-                raise DatasetError(f"{where}: {names[part]}", "holds one class only in every task: ROC-AUC needs "
-                                                              "both (--metric acc for accuracy)")
+    check_splits(split, len(labels.labelled), {part: f"{where}: {name}" for part, name in names.items()})
+    check_split_labels(labels.values, split, where)
+    if labels.task["eval metric"] != "rocauc":
+        return
+    for part, ids in split.items():
+        if not any(np.isin([0, 1], column[~np.isnan(column)]).all() for column in labels.values[ids].T):
+            fix = ("another --seed" if made else
+                   "--metric acc for accuracy" if labels.task["num tasks"] == 1 else "another split")
+            raise DatasetError(f"{where}: {names[part]}", f"holds one class only in every task: ROC-AUC needs both "
+                                                          f"({fix})")
 
 
 def node_graph_parts(arrays: Mapping[str, np.ndarray], options: ImportOptions = ImportOptions(),
@@ -309,7 +302,7 @@ def node_graph_parts(arrays: Mapping[str, np.ndarray], options: ImportOptions = 
         raise DatasetError(where, "no labels: expected an array named one of " + str(list(ALIASES["y"])))
     labels = _labels(_rows(found_y, n, where), options.metric, where)
     x = _features(found_x, n, where) if (found_x := _field(arrays, "x")) is not None else None
-    if any(_field(arrays, part) for part in SPLITS):
+    if given := any(_field(arrays, part) for part in SPLITS):
         split, names, count = _given_split(arrays, n, options, where)
         split_name = f"masks{options.split}" if count > 1 else "given"
         source = "/".join(names.values()) + (f" (split {options.split} of {count})" if count > 1 else "")
@@ -317,7 +310,7 @@ def node_graph_parts(arrays: Mapping[str, np.ndarray], options: ImportOptions = 
         split, split_name = _random_split(labels.labelled, options, where), f"random{options.seed}"
         names = {part: f"random split (seed {options.seed}) {part}" for part in SPLITS}
         source = f"random 50/25/25 of the labelled nodes (seed {options.seed})"
-    _check_split(split, names, labels, where)
+    _check_split(split, names, labels, made=not given, where=where)
     task = labels.task
     meta = {**task, "add_inverse_edge": str(options.add_inverse_edge), "split": split_name,
             "additional node files": "None", "additional edge files": "None", "is hetero": "False", "version": 1}
@@ -335,7 +328,7 @@ def node_graph_parts(arrays: Mapping[str, np.ndarray], options: ImportOptions = 
 class Imported:
     """What :func:`import_node_graph` wrote.
 
-    Args:
+    Attributes:
         folder: The dataset folder.
         summary: A line on what was read (nodes, edges, features, task, split).
         num_nodes: N.
@@ -357,13 +350,19 @@ def import_node_graph(source: Path | str | Any, folder: Path, options: ImportOpt
             :func:`node_graph_parts`) or an existing ``folder``; nothing is written then.
     """
     folder = Path(folder)
+    if folder.exists():  # before reading a large source
+        raise DatasetError(folder, "exists: expected a new folder to write the dataset into")
     if isinstance(source, (str, Path)):
         where, arrays = str(source), read_arrays(Path(source), NAMES)
     else:
         where = type(source).__name__
         arrays = named_arrays(source, NAMES, where)
     parts = node_graph_parts(arrays, options, where)
-    if folder.exists():
-        raise DatasetError(folder, "exists: expected a new folder to write the dataset into")
     summary = parts.pop("summary")
-    return Imported(write_ogb_folder(folder, **parts), summary, parts["num_nodes"], parts["node_feat"] is not None)
+    try:
+        written = write_ogb_folder(folder, **parts)
+    except FileExistsError:  # made meanwhile by another process
+        raise DatasetError(folder, "exists: expected a new folder to write the dataset into") from None
+    except OSError as err:
+        raise DatasetError(folder, f"cannot be written ({err.strerror or err})") from None
+    return Imported(written, summary, parts["num_nodes"], parts["node_feat"] is not None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -19,6 +20,7 @@ from gnnkit.data.preprocessing import PREPROCESS_FIELDS, PreprocessOverrides, re
 from gnnkit.tasks import read_recipe
 from pipeline import (CacheEntry, DatasetError, cache, load_registry, paths, peak_rss_mb, preprocess, resolve,
                       temp_paths, tree_size)
+from pipeline.ogb_layout import EVAL_METRICS
 from pipeline.registry import looks_like_path, spec_family
 from pipeline.batch_cache import find_batch_caches, read_manifest, verify_batch_cache
 
@@ -107,6 +109,7 @@ def _import(args: argparse.Namespace) -> int:
     folder = str(imported.folder)
     if folder in load_registry():  # the registry's entry would be trained, not this folder
         folder = f".{os.sep}{folder}"
+    folder = shlex.quote(folder)
     features = "" if imported.has_features else " --model.embedding_dim 64"  # a learned vector per node instead
     print(f"train it: gnnkit run {recipe} --data.dataset {folder}{features}{why}")
     print(imported.folder)
@@ -120,10 +123,13 @@ def _recipe_for(num_nodes: int) -> tuple[str, str]:
     from gnnkit.hints import suggest_recipe
 
     recipes = Path(__file__).resolve().parents[2] / "recipes"
-    found = suggest_recipe(recipes / "quickstart.yaml", "gcn", num_nodes) if recipes.is_dir() else None
-    if found is None:
+    if not recipes.is_dir():
         return "recipes/quickstart.yaml", ""
-    return f"recipes/{found.path.name}", f"   (set for {found.reference.graph}, {found.reference.nodes:,} nodes)"
+    found = suggest_recipe(recipes / "quickstart.yaml", "gcn", num_nodes)
+    path = found.path if found is not None else recipes / "quickstart.yaml"
+    shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path  # runs from anywhere
+    why = "" if found is None else f"   (set for {found.reference.graph}, {found.reference.nodes:,} nodes)"
+    return str(shown), why
 
 
 def _partition(args: argparse.Namespace) -> int:
@@ -247,7 +253,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("source", type=Path, help=".pt or .npz file")
     p.add_argument("out", type=Path, help="the dataset folder to write (must not exist); give it as --data.dataset")
     p.add_argument("--split", type=int, default=0, help="which split of 2-D masks ([N, K]: a column)")
-    p.add_argument("--metric", choices=["acc", "rocauc"], default=None,
+    p.add_argument("--metric", choices=EVAL_METRICS, default=None,
                    help="default: rocauc for two classes or [N, T] binary labels, acc otherwise")
     p.add_argument("--seed", type=int, default=0, help="seed of the random split made when the file has none")
     p.set_defaults(func=_import)

@@ -97,9 +97,9 @@ def test_import_writes_a_folder_that_preprocess_takes_and_a_bad_file_is_one_line
     np.savez(tmp_path / "bare.npz", edge_index=np.array([[0, 1], [1, 2]]), y=np.arange(n) % 2, num_nodes=n)
     monkeypatch.chdir(tmp_path)
     assert main(["import", "bare.npz", "synthetic-tiny", "--metric", "acc"]) == 0
-    assert capsys.readouterr().out.splitlines()[1] == ("train it: gnnkit run recipes/gcn_citation.yaml --data.dataset "
-                                                       "./synthetic-tiny --model.embedding_dim 64   (set for Cora, "
-                                                       "2,708 nodes)")
+    assert capsys.readouterr().out.splitlines()[1] == (  # run from elsewhere: the recipe's whole path
+        f"train it: gnnkit run {ROOT / 'recipes' / 'gcn_citation.yaml'} --data.dataset ./synthetic-tiny "
+        "--model.embedding_dim 64   (set for Cora, 2,708 nodes)")
     assert featureless.is_dir()
     assert main(["import", str(tmp_path / "g.npz"), str(tmp_path / "mine")]) == 2
     err = capsys.readouterr().err

@@ -21,7 +21,7 @@ def _graph(seed: int = 0) -> Data:
 
 def test_only_the_names_asked_for_are_read_and_unusual_tensors_become_arrays():
     x = torch.randn(6, 3)
-    source = {"x": x.bfloat16(), "edge_index": torch.tensor([[0, 1], [1, 2]]).to_sparse().to_dense(),
+    source = {"x": x.bfloat16(), "edge_index": torch.tensor([[0, 1], [1, 2]]).to_sparse(),
               "y": torch.tensor([0, 1, 0, 1, 0, 1]).to_sparse(), "adj_t": torch.eye(6).to_sparse(),
               "edge_attr": torch.zeros(2, 2, dtype=torch.complex64), "name": "kept out", "num_nodes": 6}
     arrays = named_arrays(source, NAMES, "g")
@@ -64,6 +64,11 @@ def test_files_that_are_not_one_homogeneous_graph_are_refused(tmp_path):
     (tmp_path / "cut.pt").write_bytes(b"PK\x03\x04")
     np.savez(tmp_path / "objects.npz", y=np.array([{"a": 1}], dtype=object))
     (tmp_path / "Cora" / "processed").mkdir(parents=True)
+    torch.save([data.to_dict(), _graph(seed=1).to_dict()], tmp_path / "list.pt")
+    np.savez(tmp_path / "cut.npz", y=np.arange(100))
+    (tmp_path / "cut.npz").write_bytes((tmp_path / "cut.npz").read_bytes()[:150])
+    np.save(tmp_path / "one.npy", np.arange(3))
+    (tmp_path / "one.npy").rename(tmp_path / "one.npz")
     cases = {"pickled.pt": r"cannot be read with weights_only=True \(UnpicklingError\): a pickled Data\? save the "
                            r"graph with torch.save\(data.to_dict\(\), path\)",
              "geometric_data_processed.pt": r".*\(UnpicklingError\): an OGB dataset's processed file; gnnkit reads "
@@ -72,6 +77,9 @@ def test_files_that_are_not_one_homogeneous_graph_are_refused(tmp_path):
              "cut.pt": r"cannot be read with weights_only=True \([A-Za-z]+\)$",
              "g.csv": r"expected a .pt file \(torch.save\(data.to_dict\(\), path\)\) or an .npz file",
              "objects.npz": "not a readable npz file of plain arrays",
+             "list.pt": "a list of 2 items: expected one graph",
+             "cut.npz": "not a readable npz file of plain arrays",
+             "one.npz": r"one array \(an .npy file\): expected an .npz of named arrays",
              "absent.pt": "no such file",
              "Cora": r"a folder: expected a .pt or .npz file; PyG's processed file is .*Cora/processed/data.pt"}
     for name, message in cases.items():

@@ -132,7 +132,7 @@ BAD = {
     "edges of 3 rows": (_set(edge_index=np.zeros((3, 5), np.int64)),
                         r"graph: edge_index: expected \[2, E\] or \[E, 2\] integer node ids"),
     "edge beyond N": (_set(edge_index=np.array([[0, 40]])),
-                      r"graph: edge_index: node ids must lie in \[0, 40\) \(x gives 40 nodes\)"),
+                      r"graph: edge_index \(with 40 nodes from x\): edge endpoint 40 out of range \[0, 40\)"),
     "fractional y": (_set(y=np.random.rand(40)), "graph: y: .*got fractions; regression is not a gnnkit node task"),
     "string y": (_set(y=np.array(["a", "b"] * 20)), r"graph: y: expected integer classes per node \(-1 unlabelled\), "
                                                     "got <U1 of shape"),
@@ -148,15 +148,15 @@ BAD = {
     "empty valid": (_set(val_mask=np.zeros(40, bool)), "graph: val_mask: selects no node"),
     "mask of 2s": (_set(train_mask=np.full(40, 2)), "graph: train_mask: expected a mask of booleans"),
     "overlap": (_set(test_mask=lambda a: a["test_mask"] | a["train_mask"]),
-                "graph: train_mask and test_mask share 20 nodes: expected disjoint splits"),
+                r"graph: test_mask: overlaps an earlier split \(node 0 is in both\)"),
     "masks and ids": (_set(train_idx=np.array([0])), "graph: has both train_mask and train_idx: expected one"),
-    "id beyond N": (_ids([0], [1], [99]), r"graph: test_idx: expected node ids in \[0, 40\)"),
-    "repeated ids": (_ids([0, 1, 1], [2], [3]), "graph: train_idx: holds 1 repeated node ids"),
+    "id beyond N": (_ids([0], [1], [99]), r"graph: test_idx: node index 99 out of range \[0, 40\)"),
+    "repeated ids": (_ids([0, 1, 1], [2], [3]), "graph: train_idx: node indices repeat within the split"),
     "node count of 2": (_set(num_nodes=np.array([3, 4])),
                         r"graph: num_nodes: expected a node count, got int64 of shape \[2\]"),
     "scalar x": (_set(x=np.array(1.0)), r"graph: x: expected a row per node, got float64 of shape \[\]"),
-    "NaN feature": (_set(x=_with_nan), r"graph: x: expected finite values in float32, found nan in row 3 \(1 rows\)"),
-    "beyond float32": (_set(x=np.full((40, 2), 1e300)), "graph: x: expected finite values in float32, found inf"),
+    "NaN feature": (_set(x=_with_nan), r"graph: x \(in float32\): non-finite feature value in row 3"),
+    "beyond float32": (_set(x=np.full((40, 2), 1e300)), r"graph: x \(in float32\): non-finite feature value in row 0"),
     "complex x": (_set(x=np.ones((40, 2), complex)), "graph: x: expected real numbers, got complex128"),
 }
 
@@ -204,7 +204,7 @@ def test_one_hot_rows_are_classes_and_a_label_matrix_is_tasks_only_by_rocauc():
 def test_a_split_with_unlabelled_nodes_is_refused():
     arrays = {k: v.numpy() for k, v in _graph().to_dict().items()}
     arrays["y"][0] = -1
-    with pytest.raises(DatasetError, match="graph: train_mask: selects 1 unlabelled nodes: expected labelled ones"):
+    with pytest.raises(DatasetError, match="graph: 1 nodes of the 'train' split have no label"):
         node_graph_parts(arrays)
 
 
@@ -213,3 +213,49 @@ def test_an_existing_folder_is_not_written_over(tmp_path):
     with pytest.raises(DatasetError, match="out: exists: expected a new folder"):
         import_node_graph(_graph(), tmp_path / "out")
     assert not any((tmp_path / "out").iterdir())
+
+
+def test_the_name_decides_a_two_by_two_edge_array_and_whole_float_ids_are_ids():
+    arrays = {k: v.numpy() for k, v in _graph().to_dict().items()}
+    pairs = np.array([[0, 5], [1, 4]])
+    assert node_graph_parts({**arrays, "edge_index": pairs})["edge_index"].tolist() == [[0, 5], [1, 4]]
+    del arrays["edge_index"]
+    assert node_graph_parts({**arrays, "edges": pairs})["edge_index"].tolist() == [[0, 1], [5, 4]]  # 0->5, 1->4
+    ids = {"train_idx": np.array([0.0, 1.0]), "valid_idx": np.array([2.0]), "test_idx": np.array([3.0])}
+    masks = ("train_mask", "val_mask", "test_mask")
+    plain = {k: v for k, v in arrays.items() if k not in masks}
+    parts = node_graph_parts({**plain, "edges": pairs, **ids})
+    assert parts["split"]["train"].tolist() == [0, 1] and parts["split"]["train"].dtype == np.int64
+    with pytest.raises(DatasetError, match="graph: train_idx: 'train_idx' must hold whole-number ids, found 0.5"):
+        node_graph_parts({**plain, "edges": pairs, **ids, "train_idx": np.array([0.5])})
+
+
+def test_a_rocauc_refusal_says_what_would_do_and_width_zero_features_are_none():
+    data = _graph(classes=2)
+    arrays = {"edge_index": data.edge_index.numpy(), "y": np.r_[np.zeros(38, np.int64), [1, 1]],
+              "x": np.zeros((40, 0), np.float32)}
+    with pytest.raises(DatasetError, match=r"random split \(seed 0\) (train|valid|test): holds one class only in "
+                                           r"every task: ROC-AUC needs both \(another --seed\)"):
+        node_graph_parts(arrays)
+    tasks = np.zeros((40, 2), np.float32)
+    tasks[:20] = 1
+    arrays = {k: v.numpy() for k, v in data.to_dict().items()}
+    with pytest.raises(DatasetError, match=r"graph: train_mask: holds one class only .*\(another split\)"):
+        node_graph_parts({**arrays, "y": tasks})
+    parts = node_graph_parts({**arrays, "x": np.zeros((40, 0))})
+    assert parts["node_feat"] is None and "no features" in parts["summary"]
+
+
+def test_two_one_hot_columns_are_one_binary_task():
+    arrays = {k: v.numpy() for k, v in _graph(classes=2).to_dict().items()}
+    arrays["y"] = np.eye(2)[arrays["y"]]
+    for metric in (None, "rocauc"):
+        parts = node_graph_parts(arrays, ImportOptions(metric=metric))
+        assert parts["meta"]["num tasks"] == 1 and parts["meta"]["eval metric"] == "rocauc"
+        assert parts["summary"].count("one-hot y read as classes;") == 1
+
+
+def test_an_existing_folder_is_refused_before_the_source_is_read(tmp_path):
+    (tmp_path / "out").mkdir()
+    with pytest.raises(DatasetError, match="out: exists"):
+        import_node_graph(tmp_path / "absent.pt", tmp_path / "out")

@@ -45,6 +45,7 @@ def test_tensors_saved_from_a_gpu_load_on_the_cpu(tmp_path):
         for info in source.infolist():  # the storages' location, as a GPU's torch.save writes it
             data = source.read(info.filename)
             if info.filename.endswith("data.pkl"):
+                assert b"X\x03\x00\x00\x00cpu" in data, data  # else the file would not name a GPU
                 data = data.replace(b"X\x03\x00\x00\x00cpu", b"X\x06\x00\x00\x00cuda:0")
             target.writestr(info, data)
     assert load_pt(tmp_path / "gpu.pt")["y"].tolist() == [0, 1, 2]
