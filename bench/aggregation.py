@@ -29,6 +29,8 @@ sys.path.insert(0, str(REPO))
 from pipeline import atomic_write_text, save_figure  # noqa: E402
 
 AGGREGATIONS = ("pyg", "gnnkit")
+#: Whose layers each aggregation is, as the plot says.
+OWNERS = {"pyg": "PyG", "gnnkit": "gnnkit"}
 
 
 def command(recipe: str, aggregation: str, epochs: int, run_dir: Path, extra: list[str]) -> list[str]:
@@ -78,7 +80,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 3.2))
     for i, aggregation in enumerate(AGGREGATIONS):
         ax.bar([j + (i - 0.5) * 0.4 for j in range(len(rows))], [r[aggregation]["epoch_s"] for r in rows], 0.4,
-               label=f"{aggregation}'s layers")
+               label=f"{OWNERS[aggregation]}'s layers")
     ax.set_xticks(range(len(rows)), [f"{r['recipe']}\n{r['epoch_ratio']:.1f}x" for r in rows])
     ax.set_ylabel("s per epoch (validation included)")
     ax.set_title("Full-batch recipes: PyG's layers against gnnkit's SpMM layers")
