@@ -25,7 +25,7 @@ import numpy as np
 
 from pipeline.errors import DatasetError
 from pipeline.ogb_layout import SPLITS
-from pipeline.safe_pt import load_pt
+from pipeline.safe_pt import as_array, load_pt
 
 #: The names of the index arrays a nested split mapping becomes.
 SPLIT_IDS = {part: f"{part}_idx" for part in SPLITS}
@@ -54,38 +54,40 @@ def read_arrays(path: Path, names: Collection[str]) -> dict[str, np.ndarray]:
 
 def _read_npz(path: Path, names: Collection[str]) -> dict[str, np.ndarray]:
     """The arrays among ``names`` in an ``.npz`` file, read without unpickling."""
-    unreadable = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error)  # cut short, corrupt, objects
     try:
         data = np.load(path, allow_pickle=False)
-    except unreadable as err:
+        if isinstance(data, np.lib.npyio.NpzFile):
+            with data:
+                return {name: data[name] for name in data.files if name in names}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as err:  # cut short, corrupt, objects
         raise DatasetError(path, f"not a readable npz file of plain arrays ({err})") from None
-    if not isinstance(data, np.lib.npyio.NpzFile):  # an .npy under another name
-        raise DatasetError(path, "one array (an .npy file): expected an .npz of named arrays (numpy.savez)")
+    raise DatasetError(path, "one array (an .npy file): expected an .npz of named arrays (numpy.savez)")
+
+
+def _load_weights_only(path: Path) -> Any:
+    """:func:`load_pt`, and once more with PyG's ``Data`` class allowed when a file names it (PyG's
+    processed files do); importing PyG takes 3 s, so a file of plain tensors goes without."""
     try:
-        with data:
-            return {name: data[name] for name in data.files if name in names}
-    except unreadable as err:
-        raise DatasetError(path, f"not a readable npz file of plain arrays ({err})") from None
+        return load_pt(path)
+    except DatasetError as err:
+        if "UnpicklingError" not in err.problem:
+            raise
+    import torch_geometric.data  # noqa: F401  (allows PyG's Data class)
+
+    try:
+        return load_pt(path)
+    except DatasetError as err:
+        if path.name == "geometric_data_processed.pt":  # what the ogb package's PyG datasets write
+            hint = ("an OGB dataset's processed file; gnnkit reads OGB's datasets by name (--data.dataset "
+                    "ogbn-arxiv), from their raw files")
+        else:
+            hint = "a pickled Data? save the graph with torch.save(data.to_dict(), path)"
+        raise DatasetError(path, f"{err.problem}: {hint}") from None
 
 
 def _read_pt(path: Path) -> Any:
     """A torch file's content, loaded weights-only; a PyG processed file's dict of its one graph."""
-    try:
-        content = load_pt(path)
-    except DatasetError as err:
-        if "UnpicklingError" not in err.problem:
-            raise
-        import torch_geometric.data  # noqa: F401  (3 s; allows PyG's Data class, named in its processed files)
-
-        try:
-            content = load_pt(path)
-        except DatasetError as again:
-            if path.name == "geometric_data_processed.pt":  # what the ogb package's PyG datasets write
-                raise DatasetError(path, f"{again.problem}: an OGB dataset's processed file; gnnkit reads "
-                                         "OGB's datasets by name (--data.dataset ogbn-arxiv), from their raw files"
-                                   ) from None
-            raise DatasetError(path, f"{again.problem}: a pickled Data? save the graph with "
-                                     f"torch.save(data.to_dict(), path)") from None
+    content = _load_weights_only(path)
     if not isinstance(content, (tuple, list)):
         return content
     if len(content) == 3 and isinstance(content[0], Mapping) and isinstance(content[2], type):  # InMemoryDataset.save
@@ -141,10 +143,10 @@ def _array(value: Any, where: str) -> np.ndarray:
             value = value.detach()
             if value.layout != torch.strided:
                 value = value.to_dense()
-            if value.dtype in (torch.bfloat16,) or str(value.dtype).startswith("torch.float8"):
+            if value.dtype == torch.bfloat16 or str(value.dtype).startswith("torch.float8"):
                 value = value.float()  # numpy has no such dtype
-            return value.cpu().numpy()
-        array = np.asarray(value)
+            value = value.cpu()
+        array = as_array(value)
     except (TypeError, ValueError, RuntimeError, NotImplementedError) as err:
         raise DatasetError(where, f"cannot be read as an array ({type(err).__name__}: "
                                   f"{' '.join(str(err).split())[:150]})") from None

@@ -100,15 +100,17 @@ def _edges(found: tuple[str, np.ndarray] | None, where: str) -> np.ndarray:
 
 def _num_nodes(arrays: Mapping[str, np.ndarray], edges: np.ndarray, where: str) -> int:
     """N: stated (``num_nodes``), else the rows of the features, else of the labels."""
-    for field in ("num_nodes", "x", "y"):
-        if (found := _field(arrays, field)) is not None:
-            name, value = found
-            count = field == "num_nodes"
-            if (value.size != 1 or value.dtype.kind not in "iu") if count else value.ndim == 0:
-                raise DatasetError(f"{where}: {name}", f"expected {'a node count' if count else 'a row per node'}, "
-                                                       f"got {value.dtype} of shape {list(value.shape)}")
-            n = int(value.reshape(-1)[0]) if count else len(value)
-            break
+    if (found := _field(arrays, "num_nodes")) is not None:
+        name, value = found
+        if value.size != 1 or value.dtype.kind not in "iu":
+            raise DatasetError(f"{where}: {name}", f"expected a node count, got {value.dtype} of shape "
+                                                   f"{list(value.shape)}")
+        n = int(value.reshape(-1)[0])
+    elif (found := _field(arrays, "x") or _field(arrays, "y")) is not None:
+        name, value = found
+        if value.ndim == 0:
+            raise DatasetError(f"{where}: {name}", f"expected a row per node, got {value.dtype} of shape []")
+        n = len(value)
     else:
         raise DatasetError(where, "no labels: expected an array named one of " + str(list(ALIASES["y"])))
     check_edges(edges, n, f"{where}: {_field(arrays, 'edge_index')[0]} (with {n:,} nodes from {name})")
@@ -121,6 +123,11 @@ def _rows(found: tuple[str, np.ndarray], n: int, where: str) -> np.ndarray:
     if value.ndim == 0 or len(value) != n:
         raise DatasetError(f"{where}: {name}", f"expected one row per node ({n:,}), got shape {list(value.shape)}")
     return value
+
+
+def _binary_task(num_tasks: int) -> dict[str, Any]:
+    """The meta keys of ``num_tasks`` binary tasks scored by ROC-AUC."""
+    return {"num tasks": num_tasks, "num classes": 2, "task type": "binary classification", "eval metric": "rocauc"}
 
 
 @dataclass(frozen=True)
@@ -172,8 +179,8 @@ def _class_labels(y: np.ndarray, metric: str | None, where: str, note: str = "",
     if metric == "rocauc" and classes != 2:
         raise DatasetError(f"{where}: metric", f"rocauc scores two classes (or [N, T] binary tasks); y has {classes}")
     if metric == "rocauc":
-        task = {"num tasks": 1, "num classes": 2, "task type": "binary classification", "eval metric": "rocauc"}
-        return _Labels(np.where(labelled, y, np.nan).astype(np.float32).reshape(-1, 1), task, labelled, note)
+        return _Labels(np.where(labelled, y, np.nan).astype(np.float32).reshape(-1, 1), _binary_task(1), labelled,
+                       note)
     task = {"num tasks": 1, "num classes": classes, "task type": "multiclass classification", "eval metric": "acc"}
     return _Labels(np.where(labelled, y, -1).astype(np.int64), task, labelled, note)
 
@@ -192,9 +199,7 @@ def _matrix_labels(y: np.ndarray, metric: str | None, where: str) -> _Labels:
     if metric == "acc":
         raise DatasetError(f"{where}: metric", f"an [N, {y.shape[1]}] label matrix that is not one-hot is "
                                                f"{y.shape[1]} binary tasks, scored by rocauc, not acc")
-    task = {"num tasks": y.shape[1], "num classes": 2, "task type": "binary classification", "eval metric": "rocauc"}
-    values = np.where(known, y, np.nan).astype(np.float32)
-    return _Labels(values, task, known.any(axis=1))
+    return _Labels(np.where(known, y, np.nan).astype(np.float32), _binary_task(y.shape[1]), known.any(axis=1))
 
 
 def _features(found: tuple[str, np.ndarray], n: int, where: str) -> np.ndarray | None:
