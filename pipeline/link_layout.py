@@ -28,6 +28,7 @@ per split ``split.<s>.edge [E, 2]``, ``split.<s>.edge_neg [M, 2]`` or
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -36,8 +37,9 @@ import numpy as np
 
 from pipeline.errors import DatasetError
 from pipeline.graph import SPLITS, check_edges, check_features, check_node_count_fits
-from pipeline.ogb_layout import as_bool, as_list, raw_file, read_raw_graphs, split_name
+from pipeline.ogb_layout import as_bool, as_list, raw_file, read_raw_graphs, split_name, write_raw_graph
 from pipeline.safe_pt import as_array, load_pt
+from pipeline.temp_paths import published_folder
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -315,6 +317,61 @@ def build(
         "num_split_edges": {s: int(splits[s]["edge"].shape[0]) for s in SPLITS},
     }
     return arrays, out_meta
+
+
+# -- writing --------------------------------------------------------------------------------------
+
+
+def _save_split(path: Path, record: dict[str, np.ndarray]) -> None:
+    """One split's dict of arrays as a torch file of tensors (what OGB's split files hold)."""
+    import torch
+
+    torch.save({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in record.items()}, path)
+
+
+def write_link_folder(
+    folder: Path,
+    *,
+    edges: np.ndarray,
+    num_nodes: int,
+    splits: dict[str, dict[str, np.ndarray]],
+    meta: dict[str, Any],
+    node_feat: np.ndarray | None = None,
+    binary: bool = False,
+    extra: dict[str, np.ndarray] | None = None,
+    float_format: str = "%.6g",
+) -> Path:
+    """Write a link dataset in OGB's raw layout, atomically (owned temp folder, then rename).
+
+    Args:
+        folder: Destination; must not exist yet.
+        edges: ``[E, 2]`` training edges, the message-passing graph as stored (OGB adds the inverse
+            edges on read when ``meta['add_inverse_edge']`` says so).
+        num_nodes: N.
+        splits: ``train``/``valid``/``test`` dicts of arrays (``edge``, ``edge_neg``, ...), written as
+            ``split/<meta['split']>/<s>.pt``.
+        meta: OGB's link meta_dict; ``binary`` and ``has_node_attr`` are filled in from the arguments.
+        node_feat: Optional ``[N, F]`` features.
+        binary: ``raw/data.npz`` instead of CSV files.
+        extra: Additional edge files (``edge_weight``, ``edge_year``; ``meta`` should name them).
+        float_format: How CSV features are printed.
+
+    Returns:
+        ``folder``.
+
+    Raises:
+        FileExistsError: ``folder`` exists or was created meanwhile (nothing is written there).
+    """
+    folder = Path(folder)
+    with published_folder(folder) as tmp:
+        write_raw_graph(tmp, np.asarray(edges).T, num_nodes, node_feat, binary, extra, float_format)
+        split_dir = tmp / "split" / str(meta["split"])
+        split_dir.mkdir(parents=True)
+        for name, record in splits.items():
+            _save_split(split_dir / f"{name}.pt", record)
+        full_meta = {**meta, "binary": str(binary), "has_node_attr": str(node_feat is not None)}
+        (tmp / "meta.json").write_text(json.dumps(full_meta, indent=2) + "\n")
+    return folder
 
 
 # -- the cached graph -----------------------------------------------------------------------------

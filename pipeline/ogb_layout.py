@@ -656,32 +656,55 @@ def write_ogb_folder(
     """
     folder = Path(folder)
     with published_folder(folder) as tmp:  # also removes stale temps of killed writers beside it
-        raw = tmp / "raw"
-        raw.mkdir()
-        edge_index = np.asarray(edge_index, dtype=np.int64)
+        raw = write_raw_graph(tmp, edge_index, num_nodes, node_feat, binary, extra)
         labels = np.asarray(labels).reshape(num_nodes, -1)
         if binary:
-            arrays = {
-                "edge_index": edge_index,
-                "num_nodes_list": np.array([num_nodes], dtype=np.int64),
-                "num_edges_list": np.array([edge_index.shape[1]], dtype=np.int64),
-            }
-            if node_feat is not None:
-                arrays["node_feat"] = node_feat
-            np.savez(raw / "data.npz", **arrays, **(extra or {}))
             np.savez(raw / "node-label.npz", node_label=labels)
         else:
-            to_csv_gz(raw / "edge.csv.gz", edge_index.T)
-            to_csv_gz(raw / "num-node-list.csv.gz", np.array([num_nodes]))
-            to_csv_gz(raw / "num-edge-list.csv.gz", np.array([edge_index.shape[1]]))
-            if node_feat is not None:
-                fmt = "%.6g" if node_feat.dtype.kind == "f" else None
-                to_csv_gz(raw / "node-feat.csv.gz", node_feat, float_format=fmt)
             to_csv_gz(raw / "node-label.csv.gz", labels)
-            for name, values in (extra or {}).items():
-                to_csv_gz(raw / f"{name}.csv.gz", values)
         write_split_and_meta(tmp, split, meta, binary, node_feat is not None)
     return folder
+
+
+def write_raw_graph(folder: Path, edge_index: np.ndarray, num_nodes: int, node_feat: np.ndarray | None = None,
+                    binary: bool = False, extra: dict[str, np.ndarray] | None = None,
+                    float_format: str = "%.6g") -> Path:
+    """Write one graph's ``raw/`` files into a dataset folder being written, as OGB's readers take them.
+
+    Args:
+        folder: The (temporary) dataset folder; ``raw/`` is made in it.
+        edge_index: ``[2, E]`` edges as stored (without the inverse edges OGB adds on read).
+        num_nodes: N.
+        node_feat: Optional ``[N, F]`` features.
+        binary: ``raw/data.npz`` instead of CSV files.
+        extra: Additional node or edge arrays (``data.npz`` members, or ``raw/<name>.csv.gz``).
+        float_format: How CSV features are printed.
+
+    Returns:
+        The ``raw/`` folder.
+    """
+    raw = folder / "raw"
+    raw.mkdir()
+    edge_index = np.asarray(edge_index, dtype=np.int64)
+    if binary:
+        arrays = {
+            "edge_index": edge_index,
+            "num_nodes_list": np.array([num_nodes], dtype=np.int64),
+            "num_edges_list": np.array([edge_index.shape[1]], dtype=np.int64),
+        }
+        if node_feat is not None:
+            arrays["node_feat"] = node_feat
+        np.savez(raw / "data.npz", **arrays, **(extra or {}))
+        return raw
+    to_csv_gz(raw / "edge.csv.gz", edge_index.T)
+    to_csv_gz(raw / "num-node-list.csv.gz", np.array([num_nodes]))
+    to_csv_gz(raw / "num-edge-list.csv.gz", np.array([edge_index.shape[1]]))
+    if node_feat is not None:
+        fmt = float_format if node_feat.dtype.kind == "f" else None
+        to_csv_gz(raw / "node-feat.csv.gz", node_feat, float_format=fmt)
+    for name, values in (extra or {}).items():
+        to_csv_gz(raw / f"{name}.csv.gz", values)
+    return raw
 
 
 def write_split_and_meta(folder: Path, split: dict[str, np.ndarray], meta: dict[str, Any], binary: bool,

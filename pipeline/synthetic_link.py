@@ -30,7 +30,6 @@ The model (vectorised numpy, seeded ``numpy.random.Generator``; same spec -> sam
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -39,8 +38,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pipeline.ogb_layout import to_csv_gz
-from pipeline.temp_paths import published_folder
+from pipeline.link_layout import write_link_folder
 
 #: Bump when the output for the same spec changes (it is part of the source's cache key).
 GENERATOR_VERSION: str = "link-1"
@@ -324,12 +322,6 @@ def meta_dict(spec: SyntheticSpec) -> dict[str, Any]:
     }
 
 
-def _save_pt(path: Path, record: dict[str, np.ndarray]) -> None:
-    import torch
-
-    torch.save({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in record.items()}, path)
-
-
 def write(folder: Path, spec: SyntheticSpec, data: dict[str, Any],
           progress: Callable[[str], None] | None = None) -> Path:
     """Write a :func:`build` result in OGB's raw layout, atomically (temp folder, then rename).
@@ -338,24 +330,11 @@ def write(folder: Path, spec: SyntheticSpec, data: dict[str, Any],
         FileExistsError: ``folder`` exists or was created meanwhile (nothing is written there).
     """
     say = progress or (lambda _msg: None)
-    folder = Path(folder)
-    with published_folder(folder) as tmp:
-        raw = tmp / "raw"
-        raw.mkdir()
-        train = data["split"]["train"]
-        say(f"writing {folder}")
-        to_csv_gz(raw / "edge.csv.gz", train["edge"])
-        to_csv_gz(raw / "edge_weight.csv.gz", train["weight"].reshape(-1, 1))
-        to_csv_gz(raw / "edge_year.csv.gz", train["year"].reshape(-1, 1))
-        to_csv_gz(raw / "num-node-list.csv.gz", np.array([spec.num_nodes]))
-        to_csv_gz(raw / "num-edge-list.csv.gz", np.array([train["edge"].shape[0]]))
-        to_csv_gz(raw / "node-feat.csv.gz", data["node_feat"], float_format="%.4g")
-        split_dir = tmp / "split" / SPLIT
-        split_dir.mkdir(parents=True)
-        for name, record in data["split"].items():
-            _save_pt(split_dir / f"{name}.pt", record)
-        (tmp / "meta.json").write_text(json.dumps(meta_dict(spec), indent=2) + "\n")
-    return folder
+    train = data["split"]["train"]
+    say(f"writing {folder}")
+    extra = {"edge_weight": train["weight"].reshape(-1, 1), "edge_year": train["year"].reshape(-1, 1)}
+    return write_link_folder(Path(folder), edges=train["edge"], num_nodes=spec.num_nodes, splits=data["split"],
+                             meta=meta_dict(spec), node_feat=data["node_feat"], extra=extra, float_format="%.4g")
 
 
 def generate(folder: Path, spec: SyntheticSpec, progress: Callable[[str], None] | None = None) -> Path:
