@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.array_source import named_arrays, read_arrays
 from pipeline.errors import DatasetError
 from pipeline.graph import check_edges, check_features, check_split_labels, check_splits, whole
+from pipeline.graph_import import Imported, import_graph
 from pipeline.ogb_layout import EVAL_METRICS, SPLITS, write_ogb_folder
 from pipeline.safe_pt import as_ids
 
@@ -85,7 +85,7 @@ def _field(arrays: Mapping[str, np.ndarray], field: str) -> tuple[str, np.ndarra
     return next(((name, arrays[name]) for name in ALIASES[field] if name in arrays), None)
 
 
-def _edges(found: tuple[str, np.ndarray] | None, where: str) -> np.ndarray:
+def edge_array(found: tuple[str, np.ndarray] | None, where: str) -> np.ndarray:
     """``[2, E]`` int64 edges from ``[2, E]`` or ``[E, 2]`` node ids; the array's name decides a
     ``2 x 2`` one (:data:`ROW_EDGES`)."""
     if found is None:
@@ -117,7 +117,7 @@ def _num_nodes(arrays: Mapping[str, np.ndarray], edges: np.ndarray, where: str) 
     return n
 
 
-def _rows(found: tuple[str, np.ndarray], n: int, where: str) -> np.ndarray:
+def row_array(found: tuple[str, np.ndarray], n: int, where: str) -> np.ndarray:
     """An array with one row per node, checked."""
     name, value = found
     if value.ndim == 0 or len(value) != n:
@@ -202,13 +202,13 @@ def _matrix_labels(y: np.ndarray, metric: str | None, where: str) -> _Labels:
     return _Labels(np.where(known, y, np.nan).astype(np.float32), _binary_task(y.shape[1]), known.any(axis=1))
 
 
-def _features(found: tuple[str, np.ndarray], n: int, where: str) -> np.ndarray | None:
+def feature_array(found: tuple[str, np.ndarray], n: int, where: str) -> np.ndarray | None:
     """``[N, F]`` float32 features, finite (``None`` for ``F = 0``: no features)."""
     name, x = found
     if x.dtype.kind not in "biuf":
         raise DatasetError(f"{where}: {name}", f"expected real numbers, got {x.dtype}")
     with np.errstate(over="ignore"):  # beyond float32's range becomes inf, refused below
-        x = _rows(found, n, where).reshape(n, -1).astype(np.float32)
+        x = row_array(found, n, where).reshape(n, -1).astype(np.float32)
     check_features(x, n, f"{where}: {name} (in float32)")
     return x if x.shape[1] else None
 
@@ -301,12 +301,12 @@ def node_graph_parts(arrays: Mapping[str, np.ndarray], options: ImportOptions = 
     Raises:
         DatasetError: A missing or malformed array, in one line naming it.
     """
-    edges = _edges(_field(arrays, "edge_index"), where)
+    edges = edge_array(_field(arrays, "edge_index"), where)
     n = _num_nodes(arrays, edges, where)
     if (found_y := _field(arrays, "y")) is None:
         raise DatasetError(where, "no labels: expected an array named one of " + str(list(ALIASES["y"])))
-    labels = _labels(_rows(found_y, n, where), options.metric, where)
-    x = _features(found_x, n, where) if (found_x := _field(arrays, "x")) is not None else None
+    labels = _labels(row_array(found_y, n, where), options.metric, where)
+    x = feature_array(found_x, n, where) if (found_x := _field(arrays, "x")) is not None else None
     if given := any(_field(arrays, part) for part in SPLITS):
         split, names, count = _given_split(arrays, n, options, where)
         split_name = f"masks{options.split}" if count > 1 else "given"
@@ -329,45 +329,13 @@ def node_graph_parts(arrays: Mapping[str, np.ndarray], options: ImportOptions = 
             "summary": summary}
 
 
-@dataclass(frozen=True)
-class Imported:
-    """What :func:`import_node_graph` wrote.
-
-    Attributes:
-        folder: The dataset folder.
-        summary: A line on what was read (nodes, edges, features, task, split).
-        num_nodes: N.
-        has_features: Whether the graph has node features.
-    """
-
-    folder: Path
-    summary: str
-    num_nodes: int
-    has_features: bool
-
-
 def import_node_graph(source: Path | str | Any, folder: Path, options: ImportOptions = ImportOptions()) -> Imported:
     """Write ``source`` (a ``.pt``/``.npz`` path, a PyG ``Data`` or a mapping of arrays) as an
-    OGB-layout folder, atomically.
+    OGB-layout folder for node prediction, atomically.
 
     Raises:
         DatasetError: A bad source (see :func:`pipeline.array_source.read_arrays`,
             :func:`node_graph_parts`) or an existing ``folder``; nothing is written then.
     """
-    folder = Path(folder)
-    if folder.exists():  # before reading a large source
-        raise DatasetError(folder, "exists: expected a new folder to write the dataset into")
-    if isinstance(source, (str, Path)):
-        where, arrays = str(source), read_arrays(Path(source), NAMES)
-    else:
-        where = type(source).__name__
-        arrays = named_arrays(source, NAMES, where)
-    parts = node_graph_parts(arrays, options, where)
-    summary = parts.pop("summary")
-    try:
-        written = write_ogb_folder(folder, **parts)
-    except FileExistsError:  # made meanwhile by another process
-        raise DatasetError(folder, "exists: expected a new folder to write the dataset into") from None
-    except OSError as err:
-        raise DatasetError(folder, f"cannot be written ({err.strerror or err})") from None
-    return Imported(written, summary, parts["num_nodes"], parts["node_feat"] is not None)
+    return import_graph(source, folder, NAMES, lambda arrays, where: node_graph_parts(arrays, options, where),
+                        write_ogb_folder)

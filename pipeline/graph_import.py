@@ -1,0 +1,72 @@
+"""The steps every ``gnnkit import`` takes, whatever the task: refuse an existing folder, read the
+source's arrays (:mod:`pipeline.array_source`), make the task's parts, write them atomically.
+
+The task modules say what the arrays mean: :mod:`pipeline.node_graph_import` (node prediction) and
+:mod:`pipeline.link_graph_import` (link prediction).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.array_source import named_arrays, read_arrays
+from pipeline.errors import DatasetError
+
+
+@dataclass(frozen=True)
+class Imported:
+    """What an import wrote.
+
+    Attributes:
+        folder: The dataset folder.
+        summary: A line on what was read (nodes, edges, features, task, split).
+        num_nodes: N.
+        has_features: Whether the graph has node features.
+    """
+
+    folder: Path
+    summary: str
+    num_nodes: int
+    has_features: bool
+
+
+def import_graph(source: Path | str | Any, folder: Path, names: Collection[str],
+                 parts: Callable[[Mapping[str, np.ndarray], str], dict[str, Any]],
+                 write: Callable[..., Path]) -> Imported:
+    """Write ``source`` (a ``.pt``/``.npz`` path, a PyG ``Data`` or a mapping of arrays) as a dataset
+    folder, atomically.
+
+    Args:
+        source: The graph.
+        folder: The folder to write; must not exist.
+        names: The array names the task reads.
+        parts: ``(arrays, where) ->`` the writer's keyword arguments, with ``summary``, ``num_nodes``
+            and ``node_feat``; raises :class:`DatasetError` naming a bad array.
+        write: The layout's writer (``write(folder, **parts)``; ``FileExistsError`` for a folder
+            made meanwhile).
+
+    Raises:
+        DatasetError: A bad source or an existing ``folder``; nothing is written then.
+    """
+    folder = Path(folder)
+    if folder.exists():  # before reading a large source
+        raise DatasetError(folder, "exists: expected a new folder to write the dataset into")
+    if isinstance(source, (str, Path)):
+        where, arrays = str(source), read_arrays(Path(source), names)
+    else:
+        where = type(source).__name__
+        arrays = named_arrays(source, names, where)
+    found = parts(arrays, where)
+    summary = found.pop("summary")
+    try:
+        written = write(folder, **found)
+    except FileExistsError:  # made meanwhile by another process
+        raise DatasetError(folder, "exists: expected a new folder to write the dataset into") from None
+    except OSError as err:
+        raise DatasetError(folder, f"cannot be written ({err.strerror or err})") from None
+    return Imported(written, summary, found["num_nodes"], found["node_feat"] is not None)
