@@ -16,7 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("gnnkit.run_command", "train and test a recipe (LightningCLI arguments follow)"),
     "datasets": ("gnnkit.data.cli", "list registry entries and their cache state"),
     "import": ("gnnkit.data.cli", "write a graph of your own (a PyG Data's arrays) as a dataset folder for node "
-                                  "prediction"),
+                                  "or link prediction"),
     "preprocess": ("gnnkit.data.cli", "build (or find) the cache entry of a dataset"),
     "partition": ("gnnkit.data.cli", "split a node dataset into P METIS partition entries in the cache"),
     "cache": ("gnnkit.data.cli", "inspect the preprocessed cache and the batch caches"),

@@ -66,12 +66,12 @@ class _Candidate:
     dataset: str | None
 
 
-def _read_candidate(path: Path) -> _Candidate | None:
-    """A node-task recipe's reference, model and default dataset, or ``None`` when it names no
+def _read_candidate(path: Path, task: str) -> _Candidate | None:
+    """A ``task`` recipe's reference, model and default dataset, or ``None`` when it names no
     reference (or trains another task family)."""
     try:
         config = yaml.safe_load(path.read_text())
-        if config.get("task", "node") != "node":
+        if config.get("task", "node") != task:
             return None
         ref = config["reference"]
         reference = Reference(graph=str(ref["graph"]), nodes=int(ref["nodes"]),
@@ -83,10 +83,10 @@ def _read_candidate(path: Path) -> _Candidate | None:
     return _Candidate(path, reference, model, dataset)
 
 
-def _candidates(recipe: Path) -> Iterator[_Candidate]:
-    """The node recipes beside ``recipe`` (itself left out) that name a reference, by file name."""
+def _candidates(recipe: Path, task: str = "node") -> Iterator[_Candidate]:
+    """The ``task`` recipes beside ``recipe`` (itself left out) that name a reference, by file name."""
     for path in sorted(recipe.parent.glob("*.yaml")):
-        if path.resolve() != recipe.resolve() and (candidate := _read_candidate(path)) is not None:
+        if path.resolve() != recipe.resolve() and (candidate := _read_candidate(path, task)) is not None:
             yield candidate
 
 
@@ -95,16 +95,17 @@ def _distance(nodes: int, reference: Reference) -> float:
     return abs(math.log(nodes / reference.nodes))
 
 
-def suggest_recipe(recipe: Path, model: str, num_nodes: int, heterophilous: bool | None = None) -> _Candidate | None:
+def suggest_recipe(recipe: Path, model: str, num_nodes: int, heterophilous: bool | None = None,
+                   task: str = "node") -> _Candidate | None:
     """The recipe beside ``recipe`` that suits a graph of ``num_nodes`` nodes best, if any.
 
-    Candidates are the recipes in the same folder whose reference graph is within :data:`FAR`
+    Candidates are the ``task`` recipes in the same folder whose reference graph is within :data:`FAR`
     times ``num_nodes`` (and, where ``heterophilous`` is known, is as heterophilous as the graph);
     preferred are the same ``model``, then recipes that train on their reference graph itself (over
     its synthetic twins), then the closest size, then the name.
     """
     best: tuple[tuple[Any, ...], _Candidate] | None = None
-    for candidate in _candidates(recipe):
+    for candidate in _candidates(recipe, task):
         if _distance(num_nodes, candidate.reference) > math.log(FAR):
             continue
         if heterophilous is not None and candidate.reference.heterophilous != heterophilous:

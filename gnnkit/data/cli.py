@@ -100,12 +100,19 @@ def _preprocess(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from pipeline.node_graph_import import ImportOptions, import_node_graph
+    if args.task == "link":
+        from pipeline.link_graph_import import LinkImportOptions, import_link_graph
 
-    options = ImportOptions(split=args.split, metric=args.metric, seed=args.seed)
-    imported = import_node_graph(args.source, args.out, options)
+        if args.split:
+            raise DatasetError("--split", "picks one of several node masks; a link import splits the edges (--seed)")
+        options = LinkImportOptions(metric=args.metric or "rocauc", seed=args.seed)
+        imported = import_link_graph(args.source, args.out, options)
+    else:
+        from pipeline.node_graph_import import ImportOptions, import_node_graph
+
+        imported = import_node_graph(args.source, args.out, ImportOptions(args.split, args.metric, args.seed))
     print(f"{imported.folder.name}: {imported.summary}")
-    recipe, why = _recipe_for(imported.num_nodes)
+    recipe, why = _recipe_for(imported.num_nodes, args.task)
     folder = str(imported.folder)
     if folder in load_registry():  # the registry's entry would be trained, not this folder
         folder = f".{os.sep}{folder}"
@@ -116,17 +123,23 @@ def _import(args: argparse.Namespace) -> int:
     return 0
 
 
-def _recipe_for(num_nodes: int) -> tuple[str, str]:
-    """The shipped recipe set for a graph of ``num_nodes`` nodes (:func:`gnnkit.hints.suggest_recipe`,
-    GCN first: the baseline every paper reports) and a note naming its reference graph; the quickstart
-    recipe when none is near in size or the recipes are not beside the package (an installed wheel)."""
+#: The recipe named for a graph no recipe of its task is near in size to (OGB's collab setting: any
+#: size of link graph trains with it, as ogbl-ddi's 4,267 nodes and ogbl-ppa's 576,289 do on OGB's board).
+FALLBACK_RECIPES = {"node": "quickstart.yaml", "link": "sage_collab.yaml"}
+
+
+def _recipe_for(num_nodes: int, task: str = "node") -> tuple[str, str]:
+    """The shipped ``task`` recipe set for a graph of ``num_nodes`` nodes (:func:`gnnkit.hints.suggest_recipe`,
+    GCN first: the baseline every paper reports) and a note naming its reference graph;
+    :data:`FALLBACK_RECIPES` when none is near in size or the recipes are not beside the package (an
+    installed wheel)."""
     from gnnkit.hints import suggest_recipe
 
     recipes = Path(__file__).resolve().parents[2] / "recipes"
     if not recipes.is_dir():
-        return "recipes/quickstart.yaml", ""
-    found = suggest_recipe(recipes / "quickstart.yaml", "gcn", num_nodes)
-    path = found.path if found is not None else recipes / "quickstart.yaml"
+        return f"recipes/{FALLBACK_RECIPES[task]}", ""
+    found = suggest_recipe(recipes / "quickstart.yaml", "gcn", num_nodes, task=task)
+    path = found.path if found is not None else recipes / FALLBACK_RECIPES[task]
     shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path  # runs from anywhere
     why = "" if found is None else f"   (set for {found.reference.graph}, {found.reference.nodes:,} nodes)"
     return str(shown), why
@@ -238,7 +251,7 @@ def _entry_arguments(p: argparse.ArgumentParser) -> None:
 
 
 #: ``gnnkit import``'s line in ``gnnkit --help`` (gnnkit.cli.COMMANDS holds the same).
-IMPORT_HELP = "write a graph of your own (a PyG Data's arrays) as a dataset folder for node prediction"
+IMPORT_HELP = "write a graph of your own (a PyG Data's arrays) as a dataset folder for node or link prediction"
 
 
 def add_parser(subparsers: Any) -> None:
@@ -246,16 +259,22 @@ def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("datasets", help="list registry entries and their cache state")
     p.set_defaults(func=_datasets)
     p = subparsers.add_parser("import", help=IMPORT_HELP,
-                              description=IMPORT_HELP + ": x, edge_index, y and train_mask/val_mask/test_mask (or "
-                                          "train_idx/valid_idx/test_idx; none: a random 50/25/25 split) from a .pt "
-                                          "file of torch.save(data.to_dict(), path) or a one-graph PyG processed "
-                                          "data.pt (weights-only loads), or an .npz of arrays")
+                              description=IMPORT_HELP + " from a .pt file of torch.save(data.to_dict(), path) or a "
+                                          "one-graph PyG processed data.pt (weights-only loads), or an .npz of arrays. "
+                                          "Node prediction reads x, edge_index, y and train_mask/val_mask/test_mask "
+                                          "(or train_idx/valid_idx/test_idx; none: a random 50/25/25 split); link "
+                                          "prediction reads x and edge_index and splits the edges 85/5/10 with as many "
+                                          "random non-edges as negatives (or takes train_test_split_edges' arrays)")
     p.add_argument("source", type=Path, help=".pt or .npz file")
     p.add_argument("out", type=Path, help="the dataset folder to write (must not exist); give it as --data.dataset")
-    p.add_argument("--split", type=int, default=0, help="which split of 2-D masks ([N, K]: a column)")
-    p.add_argument("--metric", choices=EVAL_METRICS, default=None,
-                   help="default: rocauc for two classes or [N, T] binary labels, acc otherwise")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random split made when the file has none")
+    p.add_argument("--task", choices=("node", "link"), default="node",
+                   help="what the folder trains to predict: node labels (y) or links (default: node)")
+    p.add_argument("--split", type=int, default=0, help="which split of 2-D node masks ([N, K]: a column)")
+    p.add_argument("--metric", default=None, metavar="METRIC",
+                   help=f"node: one of {', '.join(EVAL_METRICS)} (default: rocauc for two classes or [N, T] binary "
+                        "labels, acc otherwise); link: rocauc (default) or hits@K")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random split (and negatives) made when the file "
+                                                       "has none")
     p.set_defaults(func=_import)
     p = subparsers.add_parser("preprocess", help="build (or find) the cache entry of a dataset")
     _entry_arguments(p)

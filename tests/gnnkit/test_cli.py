@@ -106,6 +106,23 @@ def test_import_writes_a_folder_that_preprocess_takes_and_a_bad_file_is_one_line
     assert err == f"gnnkit: error: {tmp_path / 'mine'}: exists: expected a new folder to write the dataset into\n"
 
 
+def test_import_of_a_link_task_names_a_link_recipe_and_refuses_node_options(capsys, tmp_path):
+    ring = np.array([np.arange(300), (np.arange(300) + 1) % 300])
+    np.savez(tmp_path / "g.npz", edge_index=np.concatenate([ring, ring[::-1]], 1))
+    assert main(["import", str(tmp_path / "g.npz"), str(tmp_path / "links"), "--task", "link", "--seed", "3"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("links: 300 nodes, 300 undirected edges, no features; link prediction (rocauc); split random "
+                      "85/5/10 of the pairs (seed 3): train 255, valid 15 (+15 drawn negatives), test 30 (+30 drawn "
+                      "negatives)")
+    assert out[1] == (f"train it: gnnkit run recipes/gae_citation.yaml --data.dataset {tmp_path / 'links'} "
+                      "--model.embedding_dim 64   (set for Cora, 2,708 nodes)")
+    assert main(["preprocess", str(tmp_path / "links")]) == 0
+    capsys.readouterr()
+    assert main(["import", str(tmp_path / "g.npz"), str(tmp_path / "other"), "--task", "link", "--split", "1"]) == 2
+    assert capsys.readouterr().err == ("gnnkit: error: --split: picks one of several node masks; a link import splits "
+                                       "the edges (--seed)\n")
+
+
 def test_console_script_help():
     out = subprocess.run([sys.executable, "-m", "gnnkit.cli", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "preprocess" in out.stdout

@@ -112,3 +112,17 @@ def test_every_node_recipe_but_the_quickstart_names_its_reference_graph():
             continue
         assert Reference(**reference).nodes in (2708, 10000, 169343, 2449029), recipe.name
         assert Reference(**reference).heterophilous is (recipe.name == "sage_heterophilous.yaml"), recipe.name
+
+
+def test_link_recipes_are_suggested_for_link_graphs_alone():
+    """`gnnkit import --task link` names a link recipe by size: GAE's for a citation-sized graph,
+    OGB's collab setting for one near ogbl-collab's size, none (the command's fallback) beyond."""
+    quickstart = RECIPES / "quickstart.yaml"
+    assert suggest_recipe(quickstart, "gcn", 3327, task="link").path.name == "gae_citation.yaml"
+    assert suggest_recipe(quickstart, "gcn", 500_000, task="link").path.name == "sage_collab.yaml"
+    assert suggest_recipe(quickstart, "gcn", 30_000_000, task="link") is None
+    assert suggest_recipe(quickstart, "gcn", 3327).path.name == "gcn_citation.yaml"
+    for recipe in sorted(RECIPES.glob("*.yaml")):
+        config = yaml.safe_load(recipe.read_text())
+        if config.get("task") == "link":
+            assert Reference(**config["reference"]).nodes in (2708, 235868), recipe.name
