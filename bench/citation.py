@@ -15,7 +15,15 @@ resumes.
     python bench/heterophilous_to_ogb.py --raw RAW --out /tmp/hetero minesweeper actor
     python bench/citation.py --graphs /tmp/hetero --names minesweeper actor --recipes gcn_citation sage_arxiv
 
-The test metric is each graph's own (accuracy, or ROC-AUC for a binary task), in percent.
+Link recipes too (GAE's figures, Kipf & Welling, <https://arxiv.org/abs/1611.07308>, Table 1), on link
+folders that ``gnnkit import --task link`` writes from PyG's Planetoid graphs (each saved with
+``torch.save(Planetoid(root, "Cora")[0].to_dict(), "cora.pt")``):
+
+    gnnkit import cora.pt /tmp/links/cora --task link
+    gnnkit import citeseer.pt /tmp/links/citeseer --task link
+    python bench/citation.py --graphs /tmp/links --recipes gae_citation
+
+The test metric is each graph's own (accuracy, or ROC-AUC for a binary task or a link folder), in percent.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 PAPER = {
     "gcn_citation": {"cora": 81.5, "citeseer": 70.3, "pubmed": 79.0},
     "gat_citation": {"cora": 83.0, "citeseer": 72.5, "pubmed": 79.0},
+    "gae_citation": {"cora": 91.0, "citeseer": 89.5, "pubmed": 96.4},  # GAE, Table 1 (ROC-AUC)
     "sage_heterophilous": {"roman_empire": 85.74, "amazon_ratings": 53.63, "minesweeper": 93.51, "tolokers": 82.43,
                            "questions": 76.44},
 }
