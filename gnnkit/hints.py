@@ -118,7 +118,7 @@ def suggest_recipe(recipe: Path, model: str, num_nodes: int, heterophilous: bool
 
 
 def size_hint(recipe: Path, reference: Reference | None, model: str, dataset: str, num_nodes: int,
-              heterophilous: bool | None = None) -> str | None:
+              heterophilous: bool | None = None, task: str = "node") -> str | None:
     """One line when ``dataset`` is more than :data:`FAR` times smaller or larger than the recipe's
     reference graph (``None`` otherwise, or when the recipe names no reference).
 
@@ -129,6 +129,7 @@ def size_hint(recipe: Path, reference: Reference | None, model: str, dataset: st
         dataset: The dataset's name, for the message.
         num_nodes: The dataset's node count.
         heterophilous: Whether the dataset is (``None``: not known); suggestions are set for its kind.
+        task: The run's task family; suggestions are recipes of it.
     """
     if reference is None or _distance(num_nodes, reference) <= math.log(FAR):
         return None
@@ -136,7 +137,7 @@ def size_hint(recipe: Path, reference: Reference | None, model: str, dataset: st
     size = f"{ratio:,.0f}x more" if ratio > 1 else f"{1 / ratio:,.0f}x fewer"
     line = (f"hint: {dataset} has {num_nodes:,} nodes, {size} than {reference.graph} ({reference.nodes:,}), the graph "
             f"{recipe.name}'s hyper-parameters come from")
-    better = suggest_recipe(recipe, model, num_nodes, heterophilous)
+    better = suggest_recipe(recipe, model, num_nodes, heterophilous, task)
     if better is None:
         return line + "; expect to tune them"
     other = "" if better.model == model else (f" with {better.model}, not {model}: on some graphs {model} does better "

@@ -338,11 +338,16 @@ def _environment(name: str, value: str) -> Iterator[None]:
             os.environ[name] = former
 
 
-def _hints(recipe: Path, cli: GnnkitCLI, model: str, facts: dict[str, Any]) -> list[str]:
-    """A node run's hints: the graph far smaller or larger than the recipe's reference, or
-    heterophilous unlike it (:mod:`gnnkit.hints`)."""
+#: The task families whose runs get size hints: their recipes' reference graphs are one graph of N nodes.
+HINTED_TASKS = (DEFAULT_TASK, "link")
+
+
+def _hints(recipe: Path, cli: GnnkitCLI, model: str, facts: dict[str, Any], task: str) -> list[str]:
+    """A node or link run's hints: the graph far smaller or larger than the recipe's reference, or
+    (nodes) heterophilous unlike it (:mod:`gnnkit.hints`)."""
     reference, homophily = cli.config_init.get("reference"), facts.get("adjusted_homophily")
-    hints = (size_hint(recipe, reference, model, facts["name"], facts["num_nodes"], is_heterophilous(homophily)),
+    hints = (size_hint(recipe, reference, model, facts["name"], facts["num_nodes"], is_heterophilous(homophily),
+                       task=task),
              homophily_hint(recipe, reference, facts["name"], homophily))
     return [hint for hint in hints if hint]
 
@@ -358,7 +363,8 @@ def _train_and_test(plan: RunPlan, cli: GnnkitCLI, task: str) -> dict[str, Any]:
              facts["name"], facts["loader"], model.num_params, ranks)
     if plan.ckpt_path is not None:  # log lines come from rank 0 alone (pipeline.progress)
         log.info("resume: %s continues from %s", run_dir, plan.ckpt_path)
-    for hint in ([] if plan.resumed or task != DEFAULT_TASK else _hints(Path(plan.config), cli, model.gnn.model, facts)):
+    hinted = not plan.resumed and task in HINTED_TASKS
+    for hint in (_hints(Path(plan.config), cli, model.gnn.model, facts, task) if hinted else []):
         log.info(hint)
     validating = trainer.limit_val_batches != 0
     if not trainer.checkpoint_callback:

@@ -122,6 +122,9 @@ def test_link_recipes_are_suggested_for_link_graphs_alone():
     assert suggest_recipe(quickstart, "gcn", 500_000, task="link").path.name == "sage_collab.yaml"
     assert suggest_recipe(quickstart, "gcn", 30_000_000, task="link") is None
     assert suggest_recipe(quickstart, "gcn", 3327).path.name == "gcn_citation.yaml"
+    line = size_hint(RECIPES / "sage_collab.yaml", Reference("ogbl-collab", 235868), "sage", "cora", 2708, task="link")
+    assert line.startswith("hint: cora has 2,708 nodes, 87x fewer than ogbl-collab (235,868)")
+    assert f"{RECIPES / 'gae_citation.yaml'} is set for Cora (2,708 nodes) with gcn, not sage" in line
     for recipe in sorted(RECIPES.glob("*.yaml")):
         config = yaml.safe_load(recipe.read_text())
         if config.get("task") == "link":
