@@ -96,17 +96,17 @@ def _distance(nodes: int, reference: Reference) -> float:
 
 
 def suggest_recipe(recipe: Path, model: str, num_nodes: int, heterophilous: bool | None = None,
-                   task: str = "node") -> _Candidate | None:
+                   task: str = "node", far: float = FAR) -> _Candidate | None:
     """The recipe beside ``recipe`` that suits a graph of ``num_nodes`` nodes best, if any.
 
-    Candidates are the ``task`` recipes in the same folder whose reference graph is within :data:`FAR`
+    Candidates are the ``task`` recipes in the same folder whose reference graph is within ``far``
     times ``num_nodes`` (and, where ``heterophilous`` is known, is as heterophilous as the graph);
     preferred are the same ``model``, then recipes that train on their reference graph itself (over
     its synthetic twins), then the closest size, then the name.
     """
     best: tuple[tuple[Any, ...], _Candidate] | None = None
     for candidate in _candidates(recipe, task):
-        if _distance(num_nodes, candidate.reference) > math.log(FAR):
+        if _distance(num_nodes, candidate.reference) > math.log(far):
             continue
         if heterophilous is not None and candidate.reference.heterophilous != heterophilous:
             continue

@@ -10,16 +10,19 @@ of ``data.to_dict()``, an ``.npz``, a PyG ``Data``; :mod:`pipeline.array_source`
   adds the reverse (``add_inverse_edge``). Any other graph is directed: its edges as given (repeats
   dropped), the two directions of a pair always in the same part of the split, so that no part
   leaks into another once the recipes symmetrise the training graph;
-* split: the positives PyG's ``train_test_split_edges`` leaves (``train_pos_edge_index``,
+* split: the parts PyG's ``train_test_split_edges`` leaves (``train_pos_edge_index``,
   ``val_pos_edge_index``, ``test_pos_edge_index``, with ``val_neg_edge_index`` and
-  ``test_neg_edge_index``), or, without them, a seeded random 85/5/10 split of the pairs, the
-  proportions of GAE (Kipf and Welling, https://arxiv.org/abs/1611.07308) and of PyG's link
+  ``test_neg_edge_index``), their positives taken as pairs as above, ``edge_index`` then unread
+  (it may hold the held-out edges); or, without them, a seeded random 85/5/10 split of the pairs,
+  the proportions of GAE (Kipf and Welling, https://arxiv.org/abs/1611.07308) and of PyG's link
   prediction example. The training positives are the message-passing graph (validation and test
-  edges are not in it, as in OGB's link datasets);
+  edges are not in it, as in OGB's link datasets). One part of ``RandomLinkSplit``'s output
+  (``edge_label_index``) is refused: its other parts are not in it;
 * negatives: per validation and test positive one uniformly random pair of distinct nodes that is
-  no edge of the graph in either direction (GAE's and PyG's ratio), unless given;
+  no edge of the graph in either direction (GAE's and PyG's ratio); given ones must be such pairs;
 * metric: ROC-AUC (GAE's, PyG's example's), or Hits@K against the shared negatives (OGB's
-  ``ogbl-collab``); MRR needs per-source negatives, which this layout does not write;
+  ``ogbl-collab``; K below the negatives of each part, or every positive scores 1); MRR needs
+  per-source negatives, which this layout does not write;
 * features: ``x`` finite in float32, or none (the recipes then learn a vector per node).
 """
 
@@ -34,10 +37,10 @@ import numpy as np
 
 from pipeline.errors import DatasetError
 from pipeline.graph import SPLITS, check_edges
-from pipeline.graph_import import Imported, import_graph
-from pipeline.link_layout import TASK_TYPE, write_link_folder
+from pipeline.graph_import import Imported, import_graph, named_source
+from pipeline.link_layout import TASK_TYPE, check_disjoint, edge_keys, hits_at, write_link_folder
 from pipeline.node_graph_import import ALIASES as NODE_ALIASES
-from pipeline.node_graph_import import edge_array, feature_array
+from pipeline.node_graph_import import edge_array, feature_array, first_found, stated_count
 
 #: Field -> the names it is read under (PyG's, and those of PyG's ``train_test_split_edges``).
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -51,17 +54,23 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "test_neg": ("test_neg_edge_index",),
 }
 
-#: Every name :data:`ALIASES` reads.
-NAMES = tuple(name for names in ALIASES.values() for name in names)
+#: What one part of PyG's ``RandomLinkSplit`` output holds (refused: the other parts are elsewhere).
+LINK_SPLIT_PART = ("edge_label_index", "pos_edge_label_index")
 
-#: Shares of the pairs held out in a split made here (GAE's 5% validation, 10% test).
-RANDOM_SPLIT = {"valid": 0.05, "test": 0.1}
+#: Every name read.
+NAMES = (*(name for names in ALIASES.values() for name in names), *LINK_SPLIT_PART)
+
+#: Shares of the pairs held out for validation and testing in a split made here (GAE's 5% and 10%).
+HELD_OUT = {"valid": 0.05, "test": 0.1}
 
 #: Fewest pairs a random split is made of (5% of them is one validation pair).
 MIN_PAIRS = 20
 
 #: Negatives drawn per validation and test positive (GAE's and PyG's example's one).
 NEGATIVES_PER_POSITIVE = 1
+
+#: Most nodes: a pair's key ``min * N + max`` must fit in int64.
+MAX_NODES = 3_037_000_499
 
 
 @dataclass(frozen=True)
@@ -79,12 +88,16 @@ class LinkImportOptions:
 
 def _field(arrays: Mapping[str, np.ndarray], field: str) -> tuple[str, np.ndarray] | None:
     """The first of ``field``'s names that ``arrays`` has, with its array."""
-    return next(((name, arrays[name]) for name in ALIASES[field] if name in arrays), None)
+    return first_found(arrays, ALIASES[field])
+
+
+def _plural(count: int, what: str) -> str:
+    return f"{count:,} {what}{'' if count == 1 else 's'}"
 
 
 def _metric(metric: str, where: str) -> str:
     """``metric`` if a split of shared negative pairs can be scored by it."""
-    if metric == "rocauc" or (metric.startswith("hits@") and metric[5:].isdigit() and int(metric[5:]) > 0):
+    if metric == "rocauc" or hits_at(metric) is not None:
         return metric
     mrr = " (mrr scores each source's own negatives, ogbl-citation2's layout)" if metric == "mrr" else ""
     raise DatasetError(f"{where}: metric", f"expected rocauc or hits@K (K > 0) for a link import, got {metric!r}{mrr}")
@@ -93,49 +106,41 @@ def _metric(metric: str, where: str) -> str:
 def _num_nodes(arrays: Mapping[str, np.ndarray], edges: list[tuple[str, np.ndarray]], where: str) -> int:
     """N: stated (``num_nodes``), else the rows of the features, else one past the largest id."""
     if (found := _field(arrays, "num_nodes")) is not None:
-        name, value = found
-        if value.size != 1 or value.dtype.kind not in "iu":
-            raise DatasetError(f"{where}: {name}", f"expected a node count, got {value.dtype} of shape "
-                                                   f"{list(value.shape)}")
-        n, source = int(value.reshape(-1)[0]), name
+        n, source = stated_count(found, where), found[0]
     elif (found := _field(arrays, "x")) is not None and found[1].ndim > 0:
         n, source = len(found[1]), found[0]
     else:
         n, source = 1 + max((int(e.max()) for _, e in edges if e.size), default=-1), "the largest node id"
+    if n > MAX_NODES:
+        raise DatasetError(f"{where}: {source}", f"{n:,} nodes: expected at most {MAX_NODES:,} (ids 0..N-1; "
+                                                 "relabel sparse ids)")
     for name, array in edges:
         check_edges(array, n, f"{where}: {name} (with {n:,} nodes from {source})")
     return n
 
 
-def _keys(edges: np.ndarray, n: int, undirected: bool = True) -> np.ndarray:
-    """One int64 key per ``[2, E]`` edge: ``min * N + max`` (``src * N + dst`` when directed)."""
-    src, dst = edges
-    if undirected:
-        src, dst = np.minimum(src, dst), np.maximum(src, dst)
-    return src * np.int64(n) + dst
-
-
-def _is_symmetric(edges: np.ndarray, n: int) -> bool:
-    """Whether every edge's reverse is an edge too (PyG's undirected graphs)."""
-    return bool(np.isin(edges[1] * np.int64(n) + edges[0], _keys(edges, n, undirected=False)).all())
+def _unpaired(edges: np.ndarray, n: int) -> int:
+    """How many ``[2, E]`` edges (self loops aside) lack their reverse; 0: an undirected graph."""
+    keys = edge_keys(edges.T, n, undirected=False)
+    return int((~np.isin(edge_keys(edges[::-1].T, n, undirected=False), keys) & (edges[0] != edges[1])).sum())
 
 
 def _positives(edges: np.ndarray, n: int, undirected: bool) -> np.ndarray:
     """``[E, 2]`` distinct positives, self loops left out: each pair once as ``(min, max)`` when
     undirected, else each directed edge once."""
     edges = edges[:, edges[0] != edges[1]]
-    keys = np.unique(_keys(edges, n, undirected))
+    keys = np.unique(edge_keys(edges.T, n, undirected))
     return np.stack([keys // n, keys % n], axis=1)
 
 
 def _random_split(positives: np.ndarray, n: int, seed: int, where: str) -> dict[str, np.ndarray]:
     """GAE's 85/5/10 split of the positives, by pair (a directed pair's two edges go together)."""
-    pairs, part_of = np.unique(_keys(positives.T, n), return_inverse=True)
+    pairs, part_of = np.unique(edge_keys(positives, n, undirected=True), return_inverse=True)
     if len(pairs) < MIN_PAIRS:
         raise DatasetError(where, f"{len(pairs)} linked node pairs (self loops left out): expected at least "
                                   f"{MIN_PAIRS} to hold 5% out for validation and 10% for testing")
     order = np.random.default_rng(seed).permutation(len(pairs))
-    valid, test = (max(1, round(share * len(pairs))) for share in RANDOM_SPLIT.values())
+    valid, test = (max(1, round(share * len(pairs))) for share in HELD_OUT.values())
     part = np.zeros(len(pairs), np.int8)
     part[order[:valid]], part[order[valid:valid + test]] = 1, 2
     return {name: positives[part[part_of.reshape(-1)] == k] for k, name in enumerate(SPLITS)}
@@ -153,7 +158,7 @@ def _negatives(n: int, counts: dict[str, int], taken: np.ndarray, seed: int, whe
     found = np.empty(0, np.int64)
     while len(found) < need:
         candidates = rng.integers(0, n, (2, 2 * (need - len(found)) + 64))
-        keys = _keys(candidates[:, candidates[0] != candidates[1]], n)
+        keys = edge_keys(candidates[:, candidates[0] != candidates[1]].T, n, undirected=True)
         keys = keys[~np.isin(keys, taken) & ~np.isin(keys, found)]
         found = np.concatenate([found, keys[np.sort(np.unique(keys, return_index=True)[1])]])
     pairs = np.stack([found[:need] // n, found[:need] % n], axis=1)
@@ -163,6 +168,9 @@ def _negatives(n: int, counts: dict[str, int], taken: np.ndarray, seed: int, whe
 
 def _given(arrays: Mapping[str, np.ndarray], where: str) -> dict[str, tuple[str, np.ndarray]]:
     """The split arrays the source holds (positives of all three parts, negatives of both or none)."""
+    if (part := first_found(arrays, LINK_SPLIT_PART)) is not None:
+        raise DatasetError(f"{where}: {part[0]}", "one part of RandomLinkSplit's output, without the others: save "
+                                                  "the graph before the split (gnnkit import splits it, --seed)")
     found = {field: got for field in (*SPLITS, "valid_neg", "test_neg") if (got := _field(arrays, field))}
     positives = [ALIASES[p][0] for p in SPLITS if p in found]
     negatives = [ALIASES[p][0] for p in ("valid_neg", "test_neg") if p in found]
@@ -176,26 +184,28 @@ def _given(arrays: Mapping[str, np.ndarray], where: str) -> dict[str, tuple[str,
     return {field: (name, edge_array((name, array), where)) for field, (name, array) in found.items()}
 
 
-def _given_negatives(found: tuple[str, np.ndarray], where: str) -> np.ndarray:
-    """Given negatives as ``[M, 2]`` pairs, as they are (a repeat or a loop is the user's choice)."""
+def _given_negatives(found: tuple[str, np.ndarray], taken: np.ndarray, n: int, where: str) -> np.ndarray:
+    """Given negatives as ``[M, 2]`` pairs, each two distinct nodes that are no positive pair."""
     name, edges = found
-    if not edges.shape[1]:
+    pairs = edges.T
+    if not len(pairs):
         raise DatasetError(f"{where}: {name}", "holds no pair: expected some negatives")
-    return edges.T
+    bad = (pairs[:, 0] == pairs[:, 1]) | np.isin(edge_keys(pairs, n, undirected=True), taken)
+    if bad.any():
+        u, v = pairs[int(np.flatnonzero(bad)[0])]
+        what = "a self loop" if u == v else "a positive edge"
+        raise DatasetError(f"{where}: {name}", f"pair ({u}, {v}) is {what} ({int(bad.sum()):,} such): expected "
+                                               "negatives that are no edge")
+    return pairs
 
 
-def _check_disjoint(split: dict[str, np.ndarray], names: dict[str, str], n: int) -> None:
-    """No pair is a positive of two parts (the recipes symmetrise the training graph, so a reversed
-    edge counts as the same pair)."""
-    seen = np.unique(_keys(split["train"].T, n))
-    for part in ("valid", "test"):
-        keys = _keys(split[part].T, n)
-        shared = np.isin(keys, seen)
-        if shared.any():
-            u, v = split[part][int(np.flatnonzero(shared)[0])]
-            raise DatasetError(names[part], f"edge ({u}, {v}) is also an edge of an earlier part ({int(shared.sum()):,}"
-                                            f" shared): expected disjoint train, validation and test edges")
-        seen = np.union1d(seen, keys)
+def _check_hits(metric: str, negatives: dict[str, np.ndarray], names: dict[str, str]) -> None:
+    """Hits@K ranks each positive against the K-th best negative: a part needs more than K."""
+    k = hits_at(metric)
+    for part, pairs in negatives.items():
+        if k is not None and len(pairs) <= k:
+            raise DatasetError(names[part], f"{len(pairs):,} negatives: {metric} needs more than {k} (every "
+                                            "positive would score 1); a smaller K, or rocauc")
 
 
 def link_graph_parts(arrays: Mapping[str, np.ndarray], options: LinkImportOptions = LinkImportOptions(),
@@ -217,46 +227,62 @@ def link_graph_parts(arrays: Mapping[str, np.ndarray], options: LinkImportOption
     metric = _metric(options.metric, where)
     given = _given(arrays, where)
     if given:
-        graph = given["train"]
+        name, edges = given["train"]
     else:
         found = _field(arrays, "edge_index")
         edges = edge_array(found, where)  # no edges: raises
-        graph = (found[0], edges)
-    n = _num_nodes(arrays, [graph, *given.values()], where)
+        name = found[0]
+    n = _num_nodes(arrays, [(name, edges), *given.values()], where)
     x = feature_array(found_x, n, where) if (found_x := _field(arrays, "x")) is not None else None
-    undirected = _is_symmetric(graph[1], n)
-    loops = int((graph[1][0] == graph[1][1]).sum())
+    unpaired = _unpaired(edges, n)
+    undirected = not unpaired
     if given:
         split = {part: _positives(given[part][1], n, undirected) for part in SPLITS}
-        for part, edges in split.items():
-            if not len(edges):
-                raise DatasetError(f"{where}: {given[part][0]}", "holds no edge but self loops: expected some")
-        _check_disjoint(split, {part: f"{where}: {given[part][0]}" for part in SPLITS}, n)
+        names = {part: f"{where}: {given[part][0]}" for part in SPLITS}
+        for part, pairs in split.items():
+            if not len(pairs):
+                raise DatasetError(names[part], "holds no edge but self loops: expected some")
+        check_disjoint({part: {"edge": pairs} for part, pairs in split.items()}, names, n, undirected=True)
+        pairs = split["train"]  # the graph's edges
         source = "/".join(given[part][0] for part in SPLITS)
     else:
-        split = _random_split(_positives(graph[1], n, undirected), n, options.seed, where)
+        split = _random_split(pairs := _positives(edges, n, undirected), n, options.seed, where)
+        names = {part: f"{where}: random split {part}" for part in SPLITS}
         source = f"random 85/5/10 of the pairs (seed {options.seed})"
+    taken = np.unique(np.concatenate([edge_keys(split[part], n, undirected=True) for part in SPLITS]))
     if "valid_neg" in given:
-        negatives, drawn = {part: _given_negatives(given[f"{part}_neg"], where) for part in ("valid", "test")}, "given"
+        negatives = {part: _given_negatives(given[f"{part}_neg"], taken, n, where) for part in ("valid", "test")}
+        drawn = "given"
     else:
-        taken = np.unique(np.concatenate([_keys(split[part].T, n) for part in SPLITS]))
         counts = {part: NEGATIVES_PER_POSITIVE * len(split[part]) for part in ("valid", "test")}
         negatives, drawn = _negatives(n, counts, taken, options.seed, where), "drawn"
+    _check_hits(metric, negatives, names)
     splits = {"train": {"edge": split["train"]},
               **{part: {"edge": split[part], "edge_neg": negatives[part]} for part in ("valid", "test")}}
     meta = {"family": "link", "task type": TASK_TYPE, "eval metric": metric, "add_inverse_edge": str(undirected),
             "split": "given" if given else f"random{options.seed}", "additional node files": "None",
             "additional edge files": "None", "is hetero": "False", "version": 1}
-    features = f"{x.shape[1]:,} features" if x is not None else "no features"
-    kind = "undirected" if undirected else "directed"
-    left = f" ({loops:,} self loops left out)" if loops else ""
-    sizes = ", ".join(f"{p} {len(split[p]):,}" + (f" (+{len(negatives[p]):,} {drawn} negatives)" if p in negatives
-                                                   else "") for p in SPLITS)
-    summary = (f"{n:,} nodes, {sum(map(len, split.values())):,} {kind} edges{left}, {features}; link prediction "
-               f"({metric}); split {source}: {sizes}")
+    kind = "undirected" if undirected else f"directed ({_plural(unpaired, 'edge')} without the reverse)"
+    summary = _summary(n, split, negatives, x, edges, len(pairs), kind, f"{source}; negatives {drawn}", metric)
     return {"edges": split["train"], "num_nodes": n, "splits": splits, "meta": meta, "node_feat": x,
             "binary": not undirected,  # OGB's binary reader adds no reverses
             "summary": summary}
+
+
+def _summary(n: int, split: dict[str, np.ndarray], negatives: dict[str, np.ndarray], x: np.ndarray | None,
+             edges: np.ndarray, pairs: int, kind: str, source: str, metric: str) -> str:
+    """The line on what was read: sizes, what was left out of the graph's ``edges`` (which make
+    ``pairs`` positives), the task and the parts."""
+    loops = int((edges[0] == edges[1]).sum())
+    left = [_plural(loops, "self loop")] if loops else []
+    repeats = edges.shape[1] - loops - pairs * (2 if kind == "undirected" else 1)
+    left += [_plural(repeats, "repeated edge")] if repeats > 0 else []
+    dropped = f" ({' and '.join(left)} left out)" if left else ""
+    features = _plural(x.shape[1], "feature") if x is not None else "no features"
+    sizes = ", ".join(f"{p} {len(split[p]):,}" + (f" (+{_plural(len(negatives[p]), 'negative')})"
+                                                   if p in negatives else "") for p in SPLITS)
+    return (f"{n:,} nodes, {sum(map(len, split.values())):,} {kind} edges{dropped}, {features}; link prediction "
+            f"({metric}); split {source}: {sizes}")
 
 
 def import_link_graph(source: Path | str | Any, folder: Path,
@@ -268,5 +294,5 @@ def import_link_graph(source: Path | str | Any, folder: Path,
         DatasetError: A bad source (see :func:`pipeline.array_source.read_arrays`,
             :func:`link_graph_parts`) or an existing ``folder``; nothing is written then.
     """
-    return import_graph(source, folder, NAMES, lambda arrays, where: link_graph_parts(arrays, options, where),
-                        write_link_folder)
+    return import_graph(source, folder, lambda graph: named_source(graph, NAMES),
+                        lambda arrays, where: link_graph_parts(arrays, options, where), write_link_folder)

@@ -58,11 +58,16 @@ OPTIONAL_KEYS = ("weight", "year")
 NEGATIVE_KEYS = ("edge_neg", "target_node_neg")
 
 
+def hits_at(metric: str) -> int | None:
+    """K of a ``hits@K`` metric (K > 0), ``None`` for any other string."""
+    if metric.startswith("hits@") and metric[5:].isdecimal() and int(metric[5:]) > 0:
+        return int(metric[5:])
+    return None
+
+
 def _eval_metric(value: Any, where: str) -> str:
     metric = str(value)
-    if metric in ("mrr", "rocauc"):
-        return metric
-    if metric.startswith("hits@") and metric[5:].isdigit() and int(metric[5:]) > 0:
+    if metric in ("mrr", "rocauc") or hits_at(metric) is not None:
         return metric
     raise DatasetError(where, f"'eval metric' must be hits@K (K > 0), mrr or rocauc, got {metric!r}")
 
@@ -208,7 +213,7 @@ def read_splits(
     return splits, files
 
 
-def _edge_keys(edges: np.ndarray, num_nodes: int, undirected: bool) -> np.ndarray:
+def edge_keys(edges: np.ndarray, num_nodes: int, undirected: bool) -> np.ndarray:
     """One int64 key per edge (``min * N + max`` when direction does not matter)."""
     src, dst = edges[:, 0], edges[:, 1]
     if undirected:
@@ -224,9 +229,9 @@ def check_disjoint(
     Raises:
         DatasetError: Naming the later split's file and the first shared edge.
     """
-    seen = np.unique(_edge_keys(splits["train"]["edge"], num_nodes, undirected))
+    seen = np.unique(edge_keys(splits["train"]["edge"], num_nodes, undirected))
     for name in ("valid", "test"):
-        keys = _edge_keys(splits[name]["edge"], num_nodes, undirected)
+        keys = edge_keys(splits[name]["edge"], num_nodes, undirected)
         shared = np.isin(keys, seen)
         if shared.any():
             u, v = splits[name]["edge"][int(np.flatnonzero(shared)[0])]

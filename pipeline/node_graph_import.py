@@ -32,7 +32,7 @@ import numpy as np
 
 from pipeline.errors import DatasetError
 from pipeline.graph import check_edges, check_features, check_split_labels, check_splits, whole
-from pipeline.graph_import import Imported, import_graph
+from pipeline.graph_import import Imported, import_graph, named_source
 from pipeline.ogb_layout import EVAL_METRICS, SPLITS, write_ogb_folder
 from pipeline.safe_pt import as_ids
 
@@ -80,9 +80,24 @@ class ImportOptions:
     add_inverse_edge: bool = False
 
 
+def first_found(arrays: Mapping[str, np.ndarray], names: tuple[str, ...]) -> tuple[str, np.ndarray] | None:
+    """The first of ``names`` that ``arrays`` has, with its array."""
+    return next(((name, arrays[name]) for name in names if name in arrays), None)
+
+
 def _field(arrays: Mapping[str, np.ndarray], field: str) -> tuple[str, np.ndarray] | None:
     """The first of ``field``'s names that ``arrays`` has, with its array."""
-    return next(((name, arrays[name]) for name in ALIASES[field] if name in arrays), None)
+    return first_found(arrays, ALIASES[field])
+
+
+def stated_count(found: tuple[str, np.ndarray], where: str) -> int:
+    """A node count given as an array (``num_nodes``): one non-negative integer."""
+    name, value = found
+    if value.size != 1 or value.dtype.kind not in "iu" or int(value.reshape(-1)[0]) < 0:
+        raise DatasetError(f"{where}: {name}", f"expected a node count, got {value.dtype} of shape "
+                                               f"{list(value.shape)}" + (f": {int(value.reshape(-1)[0])}"
+                                                                         if value.size == 1 else ""))
+    return int(value.reshape(-1)[0])
 
 
 def edge_array(found: tuple[str, np.ndarray] | None, where: str) -> np.ndarray:
@@ -94,6 +109,8 @@ def edge_array(found: tuple[str, np.ndarray] | None, where: str) -> np.ndarray:
     if edges.ndim != 2 or 2 not in edges.shape or edges.dtype.kind not in "iu":
         raise DatasetError(f"{where}: {name}", f"expected [2, E] or [E, 2] integer node ids, got "
                                                f"{edges.dtype} of shape {list(edges.shape)}")
+    if edges.dtype == np.uint64 and edges.size and int(edges.max()) > np.iinfo(np.int64).max:
+        raise DatasetError(f"{where}: {name}", f"node id {int(edges.max())} beyond int64: expected ids 0..N-1")
     rows = edges.shape[1] == 2 and (name in ROW_EDGES or edges.shape[0] != 2)
     return (edges.T if rows else edges).astype(np.int64)
 
@@ -101,11 +118,7 @@ def edge_array(found: tuple[str, np.ndarray] | None, where: str) -> np.ndarray:
 def _num_nodes(arrays: Mapping[str, np.ndarray], edges: np.ndarray, where: str) -> int:
     """N: stated (``num_nodes``), else the rows of the features, else of the labels."""
     if (found := _field(arrays, "num_nodes")) is not None:
-        name, value = found
-        if value.size != 1 or value.dtype.kind not in "iu":
-            raise DatasetError(f"{where}: {name}", f"expected a node count, got {value.dtype} of shape "
-                                                   f"{list(value.shape)}")
-        n = int(value.reshape(-1)[0])
+        name, n = found[0], stated_count(found, where)
     elif (found := _field(arrays, "x") or _field(arrays, "y")) is not None:
         name, value = found
         if value.ndim == 0:
@@ -337,5 +350,6 @@ def import_node_graph(source: Path | str | Any, folder: Path, options: ImportOpt
         DatasetError: A bad source (see :func:`pipeline.array_source.read_arrays`,
             :func:`node_graph_parts`) or an existing ``folder``; nothing is written then.
     """
-    return import_graph(source, folder, NAMES, lambda arrays, where: node_graph_parts(arrays, options, where),
+    return import_graph(source, folder, lambda graph: named_source(graph, NAMES),
+                        lambda arrays, where: node_graph_parts(arrays, options, where),
                         write_ogb_folder)

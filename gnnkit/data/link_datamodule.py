@@ -45,6 +45,10 @@ from pipeline import preprocess as preprocess_dataset
 from pipeline.link_layout import LinkGraph, open_entry
 
 
+#: Optimizer steps that train a model even at one step an epoch (GAE trains 200 full-batch epochs).
+ENOUGH_STEPS = 100
+
+
 def random_pairs(num_nodes: int, count: int, generator: torch.Generator) -> Tensor:
     """``[count, 2]`` uniformly random node pairs (OGB's collab example's negatives)."""
     return torch.randint(0, num_nodes, (count, 2), generator=generator)
@@ -363,12 +367,16 @@ class LinkDataModule(PrecisionBatches):
         return self._reuse_loader() if self.reuse is not None else self._loader("train")
 
     def _warn_if_one_step(self) -> None:
-        """Warn (once) when a rank's share of the training edges fits one batch: a small graph under a
-        large-graph recipe (collab's 64 * 1024 edges a batch) then takes one optimizer step an epoch."""
+        """Warn (once) when a rank's share of the training edges fits one batch and the run has fewer
+        than :data:`ENOUGH_STEPS` epochs: a small graph under a large-graph recipe (collab's 64 * 1024
+        edges a batch, 10 epochs on the twin) then takes a few optimizer steps in all. A recipe that
+        means it (GAE's one full-batch step in each of 200 epochs) is not warned about."""
         _, world = self.rank_and_world()
         edges = self.graph.meta["num_split_edges"].get("train", 0)
         share = -(-edges // world)
-        if self._warned_one_step or not 0 < share <= self.hparams.batch_size:
+        epochs = getattr(self.trainer, "max_epochs", None)
+        enough = epochs is not None and (epochs < 0 or epochs >= ENOUGH_STEPS)
+        if self._warned_one_step or enough or not 0 < share <= self.hparams.batch_size:
             return
         self._warned_one_step = True
         held = (f"a rank's whole share of the training edges ({share:,} of {edges:,} on {world} ranks)" if world > 1

@@ -70,7 +70,8 @@ def test_an_undirected_graph_splits_its_pairs_85_5_10_with_non_edges_as_negative
     assert (folder_meta["add_inverse_edge"], folder_meta["binary"], folder_meta["family"]) == ("True", "False", "link")
     loops = int((graph[0] == graph[1]).sum())
     assert imported.summary.startswith(f"60 nodes, {len(pairs)} undirected edges ({loops} self loops left out), "
-                                       "4 features; link prediction (rocauc); split random 85/5/10 of the pairs (seed 0)")
+                                       "4 features; link prediction (rocauc); split random 85/5/10 of the pairs (seed "
+                                       "0); negatives drawn: train ")
 
 
 def test_a_directed_graph_keeps_its_edges_and_a_pairs_two_directions_in_one_part(tmp_path):
@@ -83,7 +84,8 @@ def test_a_directed_graph_keeps_its_edges_and_a_pairs_two_directions_in_one_part
     given = set((edges[0] * 80 + edges[1]).tolist()) - {i * 80 + i for i in range(80)}
     found = [set((arrays[f"split.{s}.edge"] @ np.array([80, 1])).tolist()) for s in ("train", "valid", "test")]
     assert set.union(*found) == given and sum(map(len, found)) == len(given)
-    assert "undirected" not in imported.summary and "directed edges" in imported.summary
+    assert "undirected" not in imported.summary and "directed (" in imported.summary and "without the reverse" in \
+        imported.summary
 
 
 def test_the_seed_picks_the_split_and_the_same_seed_writes_the_same_folder(tmp_path):
@@ -99,15 +101,16 @@ def test_pygs_train_test_split_edges_arrays_are_kept_as_given(tmp_path):
     data = _undirected(n=40, edges=150)
     graph = data.edge_index[:, data.edge_index[0] < data.edge_index[1]]
     given = {"x": data.x, "val_pos_edge_index": graph[:, :6], "test_pos_edge_index": graph[:, 6:14],
-             "train_pos_edge_index": to_undirected(graph[:, 14:]), "val_neg_edge_index": torch.tensor([[0], [39]]),
-             "test_neg_edge_index": torch.tensor([[1, 2], [38, 37]]), "edge_index": data.edge_index}
-    imported = import_link_graph(given, tmp_path / "out", LinkImportOptions(metric="hits@20"))
+             "train_pos_edge_index": to_undirected(graph[:, 14:]), "edge_index": data.edge_index,
+             "val_neg_edge_index": torch.tensor([[0, 1], [39, 38]]),
+             "test_neg_edge_index": torch.tensor([[1, 2], [38, 37]])}
+    imported = import_link_graph(given, tmp_path / "out", LinkImportOptions(metric="hits@1"))
     arrays, meta = _build(imported.folder)
     assert np.array_equal(arrays["split.test.edge"], graph[:, 6:14].T.numpy())
     assert np.array_equal(arrays["split.test.edge_neg"], [[1, 38], [2, 37]])
-    assert len(arrays["split.train.edge"]) == graph.shape[1] - 14 and meta["eval_metric"] == "hits@20"
+    assert len(arrays["split.train.edge"]) == graph.shape[1] - 14 and meta["eval_metric"] == "hits@1"
     assert _raw_meta(imported.folder)["split"] == "given"
-    assert "(+1 given negatives)" in imported.summary
+    assert "negatives given" in imported.summary and "valid 6 (+2 negatives)" in imported.summary
 
 
 @pytest.mark.parametrize("change, message", [
@@ -116,9 +119,12 @@ def test_pygs_train_test_split_edges_arrays_are_kept_as_given(tmp_path):
                                              "['test_pos_edge_index']"),
     (lambda a: a.pop("test_neg_edge_index"), "has val_neg_edge_index but not test_neg_edge_index"),
     (lambda a: a.update(test_pos_edge_index=a["train_pos_edge_index"][:, :3]),
-     "test_pos_edge_index: edge (0, 5) is also an edge of an earlier part (2 shared)"),
+     "test_pos_edge_index: positive edge (0, 5) is also a train or valid edge (2 shared"),
     (lambda a: a.update(val_pos_edge_index=np.array([[4], [4]])), "val_pos_edge_index: holds no edge but self loops"),
     (lambda a: a.update(val_neg_edge_index=np.zeros((2, 0), np.int64)), "val_neg_edge_index: holds no pair"),
+    (lambda a: a.update(val_neg_edge_index=np.array([[8], [3]])), "val_neg_edge_index: pair (8, 3) is a positive edge"),
+    (lambda a: a.update(test_neg_edge_index=np.array([[2], [2]])), "test_neg_edge_index: pair (2, 2) is a self loop"),
+    (lambda a: a.update(edge_label_index=np.array([[0], [1]])), "edge_label_index: one part of RandomLinkSplit's"),
 ])
 def test_a_given_split_that_cannot_be_scored_is_one_line(change, message):
     arrays = {"train_pos_edge_index": np.array([[0, 5, 1, 6, 2, 7], [5, 0, 6, 1, 7, 2]]),
@@ -136,6 +142,13 @@ def test_a_given_split_that_cannot_be_scored_is_one_line(change, message):
     ({"edge_index": np.array([[0], [1]]), "x": np.zeros((3, 2))}, {"metric": "mrr"},
      r"metric: expected rocauc or hits@K \(K > 0\) for a link import, got 'mrr' \(mrr scores each source's own"),
     ({"edge_index": np.array([[0], [1]])}, {"metric": "hits@0"}, "got 'hits@0'"),
+    ({"edge_index": np.array([[0], [1]])}, {"metric": "hits@\u00b2"}, "got 'hits@\u00b2'"),
+    ({"edge_index": np.array([[0, 1], [1, 2]]), "num_nodes": np.array(10**10)}, {},
+     "num_nodes: 10,000,000,000 nodes: expected at most 3,037,000,499"),
+    ({"edge_index": np.array([[0, 1], [1, 2]]), "num_nodes": np.array(-3)}, {}, "num_nodes: expected a node count"),
+    ({"edge_index": np.array([[0, 1], [1, 2**64 - 5]], dtype=np.uint64)}, {}, "beyond int64"),
+    ({"edge_index": _undirected().edge_index.numpy()}, {"metric": "hits@20"},
+     "random split valid: 10 negatives: hits@20 needs more than 20"),
 ])
 def test_what_cannot_make_a_link_task_is_one_line(arrays, options, message):
     with pytest.raises(DatasetError, match=message):
