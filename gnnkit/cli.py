@@ -15,8 +15,8 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("gnnkit.run_command", "train and test a recipe (LightningCLI arguments follow)"),
     "datasets": ("gnnkit.data.cli", "list registry entries and their cache state"),
-    "import": ("gnnkit.data.cli", "write a graph of your own (a PyG Data's arrays) as a dataset folder for node "
-                                  "or link prediction"),
+    "import": ("gnnkit.data.cli", "write a graph (or a graph dataset) of your own, from PyG, as a dataset folder "
+                                  "to train on"),
     "preprocess": ("gnnkit.data.cli", "build (or find) the cache entry of a dataset"),
     "partition": ("gnnkit.data.cli", "split a node dataset into P METIS partition entries in the cache"),
     "cache": ("gnnkit.data.cli", "inspect the preprocessed cache and the batch caches"),

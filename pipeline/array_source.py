@@ -64,7 +64,7 @@ def _read_npz(path: Path, names: Collection[str]) -> dict[str, np.ndarray]:
     raise DatasetError(path, "one array (an .npy file): expected an .npz of named arrays (numpy.savez)")
 
 
-def _load_weights_only(path: Path) -> Any:
+def load_weights_only(path: Path) -> Any:
     """:func:`load_pt`, and once more with PyG's ``Data`` class allowed when a file names it (PyG's
     processed files do); importing PyG takes 3 s, so a file of plain tensors goes without."""
     try:
@@ -87,20 +87,20 @@ def _load_weights_only(path: Path) -> Any:
 
 def _read_pt(path: Path) -> Any:
     """A torch file's content, loaded weights-only; a PyG processed file's dict of its one graph."""
-    content = _load_weights_only(path)
+    content = load_weights_only(path)
     if not isinstance(content, (tuple, list)):
         return content
     if len(content) == 3 and isinstance(content[0], Mapping) and isinstance(content[2], type):  # InMemoryDataset.save
-        graphs = _graph_count(content[1])
+        graphs = graph_count(content[1])
         if graphs == 1:
             return content[0]
-        raise DatasetError(path, f"a dataset of {graphs} graphs; gnnkit import takes one graph for node prediction "
-                                 f"(graph datasets: recipes/gin_molhiv.yaml)")
+        raise DatasetError(path, f"a dataset of {graphs} graphs: for graph property prediction import it with "
+                                 "--task graph (node and link prediction take one graph)")
     raise DatasetError(path, f"a {type(content).__name__} of {len(content)} items: expected one graph, a dict of "
                              "tensors (torch.save(data.to_dict(), path))")
 
 
-def _graph_count(slices: Any) -> int:
+def graph_count(slices: Any) -> int:
     """How many graphs a PyG processed file's ``slices`` cut its arrays into (``None``: one)."""
     if slices is None:
         return 1

@@ -7,7 +7,7 @@ The task modules say what the arrays mean: :mod:`pipeline.node_graph_import` (no
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ class Imported:
     Attributes:
         folder: The dataset folder.
         summary: A line on what was read (nodes, edges, features, task, split).
-        num_nodes: N.
+        num_nodes: N (of all graphs, for a set of graphs).
         has_features: Whether the graph has node features.
     """
 
@@ -35,18 +35,25 @@ class Imported:
     has_features: bool
 
 
-def import_graph(source: Path | str | Any, folder: Path, names: Collection[str],
-                 parts: Callable[[Mapping[str, np.ndarray], str], dict[str, Any]],
-                 write: Callable[..., Path]) -> Imported:
-    """Write ``source`` (a ``.pt``/``.npz`` path, a PyG ``Data`` or a mapping of arrays) as a dataset
-    folder, atomically.
+def named_source(source: Path | str | Any, names: Collection[str]) -> tuple[str, dict[str, np.ndarray]]:
+    """A one-graph source's name (for errors) and its arrays among ``names``: a ``.pt``/``.npz``
+    path, a PyG ``Data`` or a mapping of arrays (:mod:`pipeline.array_source`)."""
+    if isinstance(source, (str, Path)):
+        return str(source), read_arrays(Path(source), names)
+    where = type(source).__name__
+    return where, named_arrays(source, names, where)
+
+
+def import_graph(source: Path | str | Any, folder: Path, read: Callable[[Any], tuple[str, Any]],
+                 parts: Callable[[Any, str], dict[str, Any]], write: Callable[..., Path]) -> Imported:
+    """Write ``source`` as a dataset folder, atomically.
 
     Args:
-        source: The graph.
+        source: The graph (or graphs), as ``read`` takes it.
         folder: The folder to write; must not exist.
-        names: The array names the task reads.
-        parts: ``(arrays, where) ->`` the writer's keyword arguments, with ``summary``, ``num_nodes``
-            and ``node_feat``; raises :class:`DatasetError` naming a bad array.
+        read: ``source ->`` its name (for errors) and its content (:func:`named_source`: named arrays).
+        parts: ``(content, where) ->`` the writer's keyword arguments, with ``summary``, ``num_nodes``
+            (N, or each graph's) and ``node_feat``; raises :class:`DatasetError` naming a bad array.
         write: The layout's writer (``write(folder, **parts)``; ``FileExistsError`` for a folder
             made meanwhile).
 
@@ -56,12 +63,8 @@ def import_graph(source: Path | str | Any, folder: Path, names: Collection[str],
     folder = Path(folder)
     if folder.exists():  # before reading a large source
         raise DatasetError(folder, "exists: expected a new folder to write the dataset into")
-    if isinstance(source, (str, Path)):
-        where, arrays = str(source), read_arrays(Path(source), names)
-    else:
-        where = type(source).__name__
-        arrays = named_arrays(source, names, where)
-    found = parts(arrays, where)
+    where, content = read(source)
+    found = parts(content, where)
     summary = found.pop("summary")
     try:
         written = write(folder, **found)
@@ -69,4 +72,4 @@ def import_graph(source: Path | str | Any, folder: Path, names: Collection[str],
         raise DatasetError(folder, "exists: expected a new folder to write the dataset into") from None
     except OSError as err:
         raise DatasetError(folder, f"cannot be written ({err.strerror or err})") from None
-    return Imported(written, summary, found["num_nodes"], found["node_feat"] is not None)
+    return Imported(written, summary, int(np.sum(found["num_nodes"])), found["node_feat"] is not None)

@@ -32,7 +32,9 @@ import numpy as np
 
 from pipeline.errors import DatasetError
 from pipeline.graph import SPLITS, whole
-from pipeline.ogb_layout import as_bool, meta_counts, numeric, read_csv, read_raw_graphs, read_split, split_name
+from pipeline.ogb_layout import (as_bool, meta_counts, numeric, read_csv, read_raw_graphs, read_split, split_name,
+                                 write_raw_graph, write_split_and_meta)
+from pipeline.temp_paths import published_folder
 
 if TYPE_CHECKING:
     import torch
@@ -238,6 +240,45 @@ def _concatenate(graphs: list[dict[str, Any]], edge_file: Path, node_file: Path,
         elif name in arrays:
             arrays[name] = arrays[name].astype(np.int64)
     return arrays
+
+
+def write_graph_folder(
+    folder: Path,
+    *,
+    edge_index: np.ndarray,
+    num_nodes: np.ndarray,
+    num_edges: np.ndarray,
+    labels: np.ndarray,
+    split: dict[str, np.ndarray],
+    meta: dict[str, Any],
+    node_feat: np.ndarray | None = None,
+    edge_feat: np.ndarray | None = None,
+) -> Path:
+    """Write a set of graphs in OGB's binary raw layout (``data.npz``, ``graph-label.npz``),
+    atomically (owned temp folder, then rename).
+
+    Args:
+        folder: Destination; must not exist yet.
+        edge_index: ``[2, E]`` every graph's edges in turn, each with its own node ids ``0..n-1``.
+        num_nodes: ``[G]`` nodes per graph.
+        num_edges: ``[G]`` edges per graph.
+        labels: ``[G, T]`` labels (NaN: a missing binary label).
+        split: ``train``/``valid``/``test`` graph ids; written to ``split/<meta['split']>/``.
+        meta: OGB's graph meta_dict; ``binary``, ``has_node_attr`` and ``has_edge_attr`` are filled in.
+        node_feat: Optional ``[N, F]`` features of all graphs' nodes in turn.
+        edge_feat: Optional ``[E, D]`` features of the edges, in ``edge_index``'s order.
+
+    Raises:
+        FileExistsError: ``folder`` exists or was created meanwhile (nothing is written there).
+    """
+    folder = Path(folder)
+    with published_folder(folder) as tmp:
+        raw = write_raw_graph(tmp, edge_index, num_nodes, node_feat, binary=True, num_edges=num_edges,
+                              edge_feat=edge_feat)
+        np.savez(raw / "graph-label.npz", graph_label=np.asarray(labels).reshape(len(num_nodes), -1))
+        write_split_and_meta(tmp, split, {**meta, "has_edge_attr": str(edge_feat is not None)}, True,
+                             node_feat is not None)
+    return folder
 
 
 def build(

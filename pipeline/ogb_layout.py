@@ -666,19 +666,24 @@ def write_ogb_folder(
     return folder
 
 
-def write_raw_graph(folder: Path, edge_index: np.ndarray, num_nodes: int, node_feat: np.ndarray | None = None,
-                    binary: bool = False, extra: dict[str, np.ndarray] | None = None,
-                    float_format: str = "%.6g") -> Path:
-    """Write one graph's ``raw/`` files into a dataset folder being written, as OGB's readers take them.
+def write_raw_graph(folder: Path, edge_index: np.ndarray, num_nodes: int | np.ndarray,
+                    node_feat: np.ndarray | None = None, binary: bool = False,
+                    extra: dict[str, np.ndarray] | None = None, float_format: str = "%.6g",
+                    num_edges: np.ndarray | None = None, edge_feat: np.ndarray | None = None) -> Path:
+    """Write a graph's (or a set of graphs') ``raw/`` files into a dataset folder being written, as
+    OGB's readers take them.
 
     Args:
         folder: The (temporary) dataset folder; ``raw/`` is made in it.
-        edge_index: ``[2, E]`` edges as stored (without the inverse edges OGB adds on read).
-        num_nodes: N.
-        node_feat: Optional ``[N, F]`` features.
+        edge_index: ``[2, E]`` edges as stored (without the inverse edges OGB adds on read); for a
+            set of graphs each graph's edges in turn, with its own node ids.
+        num_nodes: N, or the node count of each graph.
+        node_feat: Optional ``[N, F]`` features (all graphs' nodes in turn).
         binary: ``raw/data.npz`` instead of CSV files.
         extra: Additional node or edge arrays (``data.npz`` members, or ``raw/<name>.csv.gz``).
         float_format: How CSV features are printed.
+        num_edges: The edge count of each graph (default: one graph of all edges).
+        edge_feat: Optional ``[E, D]`` edge features, in ``edge_index``'s order.
 
     Returns:
         The ``raw/`` folder.
@@ -686,22 +691,21 @@ def write_raw_graph(folder: Path, edge_index: np.ndarray, num_nodes: int, node_f
     raw = folder / "raw"
     raw.mkdir()
     edge_index = np.asarray(edge_index, dtype=np.int64)
+    num_nodes_list = np.asarray(num_nodes, dtype=np.int64).reshape(-1)
+    num_edges_list = np.asarray([edge_index.shape[1]] if num_edges is None else num_edges, dtype=np.int64)
+    features = {"node_feat": node_feat, "edge_feat": edge_feat}
     if binary:
-        arrays = {
-            "edge_index": edge_index,
-            "num_nodes_list": np.array([num_nodes], dtype=np.int64),
-            "num_edges_list": np.array([edge_index.shape[1]], dtype=np.int64),
-        }
-        if node_feat is not None:
-            arrays["node_feat"] = node_feat
+        arrays = {"edge_index": edge_index, "num_nodes_list": num_nodes_list, "num_edges_list": num_edges_list,
+                  **{name: values for name, values in features.items() if values is not None}}
         np.savez(raw / "data.npz", **arrays, **(extra or {}))
         return raw
     to_csv_gz(raw / "edge.csv.gz", edge_index.T)
-    to_csv_gz(raw / "num-node-list.csv.gz", np.array([num_nodes]))
-    to_csv_gz(raw / "num-edge-list.csv.gz", np.array([edge_index.shape[1]]))
-    if node_feat is not None:
-        fmt = float_format if node_feat.dtype.kind == "f" else None
-        to_csv_gz(raw / "node-feat.csv.gz", node_feat, float_format=fmt)
+    to_csv_gz(raw / "num-node-list.csv.gz", num_nodes_list)
+    to_csv_gz(raw / "num-edge-list.csv.gz", num_edges_list)
+    for name, values in features.items():
+        if values is not None:
+            fmt = float_format if values.dtype.kind == "f" else None
+            to_csv_gz(raw / f"{name.replace('_', '-')}.csv.gz", values, float_format=fmt)
     for name, values in (extra or {}).items():
         to_csv_gz(raw / f"{name}.csv.gz", values)
     return raw

@@ -8,6 +8,7 @@ they start in a fraction of a second.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shlex
 import shutil
@@ -99,33 +100,42 @@ def _preprocess(args: argparse.Namespace) -> int:
     return 0
 
 
-def _import(args: argparse.Namespace) -> int:
+def _imported(args: argparse.Namespace) -> Any:
+    """Run the import ``--task`` names; what it wrote (:class:`pipeline.graph_import.Imported`)."""
+    if args.task != "node" and args.split:
+        raise DatasetError("--split", f"picks one of several node masks; a {args.task} import makes its split (--seed)")
     if args.task == "link":
         from pipeline.link_graph_import import LinkImportOptions, import_link_graph
 
-        if args.split:
-            raise DatasetError("--split", "picks one of several node masks; a link import splits the edges (--seed)")
-        options = LinkImportOptions(metric=args.metric or "rocauc", seed=args.seed)
-        imported = import_link_graph(args.source, args.out, options)
-    else:
-        from pipeline.node_graph_import import ImportOptions, import_node_graph
+        return import_link_graph(args.source, args.out, LinkImportOptions(args.metric or "rocauc", args.seed))
+    if args.task == "graph":
+        from pipeline.graph_set_import import GraphSetImportOptions, import_graph_set
 
-        imported = import_node_graph(args.source, args.out, ImportOptions(args.split, args.metric, args.seed))
+        return import_graph_set(args.source, args.out, GraphSetImportOptions(args.metric, args.seed))
+    from pipeline.node_graph_import import ImportOptions, import_node_graph
+
+    return import_node_graph(args.source, args.out, ImportOptions(args.split, args.metric, args.seed))
+
+
+def _import(args: argparse.Namespace) -> int:
+    imported = _imported(args)
     print(f"{imported.folder.name}: {imported.summary}")
     recipe, why = _recipe_for(imported.num_nodes, args.task)
     folder = str(imported.folder)
     if folder in load_registry():  # the registry's entry would be trained, not this folder
         folder = f".{os.sep}{folder}"
     folder = shlex.quote(folder)
-    features = "" if imported.has_features else " --model.embedding_dim 64"  # a learned vector per node instead
+    # a learned vector per node instead (a graph task's model has one vector for all featureless nodes)
+    features = "" if imported.has_features or args.task == "graph" else " --model.embedding_dim 64"
     print(f"train it: gnnkit run {recipe} --data.dataset {folder}{features}{why}")
     print(imported.folder)
     return 0
 
 
-#: The recipe named for a graph no recipe of its task is near in size to (OGB's collab setting: any
-#: size of link graph trains with it, as ogbl-ddi's 4,267 nodes and ogbl-ppa's 576,289 do on OGB's board).
-FALLBACK_RECIPES = {"node": "quickstart.yaml", "link": "sage_collab.yaml"}
+#: The recipe named for a graph no recipe of its task is near in size to (the link recipes: the nearest
+#: in size), or when the recipes are not beside the package; graph datasets name no reference size: GIN
+#: as set for the TU datasets.
+FALLBACK_RECIPES = {"node": "quickstart.yaml", "link": "gae_citation.yaml", "graph": "gin_tu.yaml"}
 
 
 def _recipe_for(num_nodes: int, task: str = "node") -> tuple[str, str]:
@@ -133,12 +143,13 @@ def _recipe_for(num_nodes: int, task: str = "node") -> tuple[str, str]:
     GCN first: the baseline every paper reports) and a note naming its reference graph;
     :data:`FALLBACK_RECIPES` when none is near in size or the recipes are not beside the package (an
     installed wheel)."""
-    from gnnkit.hints import suggest_recipe
+    from gnnkit.hints import FAR, suggest_recipe
 
     recipes = Path(__file__).resolve().parents[2] / "recipes"
     if not recipes.is_dir():
         return f"recipes/{FALLBACK_RECIPES[task]}", ""
-    found = suggest_recipe(recipes / "quickstart.yaml", "gcn", num_nodes, task=task)
+    found = suggest_recipe(recipes / "quickstart.yaml", "gcn", num_nodes, task=task, far=FAR if task == "node"
+                           else math.inf)  # a link recipe of any size beats none
     path = found.path if found is not None else recipes / FALLBACK_RECIPES[task]
     shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path  # runs from anywhere
     why = "" if found is None else f"   (set for {found.reference.graph}, {found.reference.nodes:,} nodes)"
@@ -251,30 +262,39 @@ def _entry_arguments(p: argparse.ArgumentParser) -> None:
 
 
 #: ``gnnkit import``'s line in ``gnnkit --help`` (gnnkit.cli.COMMANDS holds the same).
-IMPORT_HELP = "write a graph of your own (a PyG Data's arrays) as a dataset folder for node or link prediction"
+IMPORT_HELP = "write a graph (or a graph dataset) of your own, from PyG, as a dataset folder to train on"
+
+
+def _seed(text: str) -> int:
+    """A random split's seed: a non-negative integer (numpy's generators take no other)."""
+    if not text.isdecimal():
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return int(text)
 
 
 def add_parser(subparsers: Any) -> None:
     """Add ``datasets``, ``import``, ``preprocess``, ``partition`` and ``cache`` to the ``gnnkit`` command."""
     p = subparsers.add_parser("datasets", help="list registry entries and their cache state")
     p.set_defaults(func=_datasets)
-    p = subparsers.add_parser("import", help=IMPORT_HELP,
-                              description=IMPORT_HELP + " from a .pt file of torch.save(data.to_dict(), path) or a "
-                                          "one-graph PyG processed data.pt (weights-only loads), or an .npz of arrays. "
-                                          "Node prediction reads x, edge_index, y and train_mask/val_mask/test_mask "
-                                          "(or train_idx/valid_idx/test_idx; none: a random 50/25/25 split); link "
-                                          "prediction reads x and edge_index and splits the edges 85/5/10 with as many "
-                                          "random non-edges as negatives (or takes train_test_split_edges' arrays)")
+    p = subparsers.add_parser("import", help=IMPORT_HELP, description=IMPORT_HELP + (
+        ". Node prediction reads x, edge_index, y and train_mask/val_mask/test_mask (or train_idx/valid_idx/"
+        "test_idx; none: a random 50/25/25 split) from a .pt of torch.save(data.to_dict(), path), a one-graph PyG "
+        "processed data.pt or an .npz; link prediction reads x and edge_index from the same and splits the edges "
+        "85/5/10 with as many random non-edges as negatives (or takes train_test_split_edges' arrays); graph "
+        "property prediction reads a PyG dataset's processed data.pt (TUDataset's) or a .pt list of to_dict() "
+        "graphs and splits them 80/10/10. Files are loaded weights-only."))
     p.add_argument("source", type=Path, help=".pt or .npz file")
     p.add_argument("out", type=Path, help="the dataset folder to write (must not exist); give it as --data.dataset")
-    p.add_argument("--task", choices=("node", "link"), default="node",
-                   help="what the folder trains to predict: node labels (y) or links (default: node)")
+    p.add_argument("--task", choices=("node", "link", "graph"), default="node",
+                   help="what the folder trains to predict: node labels (y), links, or a label per graph (default: "
+                        "node)")
     p.add_argument("--split", type=int, default=0, help="which split of 2-D node masks ([N, K]: a column)")
     p.add_argument("--metric", default=None, metavar="METRIC",
                    help=f"node: one of {', '.join(EVAL_METRICS)} (default: rocauc for two classes or [N, T] binary "
-                        "labels, acc otherwise); link: rocauc (default) or hits@K")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random split (and negatives) made when the file "
-                                                       "has none")
+                        "labels, acc otherwise); link: rocauc (default) or hits@K; graph: acc (default for classes), "
+                        "rocauc (default for [G, T] binary labels) or ap")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the random split (and negatives) made when the "
+                                                         "file has none")
     p.set_defaults(func=_import)
     p = subparsers.add_parser("preprocess", help="build (or find) the cache entry of a dataset")
     _entry_arguments(p)

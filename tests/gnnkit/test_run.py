@@ -193,6 +193,31 @@ def test_a_graph_imported_for_link_prediction_trains_with_the_recipe_its_line_na
     assert report["metric"] == "rocauc" and report["test"] > 0.8, report
 
 
+def test_a_graph_dataset_imported_for_graph_prediction_trains_with_the_recipe_its_line_names(tmp_path):
+    """`gnnkit import --task graph` on a list of PyG graphs (paths and stars) names the GIN recipe
+    set for the TU datasets, and that line runs."""
+    import torch
+
+    graphs = []
+    for i in range(60):
+        n = 5 + i % 7
+        hub = torch.zeros(n - 1, dtype=torch.long) if i % 2 else torch.arange(n - 1)
+        edges = torch.stack([hub, torch.arange(1, n)])
+        graphs.append({"edge_index": torch.cat([edges, edges.flip(0)], 1), "x": torch.ones(n, 1),
+                       "y": torch.tensor([i % 2])})
+    torch.save(graphs, tmp_path / "graphs.pt")
+    out = _gnnkit("import", "graphs.pt", "shapes", "--task", "graph", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0].startswith("shapes: 60 graphs, 474 nodes, 828 edges, 1 node features")
+    line = out.stdout.splitlines()[1]
+    assert line == f"train it: gnnkit run {REPO / 'recipes' / 'gin_tu.yaml'} --data.dataset shapes"
+    out = _gnnkit(*line.removeprefix("train it: gnnkit ").split(), "--trainer.max_epochs", "3", "--run_dir",
+                  tmp_path / "r", cwd=tmp_path, env=NATIVE_OFF)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert report["metric"] == "acc" and report["dataset"] == "shapes"
+
+
 @pytest.mark.slow
 def test_a_graph_far_smaller_than_the_recipes_reference_gets_a_hint(tmp_path):
     out = _gnnkit("run", REPO / "recipes" / "gcn_arxiv.yaml", "--data.dataset", "synthetic-tiny", "--trainer.max_epochs",

@@ -73,7 +73,7 @@ def test_files_that_are_not_one_homogeneous_graph_are_refused(tmp_path):
                            r"graph with torch.save\(data.to_dict\(\), path\)",
              "geometric_data_processed.pt": r".*\(UnpicklingError\): an OGB dataset's processed file; gnnkit reads "
                                             r"OGB's datasets by name \(--data.dataset ogbn-arxiv\)",
-             "many.pt": "a dataset of 2 graphs; gnnkit import takes one graph for node prediction",
+             "many.pt": "a dataset of 2 graphs: for graph property prediction import it with --task graph",
              "cut.pt": r"cannot be read with weights_only=True \([A-Za-z]+\)$",
              "g.csv": r"expected a .pt file \(torch.save\(data.to_dict\(\), path\)\) or an .npz file",
              "objects.npz": "not a readable npz file of plain arrays",

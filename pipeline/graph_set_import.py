@@ -1,0 +1,315 @@
+"""A dataset of many graphs of the user's own, written as an OGB-layout folder for graph property
+prediction (``gnnkit import --task graph``), as :mod:`pipeline.graph_layout` reads ``ogbg-*``.
+
+Sources:
+
+* the processed file of a PyG ``InMemoryDataset``: ``TUDataset(root, "MUTAG")`` keeps its graphs at
+  ``root/MUTAG/processed/data.pt`` (the arrays of all graphs and where each graph's begin), loaded
+  weights-only (PyG's ``Data`` class allowed, nothing else unpickled);
+* a ``.pt`` of a list of graphs, ``torch.save([data.to_dict() for data in dataset], path)``;
+* in Python, a PyG dataset or any sequence of ``Data`` (or of dicts), read graph by graph (so a
+  dataset's transforms and index selections apply).
+
+Per graph: ``x`` (node features, or none), ``edge_index`` (the graph's own node ids; PyG's
+collated datasets store them so), ``edge_attr`` (or none), ``y`` (one row per graph). Written as:
+
+* labels: integer classes (one per graph) are a multi-class task scored by accuracy, as the graph
+  classification literature reports the TU datasets (Xu et al., https://arxiv.org/abs/1810.00826);
+  ``--metric rocauc`` (or ``ap``) makes two classes a binary task, as OGB scores ogbg-molhiv.
+  One-hot rows are classes; a ``[G, T]`` matrix of 0/1 (NaN unknown) is T binary tasks by ROC-AUC
+  (or AP), as ogbg-moltox21's. Real-valued targets (regression) are refused;
+* split: a seeded random 80/10/10 of the labelled graphs, the proportions of OGB's molecule datasets
+  (Hu et al., https://arxiv.org/abs/2005.00687); every part non-empty and, under ROC-AUC or AP,
+  holding both classes;
+* features: node and edge features as float32 (categorical columns, such as the TU datasets'
+  one-hot node labels, are numbers too: the model reads them through a linear layer, not OGB's
+  molecule vocabularies), finite; ``data.npz``, OGB's binary layout, with edges as stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.array_source import graph_count, load_weights_only, named_arrays
+from pipeline.errors import DatasetError
+from pipeline.graph import SPLITS, check_features, whole
+from pipeline.graph_import import Imported, import_graph
+from pipeline.graph_layout import EVAL_METRICS, write_graph_folder
+
+#: The per-graph arrays read (others, such as a TU dataset's ``sizes``, are left out).
+NAMES = ("x", "edge_index", "edge_attr", "y", "num_nodes")
+
+#: Shares of the labelled graphs in the split made here (OGB's molecule datasets' 80/10/10).
+RANDOM_SPLIT = {"train": 0.8, "valid": 0.1, "test": 0.1}
+
+#: Fewest graphs a split is made of (10% of them is one validation graph).
+MIN_GRAPHS = 10
+
+
+@dataclass(frozen=True)
+class GraphSetImportOptions:
+    """How :func:`graph_set_parts` makes the task.
+
+    Attributes:
+        metric: ``acc``, ``rocauc`` or ``ap``; ``None``: accuracy for integer classes, ROC-AUC for
+            binary tasks.
+        seed: Seed of the random split.
+    """
+
+    metric: str | None = None
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class GraphSet:
+    """Graphs as concatenated arrays.
+
+    Attributes:
+        num_nodes: ``[G]`` nodes per graph.
+        edge_index: ``[2, E]`` every graph's edges in turn, in its own node ids.
+        num_edges: ``[G]`` edges per graph.
+        x: ``[N, F]`` node features of every graph in turn, or ``None``.
+        edge_attr: ``[E, D]`` edge features, or ``None``.
+        y: ``[G, ...]`` one label row per graph.
+    """
+
+    num_nodes: np.ndarray
+    edge_index: np.ndarray
+    num_edges: np.ndarray
+    x: np.ndarray | None
+    edge_attr: np.ndarray | None
+    y: np.ndarray
+
+
+# -- reading --------------------------------------------------------------------------------------
+
+
+def read_graph_set(source: Path | str | Any) -> tuple[str, GraphSet]:
+    """A source's name (for errors) and its graphs: a ``.pt`` file (a PyG processed dataset, or a
+    list of ``to_dict()`` graphs), a PyG dataset, a ``Batch`` or a sequence of graphs.
+
+    Raises:
+        DatasetError: A file or object that holds no set of graphs, or a malformed array, naming it.
+    """
+    if not isinstance(source, (str, Path)):
+        where = type(source).__name__
+        if hasattr(source, "to_data_list"):  # a PyG Batch
+            source = source.to_data_list()
+        elif isinstance(source, Mapping) or (hasattr(source, "edge_index") and not hasattr(source, "indices")):
+            raise DatasetError(where, "one graph: expected a PyG dataset or a list of graphs (one graph: --task node "
+                                      "or --task link)")
+        if not isinstance(source, Sequence) and not (hasattr(source, "__getitem__") and hasattr(source, "__len__")):
+            raise DatasetError(where, "expected a PyG dataset or a list of graphs")
+        return where, _from_list([source[i] for i in range(len(source))], where)
+    path = Path(source)
+    if path.suffix.lower() not in (".pt", ".pth") or not path.is_file():
+        raise DatasetError(path, "expected a .pt file: a PyG dataset's processed/data.pt, or "
+                                 "torch.save([data.to_dict() for data in dataset], path)")
+    content = load_weights_only(path)
+    if isinstance(content, (tuple, list)) and len(content) in (3, 4) and isinstance(content[0], Mapping) \
+            and isinstance(content[1], Mapping):  # InMemoryDataset.save / TUDataset: (arrays, slices, [sizes,] cls)
+        return str(path), _from_collated(content[0], content[1], str(path))
+    if isinstance(content, (tuple, list)) and content and all(isinstance(g, Mapping) for g in content):
+        return str(path), _from_list(list(content), str(path))
+    raise DatasetError(path, f"a {type(content).__name__}: expected a PyG dataset's processed file or a list of "
+                             "graphs (torch.save([data.to_dict() for data in dataset], path))")
+
+
+def _from_collated(data: Mapping[str, Any], slices: Mapping[str, Any], where: str) -> GraphSet:
+    """Graphs from a PyG collated dataset: the arrays of all graphs, cut by ``slices``."""
+    arrays = named_arrays(data, (*NAMES, "_num_nodes"), where)
+    cuts = {name: np.asarray(named_arrays(slices, (name,), f"{where}: slices")[name], dtype=np.int64)
+            for name in NAMES if name in slices}
+    if "edge_index" not in arrays or "edge_index" not in cuts:
+        raise DatasetError(where, "holds no edge_index: expected a PyG dataset of graphs")
+    graphs = graph_count(slices)
+    if "x" in cuts:
+        num_nodes = np.diff(cuts["x"])
+    elif "_num_nodes" in arrays and arrays["_num_nodes"].size == graphs:  # featureless graphs (PyG's collate)
+        num_nodes = arrays["_num_nodes"].astype(np.int64).reshape(-1)
+    else:
+        raise DatasetError(where, "holds neither x nor the node count of each graph: expected a PyG dataset's "
+                                  "processed file")
+    y = arrays.get("y")
+    if y is None or "y" not in cuts:
+        raise DatasetError(where, "holds no labels (y): expected one per graph")
+    if not (np.diff(cuts["y"]) == 1).all():
+        raise DatasetError(f"{where}: y", "labels of nodes, not of graphs: import a single graph with --task node")
+    return GraphSet(num_nodes, arrays["edge_index"], np.diff(cuts["edge_index"]), arrays.get("x"),
+                    arrays.get("edge_attr"), y)
+
+
+def _from_list(graphs: list[Any], where: str) -> GraphSet:
+    """Graphs given one by one (``Data`` objects or dicts)."""
+    if not graphs:
+        raise DatasetError(where, "holds no graph")
+    read = [named_arrays(g, NAMES, f"{where}: graph {i}") for i, g in enumerate(graphs)]
+    for name in ("edge_index", "y"):
+        if (missing := next((i for i, g in enumerate(read) if name not in g), None)) is not None:
+            raise DatasetError(f"{where}: graph {missing}", f"has no {name}: expected it in every graph")
+    for name in ("x", "edge_attr"):
+        if len({name in g for g in read}) > 1:
+            first = next(i for i, g in enumerate(read) if name not in g)
+            raise DatasetError(f"{where}: graph {first}", f"has no {name}, unlike others: expected it in all or none")
+    for i, g in enumerate(read):
+        y = g["y"]
+        if not y.size or (y.ndim == 1 and y.size != 1) or (y.ndim > 1 and y.shape[0] != 1):
+            raise DatasetError(f"{where}: graph {i}: y", f"expected one label row per graph, got shape "
+                                                         f"{list(g['y'].shape)} (node labels: --task node)")
+        if g["edge_index"].ndim != 2 or g["edge_index"].shape[0] != 2:
+            raise DatasetError(f"{where}: graph {i}: edge_index", f"expected shape [2, E], got "
+                                                                  f"{list(g['edge_index'].shape)}")
+    num_nodes = np.array([_node_count(g, f"{where}: graph {i}") for i, g in enumerate(read)], dtype=np.int64)
+    joined = {name: np.concatenate([g[name] for g in read]) for name in ("x", "edge_attr") if name in read[0]}
+    return GraphSet(num_nodes, np.concatenate([g["edge_index"] for g in read], axis=1),
+                    np.array([g["edge_index"].shape[1] for g in read], dtype=np.int64), joined.get("x"),
+                    joined.get("edge_attr"), np.concatenate([g["y"].reshape(1, -1) for g in read]))
+
+
+def _node_count(graph: Mapping[str, np.ndarray], where: str) -> int:
+    """A graph's node count: stated, else its feature rows, else one past its largest node id."""
+    if "num_nodes" in graph:
+        return int(graph["num_nodes"].reshape(-1)[0])
+    if "x" in graph:
+        return len(graph["x"])
+    edges = graph["edge_index"]
+    return int(edges.max()) + 1 if edges.size else 0
+
+
+# -- checking and writing -------------------------------------------------------------------------
+
+
+def _check_structure(graphs: GraphSet, where: str) -> None:
+    """Node ids within each graph, node and edge counts that add up, finite float32 features."""
+    g = len(graphs.num_nodes)
+    if (graphs.num_nodes <= 0).any():
+        raise DatasetError(where, f"graph {int(np.flatnonzero(graphs.num_nodes <= 0)[0])} has no nodes: expected "
+                                  "at least one node per graph")
+    if graphs.num_edges.sum() != graphs.edge_index.shape[1] or len(graphs.num_edges) != g or len(graphs.y) != g:
+        raise DatasetError(where, f"{g:,} graphs but {len(graphs.y):,} label rows and "
+                                  f"{len(graphs.num_edges):,} edge counts: expected one per graph")
+    if graphs.edge_index.dtype.kind not in "iu":
+        raise DatasetError(f"{where}: edge_index", f"expected integer node ids, got {graphs.edge_index.dtype}")
+    owner = np.repeat(np.arange(g), graphs.num_edges)
+    bad = (graphs.edge_index < 0).any(axis=0) | (graphs.edge_index >= graphs.num_nodes[owner]).any(axis=0)
+    if bad.any():
+        e = int(np.flatnonzero(bad)[0])
+        u, v = graphs.edge_index[:, e]
+        raise DatasetError(f"{where}: edge_index", f"graph {int(owner[e])} has edge ({u}, {v}): expected node ids "
+                                                   f"in [0, {int(graphs.num_nodes[owner[e]])}) (each graph's own)")
+    for name, values, rows in (("x", graphs.x, int(graphs.num_nodes.sum())),
+                               ("edge_attr", graphs.edge_attr, int(graphs.num_edges.sum()))):
+        if values is not None:
+            if values.dtype.kind not in "biuf" or len(values) != rows:
+                raise DatasetError(f"{where}: {name}", f"expected {rows:,} rows of numbers, got {values.dtype} of "
+                                                       f"shape {list(values.shape)}")
+            with np.errstate(over="ignore"):  # beyond float32's range becomes inf, refused here
+                check_features(values.reshape(rows, -1).astype(np.float32), rows, f"{where}: {name} (in float32)")
+
+
+def _task(y: np.ndarray, metric: str | None, where: str) -> tuple[np.ndarray, dict[str, Any], np.ndarray]:
+    """The labels as written, the task's meta keys, and which graphs are labelled (module docstring)."""
+    if metric is not None and metric not in EVAL_METRICS:
+        raise DatasetError(f"{where}: metric", f"expected one of {list(EVAL_METRICS)}, got {metric!r}")
+    y = y.reshape(len(y), -1)
+    if y.dtype.kind == "b":
+        y = y.astype(np.int64)
+    if y.dtype.kind not in "iuf":
+        raise DatasetError(f"{where}: y", f"expected class ids or 0/1 labels, got {y.dtype}")
+    known = ~np.isnan(y) if y.dtype.kind == "f" else np.ones(y.shape, bool)
+    binary = np.isin(y[known], (0, 1)).all()
+    one_hot = binary and known.all() and y.shape[1] > 1 and (y.sum(axis=1) == 1).all()
+    if one_hot and metric in (None, "acc"):
+        y = y.argmax(axis=1).reshape(-1, 1)
+    elif y.shape[1] > 1 or metric in ("rocauc", "ap") or not known.all():
+        if not binary:
+            raise DatasetError(f"{where}: y", "expected 0/1 labels (NaN unknown) for binary tasks: real-valued "
+                                              "targets (regression) are not a gnnkit graph task")
+        if metric == "acc":
+            raise DatasetError(f"{where}: metric", f"{y.shape[1]} binary tasks (or missing labels) are scored by "
+                                                   "rocauc or ap, not acc")
+        task = {"num tasks": y.shape[1], "num classes": 2, "task type": "binary classification",
+                "eval metric": metric or "rocauc"}
+        return np.where(known, y, np.nan).astype(np.float32), task, known.any(axis=1)
+    if not whole(y).all() or (y < 0).any():
+        raise DatasetError(f"{where}: y", "expected a class id 0, 1, ... for every graph: real-valued targets "
+                                          "(regression) are not a gnnkit graph task")
+    classes = int(y.max()) + 1
+    if classes < 2 or classes > len(y):
+        raise DatasetError(f"{where}: y", f"expected at least two classes numbered 0, 1, ..., C-1, got {classes} "
+                                          f"among {len(y):,} graphs")
+    task = {"num tasks": 1, "num classes": classes, "task type": "multiclass classification", "eval metric": "acc"}
+    return y.astype(np.int64), task, np.ones(len(y), bool)
+
+
+def _split(labels: np.ndarray, task: dict[str, Any], labelled: np.ndarray, seed: int,
+           where: str) -> dict[str, np.ndarray]:
+    """OGB's 80/10/10 of the labelled graphs, seeded; each part scorable by the task's metric."""
+    ids = np.flatnonzero(labelled)
+    if len(ids) < MIN_GRAPHS:
+        raise DatasetError(where, f"{len(ids)} labelled graphs: expected at least {MIN_GRAPHS} to hold 10% out for "
+                                  "validation and 10% for testing")
+    order = np.random.default_rng(seed).permutation(ids)
+    ends = np.cumsum([max(1, round(RANDOM_SPLIT[p] * len(order))) for p in SPLITS[:-1]])
+    split = {p: np.sort(part) for p, part in zip(SPLITS, np.split(order, ends))}
+    if task["task type"] == "binary classification":
+        for part, members in split.items():
+            if not any(np.isin([0, 1], column[~np.isnan(column)]).all() for column in labels[members].T):
+                raise DatasetError(f"{where}: split", f"the {part} part holds one class only in every task: "
+                                                      f"{task['eval metric']} needs both (another --seed)")
+    return split
+
+
+def _float_rows(values: np.ndarray | None) -> np.ndarray | None:
+    """Features as float32 rows (``None`` for none, or zero-width ones)."""
+    if values is None:
+        return None
+    rows = values.reshape(len(values), -1).astype(np.float32)
+    return rows if rows.shape[1] else None
+
+
+def graph_set_parts(graphs: GraphSet, options: GraphSetImportOptions = GraphSetImportOptions(),
+                    where: str = "graphs") -> dict[str, Any]:
+    """:func:`~pipeline.graph_layout.write_graph_folder`'s arguments for a set of graphs.
+
+    Returns:
+        ``edge_index``, ``num_nodes``, ``num_edges``, ``labels``, ``split``, ``meta``, ``node_feat``
+        and ``edge_feat``, with ``summary``: a line on what was read.
+
+    Raises:
+        DatasetError: A malformed set, in one line naming the array.
+    """
+    _check_structure(graphs, where)
+    labels, task, labelled = _task(graphs.y, options.metric, where)
+    split = _split(labels, task, labelled, options.seed, where)
+    x, edge_attr = (_float_rows(values) for values in (graphs.x, graphs.edge_attr))
+    meta = {**task, "family": "graph", "add_inverse_edge": "False", "split": f"random{options.seed}",
+            "additional node files": "None", "additional edge files": "None", "is hetero": "False", "version": 1}
+    kind = f"{task['num tasks']} binary tasks" if task["num tasks"] > 1 else f"{task['num classes']} classes"
+    widths = ", ".join(f"{'no' if v is None else v.shape[1]} {what} features" for what, v in (("node", x),
+                                                                                            ("edge", edge_attr)))
+    sizes = ", ".join(f"{p} {len(ids):,}" for p, ids in split.items())
+    summary = (f"{len(graphs.num_nodes):,} graphs, {int(graphs.num_nodes.sum()):,} nodes, "
+               f"{int(graphs.num_edges.sum()):,} edges, {widths}, {kind} ({task['eval metric']}); split random "
+               f"80/10/10 of the labelled graphs (seed {options.seed}): {sizes}")
+    return {"edge_index": graphs.edge_index.astype(np.int64), "num_nodes": graphs.num_nodes,
+            "num_edges": graphs.num_edges, "labels": labels, "split": split, "meta": meta, "node_feat": x,
+            "edge_feat": edge_attr, "summary": summary}
+
+
+def import_graph_set(source: Path | str | Any, folder: Path,
+                     options: GraphSetImportOptions = GraphSetImportOptions()) -> Imported:
+    """Write ``source`` (a ``.pt`` path, a PyG dataset or a sequence of graphs) as an OGB-layout
+    folder for graph property prediction, atomically. ``Imported.num_nodes`` counts all graphs' nodes.
+
+    Raises:
+        DatasetError: A bad source (see :func:`read_graph_set`, :func:`graph_set_parts`) or an
+            existing ``folder``; nothing is written then.
+    """
+    return import_graph(source, folder, read_graph_set, lambda graphs, where: graph_set_parts(graphs, options, where),
+                        write_graph_folder)

@@ -1,0 +1,152 @@
+"""pipeline/graph_set_import.py: a PyG graph dataset (TUDataset's processed file, the dataset itself,
+a list of to_dict() graphs, a Batch) becomes an OGB-layout graph folder that graph_layout reads back
+graph for graph; a source that cannot make a graph task is one line naming the array."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch_geometric.data import Batch, Data
+from torch_geometric.datasets import TUDataset
+
+from pipeline import graph_layout
+from pipeline.errors import DatasetError
+from pipeline.family import read_meta_json
+from pipeline.graph_set_import import GraphSetImportOptions, graph_set_parts, import_graph_set, read_graph_set
+from pipeline.options import PreprocessOptions
+
+
+def _tu_raw(root: Path, name: str, graphs: int = 40, labels: bool = True) -> Path:
+    """A dataset in the TU collection's text format (``NAME_A.txt``, ...), read by PyG's own TUDataset."""
+    rng = np.random.default_rng(0)
+    raw = root / name / "raw"
+    raw.mkdir(parents=True)
+    edges, owner, node_labels, edge_labels, offset = [], [], [], [], 0
+    for g in range(graphs):
+        n = int(rng.integers(4, 12))
+        owner += [g + 1] * n
+        node_labels += rng.integers(0, 3, n).tolist()
+        for i in range(1, n):
+            j = int(rng.integers(0, i)) if g % 2 else i - 1  # class 1: trees, class 0: paths
+            edges += [(offset + i + 1, offset + j + 1), (offset + j + 1, offset + i + 1)]
+            edge_labels += [int(rng.integers(0, 2))] * 2
+        offset += n
+    np.savetxt(raw / f"{name}_A.txt", np.array(edges), fmt="%d", delimiter=", ")
+    np.savetxt(raw / f"{name}_graph_indicator.txt", np.array(owner), fmt="%d")
+    np.savetxt(raw / f"{name}_graph_labels.txt", np.arange(graphs) % 2, fmt="%d")
+    if labels:
+        np.savetxt(raw / f"{name}_node_labels.txt", np.array(node_labels), fmt="%d")
+        np.savetxt(raw / f"{name}_edge_labels.txt", np.array(edge_labels), fmt="%d")
+    return root
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory) -> TUDataset:
+    return TUDataset(str(_tu_raw(tmp_path_factory.mktemp("tu"), "TOY")), "TOY", use_node_attr=True,
+                     use_edge_attr=True)
+
+
+def _build(folder: Path) -> dict[str, np.ndarray]:
+    return graph_layout.build(folder, read_meta_json(folder), PreprocessOptions(), lambda _msg: None)[0]
+
+
+def _graph_edges(arrays: dict[str, np.ndarray], g: int) -> set[tuple[int, int]]:
+    lo, hi = arrays["graph_ptr"][g], arrays["graph_ptr"][g + 1]
+    rows = np.repeat(np.arange(lo, hi), np.diff(arrays["indptr"][lo: hi + 1]))
+    cols = arrays["indices"][arrays["indptr"][lo]: arrays["indptr"][hi]]
+    return set(zip((cols - lo).tolist(), (rows - lo).tolist()))
+
+
+def test_a_tu_dataset_reads_back_graph_for_graph_from_each_form(toy, tmp_path):
+    processed = Path(toy.processed_paths[0])
+    torch.save([g.to_dict() for g in toy], listed := tmp_path / "list.pt")
+    folders = [import_graph_set(source, tmp_path / f"out{i}").folder
+               for i, source in enumerate((processed, toy, listed, Batch.from_data_list(list(toy))))]
+    first = {p.relative_to(folders[0]): p.read_bytes() for p in sorted(folders[0].rglob("*")) if p.is_file()}
+    for other in folders[1:]:  # the same folder byte for byte
+        assert first == {p.relative_to(other): p.read_bytes() for p in sorted(other.rglob("*")) if p.is_file()}
+    arrays = _build(folders[0])
+    assert np.array_equal(np.diff(arrays["graph_ptr"]), [g.num_nodes for g in toy])
+    for g in (0, 1, 17, len(toy) - 1):
+        assert _graph_edges(arrays, g) == set(map(tuple, toy[g].edge_index.T.tolist()))
+    assert np.allclose(arrays["x"], torch.cat([g.x for g in toy]).numpy())
+    assert np.array_equal(arrays["y"].reshape(-1), toy._data.y.numpy())
+    split = [arrays[f"split.{p}"] for p in ("train", "valid", "test")]
+    assert [len(s) for s in split] == [32, 4, 4] and np.array_equal(np.sort(np.concatenate(split)), np.arange(40))
+    meta = read_meta_json(folders[0])
+    assert (meta["task_type"], meta["eval_metric"], meta["num_classes"], meta["molecular"]) == \
+        ("multiclass classification", "acc", 2, False)
+    assert meta["has_edge_attr"] and meta["binary"]
+
+
+def test_featureless_graphs_keep_their_node_counts(tmp_path):
+    bare = TUDataset(str(_tu_raw(tmp_path, "BARE", labels=False)), "BARE")
+    where, graphs = read_graph_set(Path(bare.processed_paths[0]))
+    assert graphs.x is None and np.array_equal(graphs.num_nodes, [g.num_nodes for g in bare])
+    imported = import_graph_set(Path(bare.processed_paths[0]), tmp_path / "out")
+    assert not imported.has_features and "no node features, no edge features, 2 classes (acc)" in imported.summary
+
+
+def _graphs(y: list, count: int = 20) -> list[Data]:
+    return [Data(edge_index=torch.tensor([[0, 1], [1, 0]]), x=torch.ones(2, 1), y=torch.tensor(y[i % len(y)]))
+            for i in range(count)]
+
+
+def test_labels_make_the_task_the_literature_scores():
+    def task(y, metric=None):
+        _, graphs = read_graph_set(_graphs(y, count=60))
+        return graph_set_parts(graphs, GraphSetImportOptions(metric=metric))["meta"]
+
+    assert (task([[0], [1], [2]])["eval metric"], task([[0], [1], [2]])["num classes"]) == ("acc", 3)
+    assert task([[0], [1]], "rocauc")["task type"] == "binary classification"
+    assert task([[[0, 1]], [[1, 0]]])["num classes"] == 2  # one-hot rows are classes
+    tasks = task([[[0.0, 1.0, float("nan")]], [[1.0, 0.0, 1.0]], [[1.0, 1.0, 0.0]]])
+    assert (tasks["num tasks"], tasks["eval metric"]) == (3, "rocauc")
+    assert task([[[0.0, 1.0]], [[1.0, 1.0]]], "ap")["eval metric"] == "ap"
+
+
+@pytest.mark.parametrize("y, metric, message", [
+    ([[0.5], [1.7]], None, "regression"),
+    ([[[0.0, 1.0]], [[1.0, 1.0]]], "acc", "binary tasks .* scored by rocauc or ap, not acc"),
+    ([[0], [1], [2]], "rocauc", "regression|0/1 labels"),
+    ([[0], [-1]], None, "expected a class id 0, 1, ... for every graph"),
+    ([[0], [1]], "f1", "metric: expected one of"),
+])
+def test_labels_no_graph_task_scores_are_one_line(y, metric, message):
+    _, graphs = read_graph_set(_graphs(y))
+    with pytest.raises(DatasetError, match=message):
+        graph_set_parts(graphs, GraphSetImportOptions(metric=metric), "g.pt")
+
+
+def test_what_cannot_make_a_graph_dataset_is_one_line(tmp_path, toy):
+    cases = {
+        "a graph's edge beyond its nodes": (_graphs([[0], [1]])[:-1] + [Data(edge_index=torch.tensor([[0], [5]]),
+                                                                              x=torch.ones(2, 1), y=torch.tensor([1]))],
+                                            r"graph 19 has edge \(0, 5\): expected node ids in \[0, 2\)"),
+        "too few": (_graphs([[0], [1]], count=6), "6 labelled graphs: expected at least 10"),
+        "node labels": ([Data(edge_index=torch.tensor([[0], [1]]), y=torch.tensor([0, 1]))] * 12,
+                        "expected one label row per graph, got shape \\[2\\] \\(node labels: --task node\\)"),
+        "features in some": (_graphs([[0], [1]])[:-1] + [Data(edge_index=torch.tensor([[0], [1]]), num_nodes=2,
+                                                              y=torch.tensor([1]))], "graph 19: has no x, unlike others"),
+        "no labels": ([Data(edge_index=torch.tensor([[0], [1]]), num_nodes=2)] * 12, "graph 0: has no y"),
+        "one graph": (toy[0], "one graph: expected a PyG dataset or a list of graphs"),
+        "infinite x": (_graphs([[0], [1]])[:-1] + [Data(edge_index=torch.tensor([[0], [1]]),
+                                                        x=torch.full((2, 1), float("inf")), y=torch.tensor([1]))],
+                       "x \\(in float32\\)"),
+    }
+    for name, (source, message) in cases.items():
+        with pytest.raises(DatasetError, match=message):
+            import_graph_set(source, tmp_path / "out")
+        assert not (tmp_path / "out").exists(), name
+    torch.save({"x": torch.ones(2)}, tmp_path / "dict.pt")
+    with pytest.raises(DatasetError, match="a dict: expected a PyG dataset's processed file or a list of graphs"):
+        import_graph_set(tmp_path / "dict.pt", tmp_path / "out")
+
+
+def test_a_split_part_without_both_classes_asks_for_another_seed():
+    _, graphs = read_graph_set(_graphs([[0]] * 19 + [[1]], count=20))
+    with pytest.raises(DatasetError, match="holds one class only in every task: rocauc needs both \\(another --seed\\)"):
+        graph_set_parts(graphs, GraphSetImportOptions(metric="rocauc"), "g.pt")
