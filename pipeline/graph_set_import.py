@@ -291,8 +291,8 @@ def graph_set_parts(graphs: GraphSet, options: GraphSetImportOptions = GraphSetI
     meta = {**task, "family": "graph", "add_inverse_edge": "False", "split": f"random{options.seed}",
             "additional node files": "None", "additional edge files": "None", "is hetero": "False", "version": 1}
     kind = f"{task['num tasks']} binary tasks" if task["num tasks"] > 1 else f"{task['num classes']} classes"
-    widths = ", ".join(f"{'no' if v is None else v.shape[1]} {what} features" for what, v in (("node", x),
-                                                                                            ("edge", edge_attr)))
+    widths = ", ".join(f"no {what} features" if v is None else f"{v.shape[1]} {what} feature"
+                       + ("" if v.shape[1] == 1 else "s") for what, v in (("node", x), ("edge", edge_attr)))
     sizes = ", ".join(f"{p} {len(ids):,}" for p, ids in split.items())
     summary = (f"{len(graphs.num_nodes):,} graphs, {int(graphs.num_nodes.sum()):,} nodes, "
                f"{int(graphs.num_edges.sum()):,} edges, {widths}, {kind} ({task['eval metric']}); split random "

@@ -208,7 +208,7 @@ def test_a_graph_dataset_imported_for_graph_prediction_trains_with_the_recipe_it
     torch.save(graphs, tmp_path / "graphs.pt")
     out = _gnnkit("import", "graphs.pt", "shapes", "--task", "graph", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines()[0].startswith("shapes: 60 graphs, 474 nodes, 828 edges, 1 node features")
+    assert out.stdout.splitlines()[0].startswith("shapes: 60 graphs, 474 nodes, 828 edges, 1 node feature,")
     line = out.stdout.splitlines()[1]
     assert line == f"train it: gnnkit run {REPO / 'recipes' / 'gin_tu.yaml'} --data.dataset shapes"
     out = _gnnkit(*line.removeprefix("train it: gnnkit ").split(), "--trainer.max_epochs", "3", "--run_dir",
