@@ -1,8 +1,10 @@
 """The steps every ``gnnkit import`` takes, whatever the task: refuse an existing folder, read the
-source's arrays (:mod:`pipeline.array_source`), make the task's parts, write them atomically.
+source (one graph's arrays through :mod:`pipeline.array_source`), make the task's parts, write them
+atomically.
 
-The task modules say what the arrays mean: :mod:`pipeline.node_graph_import` (node prediction) and
-:mod:`pipeline.link_graph_import` (link prediction).
+The task modules say what the arrays mean: :mod:`pipeline.node_graph_import` (node prediction),
+:mod:`pipeline.link_graph_import` (link prediction) and :mod:`pipeline.graph_set_import` (a dataset
+of many graphs, graph property prediction).
 """
 
 from __future__ import annotations

@@ -148,8 +148,8 @@ def _recipe_for(num_nodes: int, task: str = "node") -> tuple[str, str]:
     recipes = Path(__file__).resolve().parents[2] / "recipes"
     if not recipes.is_dir():
         return f"recipes/{FALLBACK_RECIPES[task]}", ""
-    found = suggest_recipe(recipes / "quickstart.yaml", "gcn", num_nodes, task=task, far=FAR if task == "node"
-                           else math.inf)  # a link recipe of any size beats none
+    far = FAR if task == "node" else math.inf  # a link recipe of any size beats none
+    found = suggest_recipe(recipes / "quickstart.yaml", "gcn", num_nodes, task=task, far=far)
     path = found.path if found is not None else recipes / FALLBACK_RECIPES[task]
     shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path  # runs from anywhere
     why = "" if found is None else f"   (set for {found.reference.graph}, {found.reference.nodes:,} nodes)"
