@@ -8,7 +8,10 @@ Sources:
   weights-only (PyG's ``Data`` class allowed, nothing else unpickled);
 * a ``.pt`` of a list of graphs, ``torch.save([data.to_dict() for data in dataset], path)``;
 * in Python, a PyG dataset or any sequence of ``Data`` (or of dicts), read graph by graph (so a
-  dataset's transforms and index selections apply).
+  dataset's transforms and index selections apply). TUDataset's processed file holds a dataset's
+  continuous node and edge attributes beside its one-hot labels, and TUDataset drops them as it
+  loads unless ``use_node_attr``/``use_edge_attr``: the file gives all columns, the dataset object
+  what it was opened with.
 
 Per graph: ``x`` (node features, or none), ``edge_index`` (the graph's own node ids; PyG's
 collated datasets store them so), ``edge_attr`` (or none), ``y`` (one row per graph). Written as:
@@ -42,7 +45,10 @@ from pipeline.graph_import import Imported, import_graph
 from pipeline.graph_layout import EVAL_METRICS, write_graph_folder
 
 #: The per-graph arrays read (others, such as a TU dataset's ``sizes``, are left out).
-NAMES = ("x", "edge_index", "edge_attr", "y", "num_nodes")
+NAMES = ("x", "edge_index", "edge_attr", "y", "num_nodes", "pos")
+
+#: Per-node arrays whose rows count a graph's nodes, in the order PyG's ``Data.num_nodes`` asks them.
+NODE_ROWS = ("x", "pos")
 
 #: Shares of the labelled graphs in the split made here (OGB's molecule datasets' 80/10/10).
 RANDOM_SPLIT = {"train": 0.8, "valid": 0.1, "test": 0.1}
@@ -59,14 +65,21 @@ class GraphSetImportOptions:
         metric: ``acc``, ``rocauc`` or ``ap``; ``None``: accuracy for integer classes, ROC-AUC for
             binary tasks.
         seed: Seed of the random split.
+
+    Raises:
+        DatasetError: Another metric (before a large source is read).
     """
 
     metric: str | None = None
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        if self.metric is not None and self.metric not in EVAL_METRICS:
+            raise DatasetError("metric", f"expected one of {list(EVAL_METRICS)} for a graph task, got {self.metric!r}")
+
 
 @dataclass(frozen=True)
-class GraphSet:
+class Graphs:
     """Graphs as concatenated arrays.
 
     Attributes:
@@ -89,7 +102,7 @@ class GraphSet:
 # -- reading --------------------------------------------------------------------------------------
 
 
-def read_graph_set(source: Path | str | Any) -> tuple[str, GraphSet]:
+def read_graph_set(source: Path | str | Any) -> tuple[str, Graphs]:
     """A source's name (for errors) and its graphs: a ``.pt`` file (a PyG processed dataset, or a
     list of ``to_dict()`` graphs), a PyG dataset, a ``Batch`` or a sequence of graphs.
 
@@ -100,7 +113,7 @@ def read_graph_set(source: Path | str | Any) -> tuple[str, GraphSet]:
         where = type(source).__name__
         if hasattr(source, "to_data_list"):  # a PyG Batch
             source = source.to_data_list()
-        elif isinstance(source, Mapping) or (hasattr(source, "edge_index") and not hasattr(source, "indices")):
+        elif isinstance(source, Mapping) or hasattr(source, "stores"):  # a dict, or a PyG Data
             raise DatasetError(where, "one graph: expected a PyG dataset or a list of graphs (one graph: --task node "
                                       "or --task link)")
         if not isinstance(source, Sequence) and not (hasattr(source, "__getitem__") and hasattr(source, "__len__")):
@@ -120,7 +133,7 @@ def read_graph_set(source: Path | str | Any) -> tuple[str, GraphSet]:
                              "graphs (torch.save([data.to_dict() for data in dataset], path))")
 
 
-def _from_collated(data: Mapping[str, Any], slices: Mapping[str, Any], where: str) -> GraphSet:
+def _from_collated(data: Mapping[str, Any], slices: Mapping[str, Any], where: str) -> Graphs:
     """Graphs from a PyG collated dataset: the arrays of all graphs, cut by ``slices``."""
     arrays = named_arrays(data, (*NAMES, "_num_nodes"), where)
     cuts = {name: np.asarray(named_arrays(slices, (name,), f"{where}: slices")[name], dtype=np.int64)
@@ -128,8 +141,8 @@ def _from_collated(data: Mapping[str, Any], slices: Mapping[str, Any], where: st
     if "edge_index" not in arrays or "edge_index" not in cuts:
         raise DatasetError(where, "holds no edge_index: expected a PyG dataset of graphs")
     graphs = graph_count(slices)
-    if "x" in cuts:
-        num_nodes = np.diff(cuts["x"])
+    if (rows := next((name for name in NODE_ROWS if name in cuts), None)) is not None:
+        num_nodes = np.diff(cuts[rows])
     elif "_num_nodes" in arrays and arrays["_num_nodes"].size == graphs:  # featureless graphs (PyG's collate)
         num_nodes = arrays["_num_nodes"].astype(np.int64).reshape(-1)
     else:
@@ -140,11 +153,11 @@ def _from_collated(data: Mapping[str, Any], slices: Mapping[str, Any], where: st
         raise DatasetError(where, "holds no labels (y): expected one per graph")
     if not (np.diff(cuts["y"]) == 1).all():
         raise DatasetError(f"{where}: y", "labels of nodes, not of graphs: import a single graph with --task node")
-    return GraphSet(num_nodes, arrays["edge_index"], np.diff(cuts["edge_index"]), arrays.get("x"),
+    return Graphs(num_nodes, arrays["edge_index"], np.diff(cuts["edge_index"]), arrays.get("x"),
                     arrays.get("edge_attr"), y)
 
 
-def _from_list(graphs: list[Any], where: str) -> GraphSet:
+def _from_list(graphs: list[Any], where: str) -> Graphs:
     """Graphs given one by one (``Data`` objects or dicts)."""
     if not graphs:
         raise DatasetError(where, "holds no graph")
@@ -164,19 +177,31 @@ def _from_list(graphs: list[Any], where: str) -> GraphSet:
         if g["edge_index"].ndim != 2 or g["edge_index"].shape[0] != 2:
             raise DatasetError(f"{where}: graph {i}: edge_index", f"expected shape [2, E], got "
                                                                   f"{list(g['edge_index'].shape)}")
-    num_nodes = np.array([_node_count(g, f"{where}: graph {i}") for i, g in enumerate(read)], dtype=np.int64)
+    for name in ("x", "edge_attr", "y"):
+        _same_width([g[name] for g in read if name in g], name, where)
+    counts = [g.num_nodes if hasattr(g, "stores") else _node_count(read[i]) for i, g in enumerate(graphs)]
     joined = {name: np.concatenate([g[name] for g in read]) for name in ("x", "edge_attr") if name in read[0]}
-    return GraphSet(num_nodes, np.concatenate([g["edge_index"] for g in read], axis=1),
-                    np.array([g["edge_index"].shape[1] for g in read], dtype=np.int64), joined.get("x"),
-                    joined.get("edge_attr"), np.concatenate([g["y"].reshape(1, -1) for g in read]))
+    return Graphs(np.array(counts, dtype=np.int64), np.concatenate([g["edge_index"] for g in read], axis=1),
+                  np.array([g["edge_index"].shape[1] for g in read], dtype=np.int64), joined.get("x"),
+                  joined.get("edge_attr"), np.concatenate([g["y"].reshape(1, -1) for g in read]))
 
 
-def _node_count(graph: Mapping[str, np.ndarray], where: str) -> int:
-    """A graph's node count: stated, else its feature rows, else one past its largest node id."""
+def _same_width(values: list[np.ndarray], name: str, where: str) -> None:
+    """Every graph's ``name`` has the first graph's columns (else one line naming the first that differs)."""
+    widths = [int(np.prod(v.shape[1:])) if name != "y" else v.size for v in values]
+    if len(set(widths)) > 1:
+        other = next(i for i, w in enumerate(widths) if w != widths[0])
+        raise DatasetError(f"{where}: graph {other}: {name}", f"{widths[other]} columns, expected {widths[0]} as in "
+                                                              "the first graph")
+
+
+def _node_count(graph: Mapping[str, np.ndarray]) -> int:
+    """A graph's node count as PyG's ``Data.num_nodes`` finds it: stated, else the rows of a per-node
+    array, else one past its largest node id."""
     if "num_nodes" in graph:
         return int(graph["num_nodes"].reshape(-1)[0])
-    if "x" in graph:
-        return len(graph["x"])
+    if (rows := next((name for name in NODE_ROWS if name in graph), None)) is not None:
+        return len(graph[rows])
     edges = graph["edge_index"]
     return int(edges.max()) + 1 if edges.size else 0
 
@@ -184,7 +209,7 @@ def _node_count(graph: Mapping[str, np.ndarray], where: str) -> int:
 # -- checking and writing -------------------------------------------------------------------------
 
 
-def _check_structure(graphs: GraphSet, where: str) -> None:
+def _check_structure(graphs: Graphs, where: str) -> None:
     """Node ids within each graph, node and edge counts that add up, finite float32 features."""
     g = len(graphs.num_nodes)
     if (graphs.num_nodes <= 0).any():
@@ -193,8 +218,10 @@ def _check_structure(graphs: GraphSet, where: str) -> None:
     if graphs.num_edges.sum() != graphs.edge_index.shape[1] or len(graphs.num_edges) != g or len(graphs.y) != g:
         raise DatasetError(where, f"{g:,} graphs but {len(graphs.y):,} label rows and "
                                   f"{len(graphs.num_edges):,} edge counts: expected one per graph")
-    if graphs.edge_index.dtype.kind not in "iu":
-        raise DatasetError(f"{where}: edge_index", f"expected integer node ids, got {graphs.edge_index.dtype}")
+    edges = graphs.edge_index
+    if edges.ndim != 2 or edges.shape[0] != 2 or edges.dtype.kind not in "iu":
+        raise DatasetError(f"{where}: edge_index", f"expected [2, E] integer node ids, got {edges.dtype} of shape "
+                                                   f"{list(edges.shape)}")
     owner = np.repeat(np.arange(g), graphs.num_edges)
     bad = (graphs.edge_index < 0).any(axis=0) | (graphs.edge_index >= graphs.num_nodes[owner]).any(axis=0)
     if bad.any():
@@ -212,39 +239,70 @@ def _check_structure(graphs: GraphSet, where: str) -> None:
                 check_features(values.reshape(rows, -1).astype(np.float32), rows, f"{where}: {name} (in float32)")
 
 
-def _task(y: np.ndarray, metric: str | None, where: str) -> tuple[np.ndarray, dict[str, Any], np.ndarray]:
-    """The labels as written, the task's meta keys, and which graphs are labelled (module docstring)."""
-    if metric is not None and metric not in EVAL_METRICS:
-        raise DatasetError(f"{where}: metric", f"expected one of {list(EVAL_METRICS)}, got {metric!r}")
+@dataclass(frozen=True)
+class _Task:
+    """Labels as written, the task's meta keys, which graphs are labelled, a note for the summary."""
+
+    labels: np.ndarray
+    meta: dict[str, Any]
+    labelled: np.ndarray
+    note: str = ""
+
+
+def _binary_meta(tasks: int, metric: str | None) -> dict[str, Any]:
+    """The meta keys of ``tasks`` binary tasks, scored by ``metric`` (ROC-AUC unless AP)."""
+    return {"num tasks": tasks, "num classes": 2, "task type": "binary classification",
+            "eval metric": metric or "rocauc"}
+
+
+def _task(y: np.ndarray, metric: str | None, where: str) -> _Task:
+    """The task ``y`` and ``metric`` make (module docstring)."""
     y = y.reshape(len(y), -1)
     if y.dtype.kind == "b":
         y = y.astype(np.int64)
     if y.dtype.kind not in "iuf":
         raise DatasetError(f"{where}: y", f"expected class ids or 0/1 labels, got {y.dtype}")
     known = ~np.isnan(y) if y.dtype.kind == "f" else np.ones(y.shape, bool)
-    binary = np.isin(y[known], (0, 1)).all()
-    one_hot = binary and known.all() and y.shape[1] > 1 and (y.sum(axis=1) == 1).all()
-    if one_hot and metric in (None, "acc"):
-        y = y.argmax(axis=1).reshape(-1, 1)
-    elif y.shape[1] > 1 or metric in ("rocauc", "ap") or not known.all():
-        if not binary:
-            raise DatasetError(f"{where}: y", "expected 0/1 labels (NaN unknown) for binary tasks: real-valued "
-                                              "targets (regression) are not a gnnkit graph task")
-        if metric == "acc":
-            raise DatasetError(f"{where}: metric", f"{y.shape[1]} binary tasks (or missing labels) are scored by "
-                                                   "rocauc or ap, not acc")
-        task = {"num tasks": y.shape[1], "num classes": 2, "task type": "binary classification",
-                "eval metric": metric or "rocauc"}
-        return np.where(known, y, np.nan).astype(np.float32), task, known.any(axis=1)
-    if not whole(y).all() or (y < 0).any():
-        raise DatasetError(f"{where}: y", "expected a class id 0, 1, ... for every graph: real-valued targets "
-                                          "(regression) are not a gnnkit graph task")
+    binary = bool(np.isin(y[known], (0, 1)).all())
+    if binary and known.all() and y.shape[1] > 1 and (y.sum(axis=1) == 1).all() and \
+            (metric in (None, "acc") or y.shape[1] == 2):  # one-hot rows: classes
+        return _classes(y.argmax(axis=1), metric, where, "; one-hot y read as classes")
+    if y.shape[1] == 1 and known.all():
+        return _classes(y[:, 0], metric, where)
+    if not binary:
+        found = y[known][~np.isin(y[known], (0, 1))][0].item()
+        what = ("multi-class labels cannot be missing" if y.shape[1] == 1 else
+                f"[G, {y.shape[1]}] labels are {y.shape[1]} binary tasks: expected 0/1 (NaN unknown)")
+        raise DatasetError(f"{where}: y", f"{what}, found {found!r}" + ("" if whole(np.array([found])).all() else
+                                                                        " (regression is not a gnnkit graph task)"))
+    if metric == "acc":
+        raise DatasetError(f"{where}: metric", f"binary tasks with missing labels ({y.shape[1]} of them) are scored "
+                                               "by rocauc or ap, not acc")
+    return _Task(np.where(known, y, np.nan).astype(np.float32), _binary_meta(y.shape[1], metric), known.any(axis=1))
+
+
+def _classes(y: np.ndarray, metric: str | None, where: str, note: str = "") -> _Task:
+    """One class id per graph: multi-class by accuracy, or (``rocauc``/``ap``) two classes as one binary task."""
+    if not whole(y).all():
+        raise DatasetError(f"{where}: y", f"expected a class id 0, 1, ... per graph, found {y[~whole(y)][0].item()!r}:"
+                                          " real-valued targets (regression) are not a gnnkit graph task")
+    if (y < 0).any():
+        raise DatasetError(f"{where}: y", f"expected classes 0, 1, ..., C-1 for every graph, found {int(y.min())}")
     classes = int(y.max()) + 1
     if classes < 2 or classes > len(y):
-        raise DatasetError(f"{where}: y", f"expected at least two classes numbered 0, 1, ..., C-1, got {classes} "
-                                          f"among {len(y):,} graphs")
-    task = {"num tasks": 1, "num classes": classes, "task type": "multiclass classification", "eval metric": "acc"}
-    return y.astype(np.int64), task, np.ones(len(y), bool)
+        raise DatasetError(f"{where}: y", f"class {classes - 1} among {len(y):,} graphs: expected at least two "
+                                          "classes numbered 0, 1, ..., C-1")
+    empty = np.flatnonzero(np.bincount(y.astype(np.int64), minlength=classes) == 0)
+    if empty.size:
+        note += f"; no graph of class {', '.join(map(str, empty[:5]))}{', ...' if empty.size > 5 else ''}"
+    labelled = np.ones(len(y), bool)
+    if metric in ("rocauc", "ap"):
+        if classes != 2:
+            raise DatasetError(f"{where}: metric", f"{metric} scores two classes (or [G, T] 0/1 tasks); y has "
+                                                   f"{classes}")
+        return _Task(y.astype(np.float32).reshape(-1, 1), _binary_meta(1, metric), labelled, note)
+    meta = {"num tasks": 1, "num classes": classes, "task type": "multiclass classification", "eval metric": "acc"}
+    return _Task(y.astype(np.int64).reshape(-1, 1), meta, labelled, note)
 
 
 def _split(labels: np.ndarray, task: dict[str, Any], labelled: np.ndarray, seed: int,
@@ -273,7 +331,7 @@ def _float_rows(values: np.ndarray | None) -> np.ndarray | None:
     return rows if rows.shape[1] else None
 
 
-def graph_set_parts(graphs: GraphSet, options: GraphSetImportOptions = GraphSetImportOptions(),
+def graph_set_parts(graphs: Graphs, options: GraphSetImportOptions = GraphSetImportOptions(),
                     where: str = "graphs") -> dict[str, Any]:
     """:func:`~pipeline.graph_layout.write_graph_folder`'s arguments for a set of graphs.
 
@@ -285,18 +343,22 @@ def graph_set_parts(graphs: GraphSet, options: GraphSetImportOptions = GraphSetI
         DatasetError: A malformed set, in one line naming the array.
     """
     _check_structure(graphs, where)
-    labels, task, labelled = _task(graphs.y, options.metric, where)
-    split = _split(labels, task, labelled, options.seed, where)
+    task = _task(graphs.y, options.metric, where)
+    labels, labelled = task.labels, task.labelled
+    split = _split(labels, task.meta, labelled, options.seed, where)
     x, edge_attr = (_float_rows(values) for values in (graphs.x, graphs.edge_attr))
-    meta = {**task, "family": "graph", "add_inverse_edge": "False", "split": f"random{options.seed}",
+    meta = {**task.meta, "family": "graph", "add_inverse_edge": "False", "split": f"random{options.seed}",
             "additional node files": "None", "additional edge files": "None", "is hetero": "False", "version": 1}
-    kind = f"{task['num tasks']} binary tasks" if task["num tasks"] > 1 else f"{task['num classes']} classes"
+    kind = (f"{task.meta['num tasks']} binary tasks" if task.meta["num tasks"] > 1 else
+            f"{task.meta['num classes']} classes")
+    unlabelled = int((~labelled).sum())
+    left = f", {unlabelled:,} unlabelled graphs left out" if unlabelled else ""
     widths = ", ".join(f"no {what} features" if v is None else f"{v.shape[1]} {what} feature"
                        + ("" if v.shape[1] == 1 else "s") for what, v in (("node", x), ("edge", edge_attr)))
     sizes = ", ".join(f"{p} {len(ids):,}" for p, ids in split.items())
     summary = (f"{len(graphs.num_nodes):,} graphs, {int(graphs.num_nodes.sum()):,} nodes, "
-               f"{int(graphs.num_edges.sum()):,} edges, {widths}, {kind} ({task['eval metric']}); split random "
-               f"80/10/10 of the labelled graphs (seed {options.seed}): {sizes}")
+               f"{int(graphs.num_edges.sum()):,} edges, {widths}, {kind} ({task.meta['eval metric']}){task.note}; "
+               f"split random 80/10/10 of the labelled graphs (seed {options.seed}{left}): {sizes}")
     return {"edge_index": graphs.edge_index.astype(np.int64), "num_nodes": graphs.num_nodes,
             "num_edges": graphs.num_edges, "labels": labels, "split": split, "meta": meta, "node_feat": x,
             "edge_feat": edge_attr, "summary": summary}

@@ -283,7 +283,7 @@ def add_parser(subparsers: Any) -> None:
         "85/5/10 with as many random non-edges as negatives (or takes train_test_split_edges' arrays); graph "
         "property prediction reads a PyG dataset's processed data.pt (TUDataset's) or a .pt list of to_dict() "
         "graphs and splits them 80/10/10. Files are loaded weights-only."))
-    p.add_argument("source", type=Path, help=".pt or .npz file")
+    p.add_argument("source", type=Path, help=".pt or .npz file (a graph dataset: .pt)")
     p.add_argument("out", type=Path, help="the dataset folder to write (must not exist); give it as --data.dataset")
     p.add_argument("--task", choices=("node", "link", "graph"), default="node",
                    help="what the folder trains to predict: node labels (y), links, or a label per graph (default: "

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from torch_geometric.data import Batch, Data
+from torch_geometric.data import Batch, Data, InMemoryDataset
 from torch_geometric.datasets import TUDataset
 
 from pipeline import graph_layout
@@ -111,14 +111,34 @@ def test_labels_make_the_task_the_literature_scores():
 @pytest.mark.parametrize("y, metric, message", [
     ([[0.5], [1.7]], None, "regression"),
     ([[[0.0, 1.0]], [[1.0, 1.0]]], "acc", "binary tasks .* scored by rocauc or ap, not acc"),
-    ([[0], [1], [2]], "rocauc", "regression|0/1 labels"),
-    ([[0], [-1]], None, "expected a class id 0, 1, ... for every graph"),
-    ([[0], [1]], "f1", "metric: expected one of"),
+    ([[0], [1], [2]], "rocauc", r"metric: rocauc scores two classes \(or \[G, T\] 0/1 tasks\); y has 3"),
+    ([[0], [-1]], None, "expected classes 0, 1, ..., C-1 for every graph, found -1"),
+    ([[0.0], [float("nan")], [2.0]], None, "multi-class labels cannot be missing, found 2.0"),
+    ([[[0, 2]], [[1, 0]]], None, r"\[G, 2\] labels are 2 binary tasks: expected 0/1 \(NaN unknown\), found 2"),
+    ([[0], [10**9]], None, "class 1000000000 among 20 graphs: expected at least two classes"),
 ])
 def test_labels_no_graph_task_scores_are_one_line(y, metric, message):
     _, graphs = read_graph_set(_graphs(y))
     with pytest.raises(DatasetError, match=message):
         graph_set_parts(graphs, GraphSetImportOptions(metric=metric), "g.pt")
+
+
+def test_a_metric_no_graph_task_has_is_refused_before_reading():
+    with pytest.raises(DatasetError, match="metric: expected one of"):
+        GraphSetImportOptions(metric="f1")
+
+
+def test_node_counts_come_from_positions_too_and_empty_classes_are_named(tmp_path):
+    """Graphs sized by `pos` (PyG's Data.num_nodes) lost their trailing isolated nodes."""
+    graphs = [Data(edge_index=torch.tensor([[0, 1], [1, 0]]), pos=torch.randn(4, 3), y=torch.tensor([2 * (i % 2)]))
+              for i in range(30)]
+    for source in (graphs, [g.to_dict() for g in graphs]):
+        _, read = read_graph_set(source)
+        assert (read.num_nodes == 4).all()
+    InMemoryDataset.save(graphs, tmp_path / "pos.pt")
+    assert (read_graph_set(tmp_path / "pos.pt")[1].num_nodes == 4).all()
+    summary = graph_set_parts(read, where="g")["summary"]
+    assert "3 classes (acc); no graph of class 1;" in summary
 
 
 def test_what_cannot_make_a_graph_dataset_is_one_line(tmp_path, toy):
@@ -130,9 +150,17 @@ def test_what_cannot_make_a_graph_dataset_is_one_line(tmp_path, toy):
         "node labels": ([Data(edge_index=torch.tensor([[0], [1]]), y=torch.tensor([0, 1]))] * 12,
                         "expected one label row per graph, got shape \\[2\\] \\(node labels: --task node\\)"),
         "features in some": (_graphs([[0], [1]])[:-1] + [Data(edge_index=torch.tensor([[0], [1]]), num_nodes=2,
-                                                              y=torch.tensor([1]))], "graph 19: has no x, unlike others"),
+                                                              y=torch.tensor([1]))],
+                             "graph 19: has no x, unlike others"),
         "no labels": ([Data(edge_index=torch.tensor([[0], [1]]), num_nodes=2)] * 12, "graph 0: has no y"),
         "one graph": (toy[0], "one graph: expected a PyG dataset or a list of graphs"),
+        "edge features of two widths": (_graphs([[0], [1]])[:-1] + [Data(edge_index=torch.tensor([[0], [1]]),
+                                                                          x=torch.ones(2, 1), y=torch.tensor([1]),
+                                                                          edge_attr=torch.ones(1, 2))],
+                                         "graph 19: has edge_attr, unlike others|graph 0: has no edge_attr"),
+        "x of two widths": (_graphs([[0], [1]])[:-1] + [Data(edge_index=torch.tensor([[0], [1]]), x=torch.ones(2, 3),
+                                                             y=torch.tensor([1]))],
+                            "graph 19: x: 3 columns, expected 1 as in the first graph"),
         "infinite x": (_graphs([[0], [1]])[:-1] + [Data(edge_index=torch.tensor([[0], [1]]),
                                                         x=torch.full((2, 1), float("inf")), y=torch.tensor([1]))],
                        "x \\(in float32\\)"),
@@ -141,6 +169,10 @@ def test_what_cannot_make_a_graph_dataset_is_one_line(tmp_path, toy):
         with pytest.raises(DatasetError, match=message):
             import_graph_set(source, tmp_path / "out")
         assert not (tmp_path / "out").exists(), name
+    InMemoryDataset.save([Data(edge_index=torch.tensor([[0, 1], [1, 2], [2, 0]]), x=torch.ones(3, 2),
+                               y=torch.tensor([i % 2])) for i in range(20)], tmp_path / "rows.pt")
+    with pytest.raises(DatasetError, match=r"edge_index: expected \[2, E\] integer node ids, got int64 of shape \[3, "):
+        import_graph_set(tmp_path / "rows.pt", tmp_path / "out")
     torch.save({"x": torch.ones(2)}, tmp_path / "dict.pt")
     with pytest.raises(DatasetError, match="a dict: expected a PyG dataset's processed file or a list of graphs"):
         import_graph_set(tmp_path / "dict.pt", tmp_path / "out")
@@ -148,5 +180,5 @@ def test_what_cannot_make_a_graph_dataset_is_one_line(tmp_path, toy):
 
 def test_a_split_part_without_both_classes_asks_for_another_seed():
     _, graphs = read_graph_set(_graphs([[0]] * 19 + [[1]], count=20))
-    with pytest.raises(DatasetError, match="holds one class only in every task: rocauc needs both \\(another --seed\\)"):
+    with pytest.raises(DatasetError, match=r"holds one class only in every task: rocauc needs both \(another --seed\)"):
         graph_set_parts(graphs, GraphSetImportOptions(metric="rocauc"), "g.pt")
