@@ -208,6 +208,24 @@ def _check_hits(metric: str, negatives: dict[str, np.ndarray], names: dict[str, 
                                             "positive would score 1); a smaller K, or rocauc")
 
 
+def _parts(given: dict[str, tuple[str, np.ndarray]], edges: np.ndarray, n: int, undirected: bool, seed: int,
+           where: str) -> tuple[dict[str, np.ndarray], dict[str, str], int, str]:
+    """The positives of each part (given, or a random split of ``edges``), each part's name for
+    errors, how many positives the graph's own edges make, and where the split came from."""
+    if not given:
+        positives = _positives(edges, n, undirected)
+        names = {part: f"{where}: random split {part}" for part in SPLITS}
+        return (_random_split(positives, n, seed, where), names, len(positives),
+                f"random 85/5/10 of the pairs (seed {seed})")
+    split = {part: _positives(given[part][1], n, undirected) for part in SPLITS}
+    names = {part: f"{where}: {given[part][0]}" for part in SPLITS}
+    for part, pairs in split.items():
+        if not len(pairs):
+            raise DatasetError(names[part], "holds no edge but self loops: expected some")
+    check_disjoint({part: {"edge": pairs} for part, pairs in split.items()}, names, n, undirected=True)
+    return split, names, len(split["train"]), "/".join(given[part][0] for part in SPLITS)
+
+
 def link_graph_parts(arrays: Mapping[str, np.ndarray], options: LinkImportOptions = LinkImportOptions(),
                      where: str = "graph") -> dict[str, Any]:
     """:func:`~pipeline.link_layout.write_link_folder`'s arguments for a graph given as named arrays.
@@ -236,19 +254,7 @@ def link_graph_parts(arrays: Mapping[str, np.ndarray], options: LinkImportOption
     x = feature_array(found_x, n, where) if (found_x := _field(arrays, "x")) is not None else None
     unpaired = _unpaired(edges, n)
     undirected = not unpaired
-    if given:
-        split = {part: _positives(given[part][1], n, undirected) for part in SPLITS}
-        names = {part: f"{where}: {given[part][0]}" for part in SPLITS}
-        for part, pairs in split.items():
-            if not len(pairs):
-                raise DatasetError(names[part], "holds no edge but self loops: expected some")
-        check_disjoint({part: {"edge": pairs} for part, pairs in split.items()}, names, n, undirected=True)
-        pairs = split["train"]  # the graph's edges
-        source = "/".join(given[part][0] for part in SPLITS)
-    else:
-        split = _random_split(pairs := _positives(edges, n, undirected), n, options.seed, where)
-        names = {part: f"{where}: random split {part}" for part in SPLITS}
-        source = f"random 85/5/10 of the pairs (seed {options.seed})"
+    split, names, pairs, source = _parts(given, edges, n, undirected, options.seed, where)
     taken = np.unique(np.concatenate([edge_keys(split[part], n, undirected=True) for part in SPLITS]))
     if "valid_neg" in given:
         negatives = {part: _given_negatives(given[f"{part}_neg"], taken, n, where) for part in ("valid", "test")}
@@ -263,7 +269,7 @@ def link_graph_parts(arrays: Mapping[str, np.ndarray], options: LinkImportOption
             "split": "given" if given else f"random{options.seed}", "additional node files": "None",
             "additional edge files": "None", "is hetero": "False", "version": 1}
     kind = "undirected" if undirected else f"directed ({_plural(unpaired, 'edge')} without the reverse)"
-    summary = _summary(n, split, negatives, x, edges, len(pairs), kind, f"{source}; negatives {drawn}", metric)
+    summary = _summary(n, split, negatives, x, edges, pairs, kind, f"{source}; negatives {drawn}", metric)
     return {"edges": split["train"], "num_nodes": n, "splits": splits, "meta": meta, "node_feat": x,
             "binary": not undirected,  # OGB's binary reader adds no reverses
             "summary": summary}
