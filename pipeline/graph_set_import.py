@@ -146,15 +146,15 @@ def _from_collated(data: Mapping[str, Any], slices: Mapping[str, Any], where: st
     elif "_num_nodes" in arrays and arrays["_num_nodes"].size == graphs:  # featureless graphs (PyG's collate)
         num_nodes = arrays["_num_nodes"].astype(np.int64).reshape(-1)
     else:
-        raise DatasetError(where, "holds neither x nor the node count of each graph: expected a PyG dataset's "
-                                  "processed file")
+        raise DatasetError(where, "holds neither per-node arrays (x, pos) nor the node count of each graph: "
+                                  "expected a PyG dataset's processed file")
     y = arrays.get("y")
     if y is None or "y" not in cuts:
         raise DatasetError(where, "holds no labels (y): expected one per graph")
     if not (np.diff(cuts["y"]) == 1).all():
         raise DatasetError(f"{where}: y", "labels of nodes, not of graphs: import a single graph with --task node")
     return Graphs(num_nodes, arrays["edge_index"], np.diff(cuts["edge_index"]), arrays.get("x"),
-                    arrays.get("edge_attr"), y)
+                  arrays.get("edge_attr"), y)
 
 
 def _from_list(graphs: list[Any], where: str) -> Graphs:
@@ -180,7 +180,8 @@ def _from_list(graphs: list[Any], where: str) -> Graphs:
     for name in ("x", "edge_attr", "y"):
         _same_width([g[name] for g in read if name in g], name, where)
     counts = [g.num_nodes if hasattr(g, "stores") else _node_count(read[i]) for i, g in enumerate(graphs)]
-    joined = {name: np.concatenate([g[name] for g in read]) for name in ("x", "edge_attr") if name in read[0]}
+    joined = {name: np.concatenate([g[name].reshape(len(g[name]), -1) for g in read])  # [n] and [n, 1] alike
+              for name in ("x", "edge_attr") if name in read[0]}
     return Graphs(np.array(counts, dtype=np.int64), np.concatenate([g["edge_index"] for g in read], axis=1),
                   np.array([g["edge_index"].shape[1] for g in read], dtype=np.int64), joined.get("x"),
                   joined.get("edge_attr"), np.concatenate([g["y"].reshape(1, -1) for g in read]))

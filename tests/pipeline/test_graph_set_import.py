@@ -139,6 +139,9 @@ def test_node_counts_come_from_positions_too_and_empty_classes_are_named(tmp_pat
     assert (read_graph_set(tmp_path / "pos.pt")[1].num_nodes == 4).all()
     summary = graph_set_parts(read, where="g")["summary"]
     assert "3 classes (acc); no graph of class 1;" in summary
+    mixed = [Data(edge_index=torch.tensor([[0], [1]]), x=torch.ones(2) if i else torch.ones(2, 1),
+                  y=torch.tensor([i % 2])) for i in range(12)]  # 1-D features in some graphs, [n, 1] in others
+    assert read_graph_set(mixed)[1].x.shape == (24, 1)
 
 
 def test_what_cannot_make_a_graph_dataset_is_one_line(tmp_path, toy):
