@@ -54,7 +54,7 @@ def _worker(timeout_s: float) -> int:
         if not getattr(err, failures.MARK, False):
             raise
         print(f"gnnkit: error: {err}", file=sys.stderr, flush=True)
-        return 1
+        os._exit(1)  # as the gnnkit command leaves (gnnkit.cli.console): a broken gloo group can abort teardown
     return 0
 
 
