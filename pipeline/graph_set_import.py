@@ -43,6 +43,7 @@ from pipeline.errors import DatasetError
 from pipeline.graph import SPLITS, check_features, whole
 from pipeline.graph_import import Imported, import_graph
 from pipeline.graph_layout import EVAL_METRICS, write_graph_folder
+from pipeline.node_graph_import import Labels, binary_task
 
 #: The per-graph arrays read (others, such as a TU dataset's ``sizes``, are left out).
 NAMES = ("x", "edge_index", "edge_attr", "y", "num_nodes", "pos")
@@ -240,23 +241,7 @@ def _check_structure(graphs: Graphs, where: str) -> None:
                 check_features(values.reshape(rows, -1).astype(np.float32), rows, f"{where}: {name} (in float32)")
 
 
-@dataclass(frozen=True)
-class _Task:
-    """Labels as written, the task's meta keys, which graphs are labelled, a note for the summary."""
-
-    labels: np.ndarray
-    meta: dict[str, Any]
-    labelled: np.ndarray
-    note: str = ""
-
-
-def _binary_meta(tasks: int, metric: str | None) -> dict[str, Any]:
-    """The meta keys of ``tasks`` binary tasks, scored by ``metric`` (ROC-AUC unless AP)."""
-    return {"num tasks": tasks, "num classes": 2, "task type": "binary classification",
-            "eval metric": metric or "rocauc"}
-
-
-def _task(y: np.ndarray, metric: str | None, where: str) -> _Task:
+def _task(y: np.ndarray, metric: str | None, where: str) -> Labels:
     """The task ``y`` and ``metric`` make (module docstring)."""
     y = y.reshape(len(y), -1)
     if y.dtype.kind == "b":
@@ -279,10 +264,11 @@ def _task(y: np.ndarray, metric: str | None, where: str) -> _Task:
     if metric == "acc":
         raise DatasetError(f"{where}: metric", f"binary tasks with missing labels ({y.shape[1]} of them) are scored "
                                                "by rocauc or ap, not acc")
-    return _Task(np.where(known, y, np.nan).astype(np.float32), _binary_meta(y.shape[1], metric), known.any(axis=1))
+    values = np.where(known, y, np.nan).astype(np.float32)
+    return Labels(values, binary_task(y.shape[1], metric or "rocauc"), known.any(axis=1))
 
 
-def _classes(y: np.ndarray, metric: str | None, where: str, note: str = "") -> _Task:
+def _classes(y: np.ndarray, metric: str | None, where: str, note: str = "") -> Labels:
     """One class id per graph: multi-class by accuracy, or (``rocauc``/``ap``) two classes as one binary task."""
     if not whole(y).all():
         raise DatasetError(f"{where}: y", f"expected a class id 0, 1, ... per graph, found {y[~whole(y)][0].item()!r}:"
@@ -301,9 +287,9 @@ def _classes(y: np.ndarray, metric: str | None, where: str, note: str = "") -> _
         if classes != 2:
             raise DatasetError(f"{where}: metric", f"{metric} scores two classes (or [G, T] 0/1 tasks); y has "
                                                    f"{classes}")
-        return _Task(y.astype(np.float32).reshape(-1, 1), _binary_meta(1, metric), labelled, note)
+        return Labels(y.astype(np.float32).reshape(-1, 1), binary_task(1, metric), labelled, note)
     meta = {"num tasks": 1, "num classes": classes, "task type": "multiclass classification", "eval metric": "acc"}
-    return _Task(y.astype(np.int64).reshape(-1, 1), meta, labelled, note)
+    return Labels(y.astype(np.int64).reshape(-1, 1), meta, labelled, note)
 
 
 def _split(labels: np.ndarray, task: dict[str, Any], labelled: np.ndarray, seed: int,
@@ -345,20 +331,20 @@ def graph_set_parts(graphs: Graphs, options: GraphSetImportOptions = GraphSetImp
     """
     _check_structure(graphs, where)
     task = _task(graphs.y, options.metric, where)
-    labels, labelled = task.labels, task.labelled
-    split = _split(labels, task.meta, labelled, options.seed, where)
+    labels, labelled = task.values, task.labelled
+    split = _split(labels, task.task, labelled, options.seed, where)
     x, edge_attr = (_float_rows(values) for values in (graphs.x, graphs.edge_attr))
-    meta = {**task.meta, "family": "graph", "add_inverse_edge": "False", "split": f"random{options.seed}",
+    meta = {**task.task, "family": "graph", "add_inverse_edge": "False", "split": f"random{options.seed}",
             "additional node files": "None", "additional edge files": "None", "is hetero": "False", "version": 1}
-    kind = (f"{task.meta['num tasks']} binary tasks" if task.meta["num tasks"] > 1 else
-            f"{task.meta['num classes']} classes")
+    kind = (f"{task.task['num tasks']} binary tasks" if task.task["num tasks"] > 1 else
+            f"{task.task['num classes']} classes")
     unlabelled = int((~labelled).sum())
     left = f", {unlabelled:,} unlabelled graphs left out" if unlabelled else ""
     widths = ", ".join(f"no {what} features" if v is None else f"{v.shape[1]} {what} feature"
                        + ("" if v.shape[1] == 1 else "s") for what, v in (("node", x), ("edge", edge_attr)))
     sizes = ", ".join(f"{p} {len(ids):,}" for p, ids in split.items())
     summary = (f"{len(graphs.num_nodes):,} graphs, {int(graphs.num_nodes.sum()):,} nodes, "
-               f"{int(graphs.num_edges.sum()):,} edges, {widths}, {kind} ({task.meta['eval metric']}){task.note}; "
+               f"{int(graphs.num_edges.sum()):,} edges, {widths}, {kind} ({task.task['eval metric']}){task.note}; "
                f"split random 80/10/10 of the labelled graphs (seed {options.seed}{left}): {sizes}")
     return {"edge_index": graphs.edge_index.astype(np.int64), "num_nodes": graphs.num_nodes,
             "num_edges": graphs.num_edges, "labels": labels, "split": split, "meta": meta, "node_feat": x,

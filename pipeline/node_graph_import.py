@@ -138,14 +138,15 @@ def row_array(found: tuple[str, np.ndarray], n: int, where: str) -> np.ndarray:
     return value
 
 
-def _binary_task(num_tasks: int) -> dict[str, Any]:
-    """The meta keys of ``num_tasks`` binary tasks scored by ROC-AUC."""
-    return {"num tasks": num_tasks, "num classes": 2, "task type": "binary classification", "eval metric": "rocauc"}
+def binary_task(num_tasks: int, metric: str = "rocauc") -> dict[str, Any]:
+    """The meta keys of ``num_tasks`` binary tasks scored by ``metric`` (ROC-AUC, or AP for graphs)."""
+    return {"num tasks": num_tasks, "num classes": 2, "task type": "binary classification", "eval metric": metric}
 
 
 @dataclass(frozen=True)
-class _Labels:
-    """Labels as written, the task's meta keys, which nodes are labelled, and a note for the summary."""
+class Labels:
+    """Labels as written, the task's meta keys, which nodes (or graphs) are labelled, and a note for
+    the summary."""
 
     values: np.ndarray
     task: dict[str, Any]
@@ -153,7 +154,7 @@ class _Labels:
     note: str = ""
 
 
-def _labels(y: np.ndarray, metric: str | None, where: str) -> _Labels:
+def _labels(y: np.ndarray, metric: str | None, where: str) -> Labels:
     """The task ``y`` and ``metric`` make (see the module docstring)."""
     if metric is not None and metric not in METRICS:
         raise DatasetError(f"{where}: metric", f"expected one of {list(METRICS)}, got {metric!r}")
@@ -172,7 +173,7 @@ def _labels(y: np.ndarray, metric: str | None, where: str) -> _Labels:
     return _class_labels(y, metric, where)
 
 
-def _class_labels(y: np.ndarray, metric: str | None, where: str, note: str = "", width: int = 0) -> _Labels:
+def _class_labels(y: np.ndarray, metric: str | None, where: str, note: str = "", width: int = 0) -> Labels:
     """Integer classes (``-1``/NaN unlabelled), at least ``width`` of them (one-hot columns):
     multi-class by accuracy, or binary by ROC-AUC."""
     labelled = ~np.isnan(y) & (y >= 0) if y.dtype.kind == "f" else y >= 0
@@ -192,13 +193,13 @@ def _class_labels(y: np.ndarray, metric: str | None, where: str, note: str = "",
     if metric == "rocauc" and classes != 2:
         raise DatasetError(f"{where}: metric", f"rocauc scores two classes (or [N, T] binary tasks); y has {classes}")
     if metric == "rocauc":
-        return _Labels(np.where(labelled, y, np.nan).astype(np.float32).reshape(-1, 1), _binary_task(1), labelled,
+        return Labels(np.where(labelled, y, np.nan).astype(np.float32).reshape(-1, 1), binary_task(1), labelled,
                        note)
     task = {"num tasks": 1, "num classes": classes, "task type": "multiclass classification", "eval metric": "acc"}
-    return _Labels(np.where(labelled, y, -1).astype(np.int64), task, labelled, note)
+    return Labels(np.where(labelled, y, -1).astype(np.int64), task, labelled, note)
 
 
-def _matrix_labels(y: np.ndarray, metric: str | None, where: str) -> _Labels:
+def _matrix_labels(y: np.ndarray, metric: str | None, where: str) -> Labels:
     """An ``[N, T]`` matrix: one-hot rows are classes (unless ``metric`` is ``rocauc``), 0/1 with
     NaN unknown T binary tasks by ROC-AUC."""
     known = ~np.isnan(y) if y.dtype.kind == "f" else np.ones(y.shape, bool)
@@ -212,7 +213,7 @@ def _matrix_labels(y: np.ndarray, metric: str | None, where: str) -> _Labels:
     if metric == "acc":
         raise DatasetError(f"{where}: metric", f"an [N, {y.shape[1]}] label matrix that is not one-hot is "
                                                f"{y.shape[1]} binary tasks, scored by rocauc, not acc")
-    return _Labels(np.where(known, y, np.nan).astype(np.float32), _binary_task(y.shape[1]), known.any(axis=1))
+    return Labels(np.where(known, y, np.nan).astype(np.float32), binary_task(y.shape[1]), known.any(axis=1))
 
 
 def feature_array(found: tuple[str, np.ndarray], n: int, where: str) -> np.ndarray | None:
@@ -280,7 +281,7 @@ def _given_split(arrays: Mapping[str, np.ndarray], n: int, options: ImportOption
     return split, {part: found[0] for part, found in names.items()}, count
 
 
-def _check_split(split: dict[str, np.ndarray], names: dict[str, str], labels: _Labels, made: bool,
+def _check_split(split: dict[str, np.ndarray], names: dict[str, str], labels: Labels, made: bool,
                  where: str) -> None:
     """Every part non-empty, within the graph, disjoint, labelled, and scorable by its metric."""
     for part, ids in split.items():
