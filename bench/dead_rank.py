@@ -54,7 +54,10 @@ def _worker(timeout_s: float) -> int:
         if not getattr(err, failures.MARK, False):
             raise
         print(f"gnnkit: error: {err}", file=sys.stderr, flush=True)
-        os._exit(1)  # as the gnnkit command leaves (gnnkit.cli.console): a broken gloo group can abort teardown
+        # Leave without the interpreter's teardown: the gloo group the lost rank broke aborts it now and
+        # then, after this line (terminate called without an active exception, exit -6). That abort is
+        # torch's, not what a case measures; destroying the group first can wait on a dead store host.
+        os._exit(1)
     return 0
 
 

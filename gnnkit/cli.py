@@ -89,26 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(err, "gnnkit_comm_failure", False):  # set by gnnkit.comm.failures
             raise
         print(f"gnnkit: error: {err}", file=sys.stderr)
-        global _lost_peer
-        _lost_peer = True
         return 1
-
-
-#: Set by :func:`main` when a collective lost a rank: :func:`console` then leaves without teardown.
-_lost_peer = False
-
-
-def console() -> None:
-    """The ``gnnkit`` console script: exit with :func:`main`'s status. After a lost rank the process
-    leaves at once (``os._exit``), skipping the interpreter's teardown: a gloo process group broken by
-    a dead peer aborted that teardown now and then, after the error line (``terminate called without
-    an active exception``, exit -6), and destroying the group first can wait on a dead store host."""
-    code = main()
-    if _lost_peer:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
 
 
 def out_of_memory_line(err: RuntimeError, training: bool = True) -> str | None:
@@ -126,4 +107,4 @@ def out_of_memory_line(err: RuntimeError, training: bool = True) -> str | None:
 
 
 if __name__ == "__main__":
-    console()
+    sys.exit(main())
