@@ -37,6 +37,15 @@ class Imported:
     has_features: bool
 
 
+def shuffled_split(ids: np.ndarray, shares: dict[str, float], seed: int, at_least: int = 0) -> dict[str, np.ndarray]:
+    """``ids`` dealt into parts of ``shares`` (``train``/``valid``/``test``, the last taking the rest) in a
+    seeded random order, each but the last at least ``at_least`` long; each part sorted."""
+    order = np.random.default_rng(seed).permutation(ids)
+    names = list(shares)
+    ends = np.cumsum([max(at_least, round(shares[p] * len(order))) for p in names[:-1]])
+    return {p: np.sort(part) for p, part in zip(names, np.split(order, ends))}
+
+
 def named_source(source: Path | str | Any, names: Collection[str]) -> tuple[str, dict[str, np.ndarray]]:
     """A one-graph source's name (for errors) and its arrays among ``names``: a ``.pt``/``.npz``
     path, a PyG ``Data`` or a mapping of arrays (:mod:`pipeline.array_source`)."""

@@ -198,6 +198,14 @@ def _check_split(split: dict[str, np.ndarray], files: dict[str, str], num_graphs
         seen[ids] = 1
 
 
+def edge_owners(edge_index: np.ndarray, num_nodes: np.ndarray, num_edges: np.ndarray) -> tuple[np.ndarray, int | None]:
+    """The graph of every edge of graphs stored in turn (each with its own node ids), and the first
+    edge whose ids fall outside its graph's ``0..n-1`` (``None``: none does)."""
+    owner = np.repeat(np.arange(len(num_nodes)), num_edges)
+    bad = (edge_index < 0).any(axis=0) | (edge_index >= num_nodes[owner]).any(axis=0)
+    return owner, (int(np.flatnonzero(bad)[0]) if bad.any() else None)
+
+
 def _concatenate(graphs: list[dict[str, Any]], edge_file: Path, node_file: Path, node_feat_file: Path,
                  edge_feat_file: Path) -> dict[str, np.ndarray]:
     """One CSR (rows = destinations) over all graphs, validated, with features in CSR order; an error
@@ -211,10 +219,8 @@ def _concatenate(graphs: list[dict[str, Any]], edge_file: Path, node_file: Path,
     np.cumsum(counts, out=graph_ptr[1:])
     edge_index = (np.concatenate([g["edge_index"] for g in graphs], axis=1).astype(np.int64)
                   if graphs else np.zeros((2, 0), dtype=np.int64))
-    owner = np.repeat(np.arange(len(graphs)), edge_counts)
-    bad = (edge_index < 0).any(axis=0) | (edge_index >= counts[owner]).any(axis=0)
-    if bad.any():
-        e = int(np.flatnonzero(bad)[0])
+    owner, e = edge_owners(edge_index, counts, edge_counts)
+    if e is not None:
         g = int(owner[e])
         raise DatasetError(edge_file, f"graph {g} has edge ({int(edge_index[0, e])}, {int(edge_index[1, e])}); "
                            f"expected node ids in [0, {int(counts[g])})")

@@ -40,10 +40,10 @@ import numpy as np
 
 from pipeline.array_source import graph_count, load_weights_only, named_arrays
 from pipeline.errors import DatasetError
-from pipeline.graph import SPLITS, check_features, whole
-from pipeline.graph_import import Imported, import_graph
-from pipeline.graph_layout import EVAL_METRICS, write_graph_folder
-from pipeline.node_graph_import import Labels, binary_task
+from pipeline.graph import check_features, whole
+from pipeline.graph_import import Imported, import_graph, shuffled_split
+from pipeline.graph_layout import EVAL_METRICS, edge_owners, write_graph_folder
+from pipeline.node_graph_import import Labels, binary_task, holds_both_classes
 
 #: The per-graph arrays read (others, such as a TU dataset's ``sizes``, are left out).
 NAMES = ("x", "edge_index", "edge_attr", "y", "num_nodes", "pos")
@@ -212,7 +212,7 @@ def _node_count(graph: Mapping[str, np.ndarray]) -> int:
 
 
 def _check_structure(graphs: Graphs, where: str) -> None:
-    """Node ids within each graph, node and edge counts that add up, finite float32 features."""
+    """Node ids within each graph, node and edge counts that add up."""
     g = len(graphs.num_nodes)
     if (graphs.num_nodes <= 0).any():
         raise DatasetError(where, f"graph {int(np.flatnonzero(graphs.num_nodes <= 0)[0])} has no nodes: expected "
@@ -224,21 +224,11 @@ def _check_structure(graphs: Graphs, where: str) -> None:
     if edges.ndim != 2 or edges.shape[0] != 2 or edges.dtype.kind not in "iu":
         raise DatasetError(f"{where}: edge_index", f"expected [2, E] integer node ids, got {edges.dtype} of shape "
                                                    f"{list(edges.shape)}")
-    owner = np.repeat(np.arange(g), graphs.num_edges)
-    bad = (graphs.edge_index < 0).any(axis=0) | (graphs.edge_index >= graphs.num_nodes[owner]).any(axis=0)
-    if bad.any():
-        e = int(np.flatnonzero(bad)[0])
-        u, v = graphs.edge_index[:, e]
+    owner, e = edge_owners(edges, graphs.num_nodes, graphs.num_edges)
+    if e is not None:
+        u, v = edges[:, e]
         raise DatasetError(f"{where}: edge_index", f"graph {int(owner[e])} has edge ({u}, {v}): expected node ids "
                                                    f"in [0, {int(graphs.num_nodes[owner[e]])}) (each graph's own)")
-    for name, values, rows in (("x", graphs.x, int(graphs.num_nodes.sum())),
-                               ("edge_attr", graphs.edge_attr, int(graphs.num_edges.sum()))):
-        if values is not None:
-            if values.dtype.kind not in "biuf" or len(values) != rows:
-                raise DatasetError(f"{where}: {name}", f"expected {rows:,} rows of numbers, got {values.dtype} of "
-                                                       f"shape {list(values.shape)}")
-            with np.errstate(over="ignore"):  # beyond float32's range becomes inf, refused here
-                check_features(values.reshape(rows, -1).astype(np.float32), rows, f"{where}: {name} (in float32)")
 
 
 def _task(y: np.ndarray, metric: str | None, where: str) -> Labels:
@@ -299,23 +289,26 @@ def _split(labels: np.ndarray, task: dict[str, Any], labelled: np.ndarray, seed:
     if len(ids) < MIN_GRAPHS:
         raise DatasetError(where, f"{len(ids)} labelled graphs: expected at least {MIN_GRAPHS} to hold 10% out for "
                                   "validation and 10% for testing")
-    order = np.random.default_rng(seed).permutation(ids)
-    ends = np.cumsum([max(1, round(RANDOM_SPLIT[p] * len(order))) for p in SPLITS[:-1]])
-    split = {p: np.sort(part) for p, part in zip(SPLITS, np.split(order, ends))}
+    split = shuffled_split(ids, RANDOM_SPLIT, seed, at_least=1)
     if task["task type"] == "binary classification":
         for part, members in split.items():
-            if not any(np.isin([0, 1], column[~np.isnan(column)]).all() for column in labels[members].T):
+            if not holds_both_classes(labels[members]):
                 raise DatasetError(f"{where}: split", f"the {part} part holds one class only in every task: "
                                                       f"{task['eval metric']} needs both (another --seed)")
     return split
 
 
-def _float_rows(values: np.ndarray | None) -> np.ndarray | None:
-    """Features as float32 rows (``None`` for none, or zero-width ones)."""
+def _float_rows(values: np.ndarray | None, rows: int, name: str, where: str) -> np.ndarray | None:
+    """Features as ``rows`` finite float32 rows (``None`` for none, or zero-width ones)."""
     if values is None:
         return None
-    rows = values.reshape(len(values), -1).astype(np.float32)
-    return rows if rows.shape[1] else None
+    if values.dtype.kind not in "biuf" or len(values) != rows:
+        raise DatasetError(f"{where}: {name}", f"expected {rows:,} rows of numbers, got {values.dtype} of "
+                                               f"shape {list(values.shape)}")
+    with np.errstate(over="ignore"):  # beyond float32's range becomes inf, refused here
+        floats = values.reshape(rows, -1).astype(np.float32)
+    check_features(floats, rows, f"{where}: {name} (in float32)")
+    return floats if floats.shape[1] else None
 
 
 def graph_set_parts(graphs: Graphs, options: GraphSetImportOptions = GraphSetImportOptions(),
@@ -330,10 +323,11 @@ def graph_set_parts(graphs: Graphs, options: GraphSetImportOptions = GraphSetImp
         DatasetError: A malformed set, in one line naming the array.
     """
     _check_structure(graphs, where)
+    x = _float_rows(graphs.x, int(graphs.num_nodes.sum()), "x", where)
+    edge_attr = _float_rows(graphs.edge_attr, int(graphs.num_edges.sum()), "edge_attr", where)
     task = _task(graphs.y, options.metric, where)
     labels, labelled = task.values, task.labelled
     split = _split(labels, task.task, labelled, options.seed, where)
-    x, edge_attr = (_float_rows(values) for values in (graphs.x, graphs.edge_attr))
     meta = {**task.task, "family": "graph", "add_inverse_edge": "False", "split": f"random{options.seed}",
             "additional node files": "None", "additional edge files": "None", "is hetero": "False", "version": 1}
     kind = (f"{task.task['num tasks']} binary tasks" if task.task["num tasks"] > 1 else

@@ -32,7 +32,7 @@ import numpy as np
 
 from pipeline.errors import DatasetError
 from pipeline.graph import check_edges, check_features, check_split_labels, check_splits, whole
-from pipeline.graph_import import Imported, import_graph, named_source
+from pipeline.graph_import import Imported, import_graph, named_source, shuffled_split
 from pipeline.ogb_layout import EVAL_METRICS, SPLITS, write_ogb_folder
 from pipeline.safe_pt import as_ids
 
@@ -141,6 +141,11 @@ def row_array(found: tuple[str, np.ndarray], n: int, where: str) -> np.ndarray:
 def binary_task(num_tasks: int, metric: str = "rocauc") -> dict[str, Any]:
     """The meta keys of ``num_tasks`` binary tasks scored by ``metric`` (ROC-AUC, or AP for graphs)."""
     return {"num tasks": num_tasks, "num classes": 2, "task type": "binary classification", "eval metric": metric}
+
+
+def holds_both_classes(values: np.ndarray) -> bool:
+    """Whether some task (column) of 0/1 labels (NaN unknown) holds both classes: ROC-AUC can score it."""
+    return any(np.isin([0, 1], column[~np.isnan(column)]).all() for column in values.T)
 
 
 @dataclass(frozen=True)
@@ -255,9 +260,7 @@ def _random_split(labelled: np.ndarray, options: ImportOptions, where: str) -> d
     if options.split != 0:
         raise DatasetError(f"{where}: split", f"split {options.split} asked for, but there are no masks (a random "
                                               "split is made; --seed picks it)")
-    order = np.random.default_rng(options.seed).permutation(np.flatnonzero(labelled))
-    ends = np.cumsum([round(RANDOM_SPLIT[p] * len(order)) for p in SPLITS[:-1]])
-    return {p: np.sort(ids) for p, ids in zip(SPLITS, np.split(order, ends))}
+    return shuffled_split(np.flatnonzero(labelled), RANDOM_SPLIT, options.seed)
 
 
 def _given_split(arrays: Mapping[str, np.ndarray], n: int, options: ImportOptions,
@@ -292,7 +295,7 @@ def _check_split(split: dict[str, np.ndarray], names: dict[str, str], labels: La
     if labels.task["eval metric"] != "rocauc":
         return
     for part, ids in split.items():
-        if not any(np.isin([0, 1], column[~np.isnan(column)]).all() for column in labels.values[ids].T):
+        if not holds_both_classes(labels.values[ids]):
             fix = ("another --seed" if made else
                    "--metric acc for accuracy" if labels.task["num tasks"] == 1 else "another split")
             raise DatasetError(f"{where}: {names[part]}", f"holds one class only in every task: ROC-AUC needs both "
