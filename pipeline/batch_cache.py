@@ -92,6 +92,15 @@ def cache_key(inputs: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def disk_headroom(free: int) -> int:
+    """Bytes of a disk's ``free`` space a batch cache leaves unused: a tenth of it, at most 1 GiB.
+
+    A fixed 1 GiB would leave nothing to cache on a nearly full disk; a share of what is free keeps
+    the machine usable while a small cache can still be written.
+    """
+    return min(2**30, free // 10)
+
+
 def _align(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
@@ -261,7 +270,8 @@ class BatchCacheWriter:
             the manifest and checked by :func:`open_batch_cache`.
         shard_mb: Target shard size; a batch larger than this gets a shard of its own.
         budget_mb: Disk budget; batches that would exceed it are not cached (``None``: no limit
-            but the free space on the disk, less 1 GiB).
+            but the disk's free space, less :func:`disk_headroom`). An explicit budget is capped by
+            the same free space.
         lossy: Array name -> storage dtype for floating arrays (e.g. ``{"x": torch.float16}``).
     """
 
@@ -279,7 +289,8 @@ class BatchCacheWriter:
         self.inputs = inputs
         self.shard_bytes = int(shard_mb * 2**20)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        free = shutil.disk_usage(self.path.parent).free - 2**30
+        free = shutil.disk_usage(self.path.parent).free
+        free -= disk_headroom(free)
         self.budget = max(0, min(free, int(budget_mb * 2**20) if budget_mb is not None else free))
         self.lossy = dict(lossy or {})
         self.tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{self.path.name}-", dir=self.path.parent))

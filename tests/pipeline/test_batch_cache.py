@@ -1,6 +1,7 @@
 """The sampled-batch cache: shard layout, bit-identical round trip, budget, refusal, corruption."""
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ from pipeline.batch_cache import (
     BatchRecord,
     CorruptShard,
     decode_shard,
+    disk_headroom,
     encode_shard,
     open_batch_cache,
 )
@@ -160,6 +162,16 @@ def test_disk_budget_stops_recording(tmp_path):
     assert 0 < cache.num_batches < 20 and writer.full
     assert cache.num_bytes <= 0.01 * 2**20
     assert cache.manifest["truncated_by_budget"] and cache.manifest["batches_not_cached"] == 20 - cache.num_batches
+
+
+def test_a_nearly_full_disk_still_takes_a_small_cache(tmp_path, monkeypatch):
+    """The writer leaves a share of the free space unused, not a fixed GiB: with 300 MiB free (as a
+    crowded CI disk had), 270 MiB may be cached; with 20 GiB free, all but 1 GiB."""
+    assert disk_headroom(300 * 2**20) == 30 * 2**20 and disk_headroom(20 * 2**30) == 2**30
+    usage = shutil.disk_usage(tmp_path)._replace(free=300 * 2**20)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage)
+    writer = _write(tmp_path / "c", 3)
+    assert writer.budget == 270 * 2**20 and open_batch_cache(tmp_path / "c", INPUTS).num_batches == 3
 
 
 @pytest.mark.parametrize("field,value", [("graph", "other"), ("num_neighbors", [10, 5]), ("batch_size", 8)])
