@@ -8,6 +8,11 @@ What ``gnnkit import`` reads (:mod:`pipeline.node_graph_import` says what the na
 * an ``.npz`` file of plain arrays (``numpy.load(allow_pickle=False)``);
 * in Python, a ``Data`` or any mapping of names to tensors, arrays or lists.
 
+A graph without ``edge_index`` whose adjacency is a sparse matrix, as PyG's ``T.ToSparseTensor()``
+leaves it (``adj_t``, the transposed adjacency: a torch sparse CSR tensor, or in Python a
+``torch_sparse.SparseTensor``), has its edges read from the matrix's non-zeros (the values, edge
+weights, are not read) and its node count from the matrix's size.
+
 Only the names asked for are converted (an unused sparse or bfloat16 attribute is left alone); a
 nested ``{"train": ..., "valid": ..., "test": ...}`` mapping, as OGB's ``get_idx_split()`` returns,
 becomes ``train_idx``/``valid_idx``/``test_idx``.
@@ -29,6 +34,12 @@ from pipeline.safe_pt import as_array, load_pt
 
 #: The names of the index arrays a nested split mapping becomes.
 SPLIT_IDS = {part: f"{part}_idx" for part in SPLITS}
+
+#: The names edges are kept under as a list.
+EDGE_NAMES = ("edge_index", "edges")
+
+#: Names of a sparse adjacency matrix -> whether it is transposed (``adj_t[target, source]``, PyG's).
+ADJACENCIES = {"adj_t": True, "adj": False}
 
 
 def read_arrays(path: Path, names: Collection[str]) -> dict[str, np.ndarray]:
@@ -77,7 +88,10 @@ def load_weights_only(path: Path) -> Any:
     try:
         return load_pt(path)
     except DatasetError as err:
-        if path.name == "geometric_data_processed.pt":  # what the ogb package's PyG datasets write
+        if "torch_sparse" in err.problem:
+            hint = ("a torch_sparse.SparseTensor (T.ToSparseTensor with torch_sparse installed); save adj_t as a "
+                    "torch sparse tensor, T.ToSparseTensor(layout=torch.sparse_csr), or the graph before the transform")
+        elif path.name == "geometric_data_processed.pt":  # what the ogb package's PyG datasets write
             hint = ("an OGB dataset's processed file; gnnkit reads OGB's datasets by name (--data.dataset "
                     "ogbn-arxiv), from their raw files")
         else:
@@ -127,11 +141,37 @@ def named_arrays(source: Any, names: Collection[str], where: str) -> dict[str, n
     for value in source.values():  # OGB's get_idx_split(), kept beside the graph's arrays
         if isinstance(value, Mapping) and set(SPLITS) <= set(value):
             flat.update({SPLIT_IDS[part]: value[part] for part in SPLITS if SPLIT_IDS[part] not in source})
+    if "edge_index" in names:
+        flat.update(_adjacency_edges(flat, where))
     nested = [str(k) for k, v in source.items() if isinstance(v, Mapping) and not str(k).startswith("_")]
-    if nested and not any(name in flat for name in ("edge_index", "edges")):
+    if nested and not any(name in flat for name in EDGE_NAMES):
         raise DatasetError(where, f"a heterogeneous graph? its arrays are under {nested}, none is edge_index; "
                                   f"convert it with HeteroData.to_homogeneous() first")
     return {name: _array(flat[name], f"{where}: {name}") for name in names if name in flat}
+
+
+def _adjacency_edges(arrays: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """``edge_index`` and ``num_nodes`` from a graph's sparse adjacency (:data:`ADJACENCIES`), when
+    it has no edge list; nothing otherwise."""
+    name = next((name for name in ADJACENCIES if name in arrays), None)
+    if name is None or any(edges in arrays for edges in EDGE_NAMES):
+        return {}
+    matrix, at = arrays[name], f"{where}: {name}"
+    torch_sparse = hasattr(matrix, "coo") and hasattr(matrix, "sparse_sizes")  # a torch_sparse.SparseTensor
+    if torch_sparse:
+        shape = tuple(matrix.sparse_sizes())
+    else:
+        shape = tuple(matrix.shape) if hasattr(matrix, "shape") else np.shape(matrix)
+    if len(shape) != 2 or shape[0] != shape[1]:
+        raise DatasetError(at, f"expected a square [N, N] adjacency matrix, got shape {list(shape)}")
+    if torch_sparse:
+        edges = np.stack([_array(matrix.coo()[0], at), _array(matrix.coo()[1], at)])
+    elif hasattr(matrix, "to_sparse_coo"):  # a torch tensor, sparse (any layout) or dense
+        edges = _array(matrix.detach().cpu().to_sparse_coo().coalesce().indices(), at)
+    else:
+        edges = np.stack(np.nonzero(_array(matrix, at)))
+    found = {"edge_index": edges[::-1].copy() if ADJACENCIES[name] else edges}
+    return found if "num_nodes" in arrays else {**found, "num_nodes": np.int64(shape[0])}
 
 
 def _array(value: Any, where: str) -> np.ndarray:

@@ -3,6 +3,8 @@ weights-only unpickler: tensors, and numpy arrays of plain dtypes, never arbitra
 
 from __future__ import annotations
 
+import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +32,13 @@ def load_pt(path: Path) -> Any:
     safe: list = [np.ndarray, np.dtype, bytes, reconstruct, (reconstruct, "numpy.core.multiarray._reconstruct")]
     safe += [type(np.dtype(t)) for t in DTYPES]
     try:
-        with torch.serialization.safe_globals(safe):
+        with torch.serialization.safe_globals(safe), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")  # torch's, on each load
             return torch.load(path, map_location="cpu", weights_only=True)  # tensors saved from a GPU too
     except Exception as err:  # noqa: BLE001 - any unpickling failure is a bad file
-        raise DatasetError(path, f"cannot be read with weights_only=True ({type(err).__name__})") from None
+        refused = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
+        named = f": {refused.group(1)} is not allowed" if refused else ""
+        raise DatasetError(path, f"cannot be read with weights_only=True ({type(err).__name__}{named})") from None
 
 
 def as_array(value: Any) -> np.ndarray:

@@ -3,9 +3,13 @@ their tensors' layout or dtype; anything that is not one homogeneous graph is on
 
 from __future__ import annotations
 
+import sys
+import types
+
 import numpy as np
 import pytest
 import torch
+import torch_geometric.transforms as T
 from torch_geometric.data import Data, HeteroData, InMemoryDataset
 
 from pipeline.array_source import named_arrays, read_arrays
@@ -28,6 +32,58 @@ def test_only_the_names_asked_for_are_read_and_unusual_tensors_become_arrays():
     assert set(arrays) == {"x", "edge_index", "y", "num_nodes"}
     assert arrays["x"].dtype == np.float32 and np.allclose(arrays["x"], x.numpy(), atol=1e-2)
     assert arrays["y"].tolist() == [0, 1, 0, 1, 0, 1] and int(arrays["num_nodes"]) == 6
+
+
+class _SparseTensor:
+    """What ``named_arrays`` reads of a ``torch_sparse.SparseTensor`` (not installable here)."""
+
+    def __init__(self, row: torch.Tensor, col: torch.Tensor, size: int) -> None:
+        self.row, self.col, self.size = row, col, size
+
+    def coo(self) -> tuple[torch.Tensor, torch.Tensor, None]:
+        return self.row, self.col, None
+
+    def sparse_sizes(self) -> tuple[int, int]:
+        return self.size, self.size
+
+
+def _edge_set(edges: np.ndarray) -> set[tuple[int, int]]:
+    return set(map(tuple, np.asarray(edges).T.tolist()))
+
+
+def test_an_adjacency_matrix_gives_the_edges_and_node_count():
+    """PyG's ``ToSparseTensor`` leaves ``adj_t`` (transposed: ``adj_t[target, source]``) in place of
+    ``edge_index``; the edges and N are read from it, whatever its layout, and match the edge list."""
+    data = Data(x=torch.randn(7, 2), edge_index=torch.tensor([[0, 1, 1, 5], [1, 2, 3, 0]]), y=torch.arange(7))
+    edges = _edge_set(data.edge_index.numpy())
+    layouts = {"csr": T.ToSparseTensor(layout=torch.sparse_csr), "coo": T.ToSparseTensor(layout=torch.sparse_coo)}
+    for name, transform in layouts.items():
+        arrays = named_arrays(transform(data.clone()).to_dict(), NAMES, "g")
+        assert _edge_set(arrays["edge_index"]) == edges and int(arrays["num_nodes"]) == 7, name
+    adjacency = torch.zeros(7, 7)
+    adjacency[data.edge_index[0], data.edge_index[1]] = 2.5  # weights are not read
+    for source in ({"adj": adjacency}, {"adj": adjacency.numpy()}, {"adj_t": adjacency.T.to_sparse_csc()},
+                   {"adj_t": _SparseTensor(data.edge_index[1], data.edge_index[0], 7)}):
+        arrays = named_arrays(source, NAMES, "g")
+        assert _edge_set(arrays["edge_index"]) == edges and int(arrays["num_nodes"]) == 7, source
+    stated = named_arrays({"adj_t": adjacency.T.to_sparse(), "num_nodes": 9, "edge_index": torch.zeros(2, 0)},
+                          NAMES, "g")
+    assert int(stated["num_nodes"]) == 9 and stated["edge_index"].shape == (2, 0)  # an edge list wins
+    with pytest.raises(DatasetError, match=r"^g: adj_t: expected a square \[N, N\] adjacency matrix, got shape \[7, 3\]$"):
+        named_arrays({"adj_t": torch.zeros(7, 3).to_sparse()}, NAMES, "g")
+
+
+def test_a_torch_sparse_file_is_refused_with_the_transform_that_avoids_it(tmp_path, monkeypatch):
+    """A ``torch_sparse.SparseTensor`` cannot be read weights-only: the error says how to save the
+    graph instead (a stand-in module of that name pickles the same class path)."""
+    stand_in = types.ModuleType("torch_sparse")
+    stand_in.SparseTensor = type("SparseTensor", (), {"__module__": "torch_sparse"})
+    monkeypatch.setitem(sys.modules, "torch_sparse", stand_in)
+    torch.save({"x": torch.zeros(2, 1), "adj_t": stand_in.SparseTensor()}, tmp_path / "g.pt")
+    with pytest.raises(DatasetError, match=r"g.pt: cannot be read with weights_only=True \(UnpicklingError: "
+                                           r"torch_sparse.SparseTensor is not allowed\): a torch_sparse.SparseTensor "
+                                           r"\(T.ToSparseTensor with torch_sparse installed\); save adj_t as a torch"):
+        read_arrays(tmp_path / "g.pt", NAMES)
 
 
 def test_ogb_split_dict_and_lists_are_taken():
@@ -69,9 +125,10 @@ def test_files_that_are_not_one_homogeneous_graph_are_refused(tmp_path):
     (tmp_path / "cut.npz").write_bytes((tmp_path / "cut.npz").read_bytes()[:150])
     np.save(tmp_path / "one.npy", np.arange(3))
     (tmp_path / "one.npy").rename(tmp_path / "one.npz")
-    cases = {"pickled.pt": r"cannot be read with weights_only=True \(UnpicklingError\): a pickled Data\? save the "
+    cases = {"pickled.pt": r"cannot be read with weights_only=True \(UnpicklingError: torch_geometric\.data\.data\."
+                           r"DataEdgeAttr is not allowed\): a pickled Data\? save the "
                            r"graph with torch.save\(data.to_dict\(\), path\)",
-             "geometric_data_processed.pt": r".*\(UnpicklingError\): an OGB dataset's processed file; gnnkit reads "
+             "geometric_data_processed.pt": r".*\(UnpicklingError: torch_geometric[.\w]+ is not allowed\): an OGB dataset's processed file; gnnkit reads "
                                             r"OGB's datasets by name \(--data.dataset ogbn-arxiv\)",
              "many.pt": "a dataset of 2 graphs: for graph property prediction import it with --task graph",
              "cut.pt": r"cannot be read with weights_only=True \([A-Za-z]+\)$",
