@@ -9,7 +9,7 @@ of many graphs, graph property prediction).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,11 @@ import numpy as np
 
 from pipeline.array_source import named_arrays, read_arrays
 from pipeline.errors import DatasetError
+
+
+#: Edge data a one-graph (node or link) import reads only to say it is not kept: gnnkit's recipes for
+#: those tasks read no edge features (a graph set keeps its ``edge_attr``: :mod:`pipeline.graph_set_import`).
+UNKEPT_EDGE_DATA = ("edge_attr", "edge_weight")
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,12 @@ def shuffled_split(ids: np.ndarray, shares: dict[str, float], seed: int, at_leas
     names = list(shares)
     ends = np.cumsum([max(at_least, round(shares[p] * len(order))) for p in names[:-1]])
     return {p: np.sort(part) for p, part in zip(names, np.split(order, ends))}
+
+
+def unkept_note(arrays: Mapping[str, np.ndarray], task: str) -> str:
+    """``"; not kept: edge_attr [E, 4] (...)"`` for the :data:`UNKEPT_EDGE_DATA` in ``arrays``, or ``""``."""
+    found = [f"{name} {list(arrays[name].shape)}" for name in UNKEPT_EDGE_DATA if name in arrays]
+    return f"; not kept: {', '.join(found)} (gnnkit's {task} recipes read no edge features)" if found else ""
 
 
 def named_source(source: Path | str | Any, names: Collection[str]) -> tuple[str, dict[str, np.ndarray]]:

@@ -23,7 +23,8 @@ of ``data.to_dict()``, an ``.npz``, a PyG ``Data``; :mod:`pipeline.array_source`
 * metric: ROC-AUC (GAE's, PyG's example's), or Hits@K against the shared negatives (OGB's
   ``ogbl-collab``; K below the negatives of each part, or every positive scores 1); MRR needs
   per-source negatives, which this layout does not write;
-* features: ``x`` finite in float32, or none (the recipes then learn a vector per node).
+* features: ``x`` finite in float32, or none (the recipes then learn a vector per node); edge
+  features (``edge_attr``, ``edge_weight``) are not kept, and the summary line says so.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import numpy as np
 
 from pipeline.errors import DatasetError
 from pipeline.graph import SPLITS, check_edges
-from pipeline.graph_import import Imported, import_graph, named_source
+from pipeline.graph_import import UNKEPT_EDGE_DATA, Imported, import_graph, named_source, unkept_note
 from pipeline.link_layout import TASK_TYPE, check_disjoint, edge_keys, hits_at, write_link_folder
 from pipeline.node_graph_import import ALIASES as NODE_ALIASES
 from pipeline.node_graph_import import edge_array, feature_array, first_found, stated_count
@@ -269,7 +270,8 @@ def link_graph_parts(arrays: Mapping[str, np.ndarray], options: LinkImportOption
             "split": "given" if given else f"random{options.seed}", "additional node files": "None",
             "additional edge files": "None", "is hetero": "False", "version": 1}
     kind = "undirected" if undirected else f"directed ({_plural(unpaired, 'edge')} without the reverse)"
-    summary = _summary(n, split, negatives, x, edges, pairs, kind, f"{source}; negatives {drawn}", metric)
+    summary = (_summary(n, split, negatives, x, edges, pairs, kind, f"{source}; negatives {drawn}", metric)
+               + unkept_note(arrays, "link"))
     return {"edges": split["train"], "num_nodes": n, "splits": splits, "meta": meta, "node_feat": x,
             "binary": not undirected,  # OGB's binary reader adds no reverses
             "summary": summary}
@@ -300,5 +302,5 @@ def import_link_graph(source: Path | str | Any, folder: Path,
         DatasetError: A bad source (see :func:`pipeline.array_source.read_arrays`,
             :func:`link_graph_parts`) or an existing ``folder``; nothing is written then.
     """
-    return import_graph(source, folder, lambda graph: named_source(graph, NAMES),
+    return import_graph(source, folder, lambda graph: named_source(graph, (*NAMES, *UNKEPT_EDGE_DATA)),
                         lambda arrays, where: link_graph_parts(arrays, options, where), write_link_folder)

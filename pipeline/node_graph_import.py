@@ -18,7 +18,8 @@ The folder is what ``gnnkit run RECIPE --data.dataset PATH`` reads (:func:`write
   labelled, and under ROC-AUC hold both classes, so that every run on the folder can score them;
 * features: finite in float32 (what training reads);
 * edges as stored (both directions of an undirected PyG graph are there already; the recipes
-  symmetrise what is not).
+  symmetrise what is not); edge features (``edge_attr``, ``edge_weight``) are not kept, and the
+  summary line says so.
 """
 
 from __future__ import annotations
@@ -32,7 +33,14 @@ import numpy as np
 
 from pipeline.errors import DatasetError
 from pipeline.graph import check_edges, check_features, check_split_labels, check_splits, whole
-from pipeline.graph_import import Imported, import_graph, named_source, shuffled_split
+from pipeline.graph_import import (
+    UNKEPT_EDGE_DATA,
+    Imported,
+    import_graph,
+    named_source,
+    shuffled_split,
+    unkept_note,
+)
 from pipeline.ogb_layout import EVAL_METRICS, SPLITS, write_ogb_folder
 from pipeline.safe_pt import as_ids
 
@@ -340,7 +348,7 @@ def node_graph_parts(arrays: Mapping[str, np.ndarray], options: ImportOptions = 
     features = f"{x.shape[1]:,} features" if x is not None else "no features"
     sizes = ", ".join(f"{p} {len(ids):,}" for p, ids in split.items())
     summary = (f"{n:,} nodes, {edges.shape[1]:,} edges, {features}, {kind} ({task['eval metric']}){labels.note}; "
-               f"split {source}: {sizes}")
+               f"split {source}: {sizes}{unkept_note(arrays, 'node')}")
     return {"edge_index": edges, "num_nodes": n, "labels": labels.values, "split": split, "meta": meta,
             "node_feat": x, "binary": not options.add_inverse_edge,  # OGB's binary reader adds no reverses
             "summary": summary}
@@ -354,6 +362,6 @@ def import_node_graph(source: Path | str | Any, folder: Path, options: ImportOpt
         DatasetError: A bad source (see :func:`pipeline.array_source.read_arrays`,
             :func:`node_graph_parts`) or an existing ``folder``; nothing is written then.
     """
-    return import_graph(source, folder, lambda graph: named_source(graph, NAMES),
+    return import_graph(source, folder, lambda graph: named_source(graph, (*NAMES, *UNKEPT_EDGE_DATA)),
                         lambda arrays, where: node_graph_parts(arrays, options, where),
                         write_ogb_folder)

@@ -69,7 +69,8 @@ def test_an_adjacency_matrix_gives_the_edges_and_node_count():
     stated = named_arrays({"adj_t": adjacency.T.to_sparse(), "num_nodes": 9, "edge_index": torch.zeros(2, 0)},
                           NAMES, "g")
     assert int(stated["num_nodes"]) == 9 and stated["edge_index"].shape == (2, 0)  # an edge list wins
-    with pytest.raises(DatasetError, match=r"^g: adj_t: expected a square \[N, N\] adjacency matrix, got shape \[7, 3\]$"):
+    with pytest.raises(DatasetError, match=r"^g: adj_t: expected a square \[N, N\] adjacency matrix, got shape "
+                                           r"\[7, 3\]$"):
         named_arrays({"adj_t": torch.zeros(7, 3).to_sparse()}, NAMES, "g")
 
 
@@ -128,7 +129,8 @@ def test_files_that_are_not_one_homogeneous_graph_are_refused(tmp_path):
     cases = {"pickled.pt": r"cannot be read with weights_only=True \(UnpicklingError: torch_geometric\.data\.data\."
                            r"DataEdgeAttr is not allowed\): a pickled Data\? save the "
                            r"graph with torch.save\(data.to_dict\(\), path\)",
-             "geometric_data_processed.pt": r".*\(UnpicklingError: torch_geometric[.\w]+ is not allowed\): an OGB dataset's processed file; gnnkit reads "
+             "geometric_data_processed.pt": r".*\(UnpicklingError: torch_geometric[.\w]+ is not allowed\): an OGB "
+                                            r"dataset's processed file; gnnkit reads "
                                             r"OGB's datasets by name \(--data.dataset ogbn-arxiv\)",
              "many.pt": "a dataset of 2 graphs: for graph property prediction import it with --task graph",
              "cut.pt": r"cannot be read with weights_only=True \([A-Za-z]+\)$",

@@ -74,6 +74,15 @@ def test_an_undirected_graph_splits_its_pairs_85_5_10_with_non_edges_as_negative
                                        "0); negatives drawn: train ")
 
 
+def test_edge_features_are_said_to_be_left_out(tmp_path):
+    data = _undirected(loops=0)
+    data.edge_attr, data.edge_weight = torch.randn(data.num_edges, 3), torch.rand(data.num_edges)
+    imported = import_link_graph(data, tmp_path / "out")
+    assert imported.summary.endswith(f"; not kept: edge_attr [{data.num_edges}, 3], edge_weight [{data.num_edges}] "
+                                     "(gnnkit's link recipes read no edge features)")
+    assert "not kept" not in import_link_graph(_undirected(), tmp_path / "plain").summary
+
+
 def test_a_directed_graph_keeps_its_edges_and_a_pairs_two_directions_in_one_part(tmp_path):
     g = torch.Generator().manual_seed(1)
     edges = torch.randint(0, 80, (2, 300), generator=g)

@@ -54,6 +54,15 @@ def test_every_form_of_a_pyg_graph_reads_back_as_the_same_graph(tmp_path, form):
     assert raw.meta["task_type"] == "multiclass classification" and raw.meta["num_classes"] == 4
     assert np.array_equal(raw.labels.reshape(-1), data.y.numpy())
     assert summary.startswith("40 nodes, 120 edges, 5 features, 4 classes (acc); split train_mask/val_mask/test_mask")
+    assert "not kept" not in summary
+
+
+def test_edge_features_are_said_to_be_left_out(tmp_path):
+    data = _graph()
+    data.edge_attr = torch.randn(data.num_edges, 2)
+    torch.save(data.to_dict(), tmp_path / "g.pt")
+    summary = import_node_graph(tmp_path / "g.pt", tmp_path / "out").summary
+    assert summary.endswith("; not kept: edge_attr [120, 2] (gnnkit's node recipes read no edge features)")
 
 
 def test_two_classes_are_binary_by_rocauc_unless_acc_is_asked_for():
