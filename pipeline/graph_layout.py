@@ -34,6 +34,7 @@ from pipeline.errors import DatasetError
 from pipeline.graph import SPLITS, whole
 from pipeline.ogb_layout import (as_bool, meta_counts, numeric, read_csv, read_raw_graphs, read_split, split_name,
                                  write_raw_graph, write_split_and_meta)
+from pipeline.npz_stream import save_npz
 from pipeline.temp_paths import published_folder
 
 if TYPE_CHECKING:
@@ -280,8 +281,8 @@ def write_graph_folder(
     folder = Path(folder)
     with published_folder(folder) as tmp:
         raw = write_raw_graph(tmp, edge_index, num_nodes, node_feat, binary=True, num_edges=num_edges,
-                              edge_feat=edge_feat)
-        np.savez(raw / "graph-label.npz", graph_label=np.asarray(labels).reshape(len(num_nodes), -1))
+                              edge_feat=edge_feat, compressed=True)
+        save_npz(raw / "graph-label.npz", {"graph_label": np.asarray(labels).reshape(len(num_nodes), -1)})
         write_split_and_meta(tmp, split, {**meta, "has_edge_attr": str(edge_feat is not None)}, True,
                              node_feat is not None)
     return folder

@@ -153,14 +153,21 @@ def member_headers(path: Path) -> dict[str, MemberHeader]:
 
 
 class NpzWriter:
-    """Writes an ``.npz`` archive as ``numpy.savez`` does, members whole or in chunks.
+    """Writes an ``.npz`` archive as ``numpy.savez`` (or ``savez_compressed``) does, members whole or
+    in chunks; unlike numpy's, the same arrays make the same bytes (members carry a fixed time, not
+    the second they were written at).
 
     Args:
         path: The archive to create.
+        compressed: Deflate the members (read whole or in chunks alike, more slowly).
     """
 
-    def __init__(self, path: Path) -> None:
-        self._zip = zipfile.ZipFile(path, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True)
+    #: The time every member carries (zip's earliest).
+    DATE_TIME = (1980, 1, 1, 0, 0, 0)
+
+    def __init__(self, path: Path, compressed: bool = False) -> None:
+        self._compression = zipfile.ZIP_DEFLATED if compressed else zipfile.ZIP_STORED
+        self._zip = zipfile.ZipFile(path, mode="w", compression=self._compression, allowZip64=True)
 
     def __enter__(self) -> NpzWriter:
         return self
@@ -170,8 +177,14 @@ class NpzWriter:
 
     def write(self, name: str, array: np.ndarray) -> None:
         """Write a whole (small) array as member ``name``."""
-        with self._zip.open(f"{name}.npy", "w", force_zip64=True) as handle:
+        with self._open(name) as handle:
             np.lib.format.write_array(handle, np.asanyarray(array), allow_pickle=False)
+
+    def _open(self, name: str) -> IO[bytes]:
+        """Member ``name``'s stream, to write."""
+        info = zipfile.ZipInfo(f"{name}.npy", date_time=self.DATE_TIME)
+        info.compress_type, info.external_attr = self._compression, 0o600 << 16
+        return self._zip.open(info, "w", force_zip64=True)
 
     @contextlib.contextmanager
     def member(self, name: str, shape: tuple[int, ...], dtype: np.dtype | type) -> Iterator[MemberSink]:
@@ -183,13 +196,20 @@ class NpzWriter:
         dtype = np.dtype(dtype)
         header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
                   "shape": tuple(int(d) for d in shape)}
-        with self._zip.open(f"{name}.npy", "w", force_zip64=True) as handle:
+        with self._open(name) as handle:
             np.lib.format.write_array_header_1_0(handle, header)
             sink = MemberSink(handle, dtype)
             yield sink
             expected = int(np.prod(shape, dtype=np.int64))
             if sink.count != expected:
                 raise ValueError(f"{name}: wrote {sink.count} values, the header says {expected}")
+
+
+def save_npz(path: Path, arrays: dict[str, np.ndarray], compressed: bool = False) -> None:
+    """``numpy.savez(path, **arrays)`` (``savez_compressed``), the same bytes for the same arrays."""
+    with NpzWriter(path, compressed) as npz:
+        for name, array in arrays.items():
+            npz.write(name, array)
 
 
 class MemberSink:

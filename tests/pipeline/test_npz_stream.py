@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 import zipfile
 
 import numpy as np
 import pytest
 
 from pipeline.errors import DatasetError
-from pipeline.npz_stream import NpzReader, NpzWriter, member_headers
+from pipeline.npz_stream import NpzReader, NpzWriter, member_headers, save_npz
 
 ARRAYS = {
     "edge_index": np.random.default_rng(0).integers(0, 1000, (2, 5000)),
@@ -50,6 +51,21 @@ def test_writer_writes_what_numpy_loads(tmp_path):
             assert np.array_equal(loaded[name], array) and loaded[name].dtype == array.dtype
     with zipfile.ZipFile(tmp_path / "a.npz") as archive:  # stored, as numpy.savez writes
         assert {info.compress_type for info in archive.infolist()} == {zipfile.ZIP_STORED}
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_save_npz_is_numpys_archive_and_the_same_bytes_at_any_time(tmp_path, monkeypatch, compressed):
+    """What ``numpy.load`` reads back; written a day later, the same bytes (numpy's own archive
+    carries the second it was written at)."""
+    save_npz(tmp_path / "a.npz", ARRAYS, compressed)
+    monkeypatch.setattr(time, "time", lambda: 86400.0 * 20000)
+    save_npz(tmp_path / "b.npz", ARRAYS, compressed)
+    assert (tmp_path / "a.npz").read_bytes() == (tmp_path / "b.npz").read_bytes()
+    with np.load(tmp_path / "a.npz") as loaded:
+        assert list(loaded) == list(ARRAYS) and all(np.array_equal(loaded[k], v) for k, v in ARRAYS.items())
+    with zipfile.ZipFile(tmp_path / "a.npz") as archive:
+        assert {info.compress_type for info in archive.infolist()} == \
+            {zipfile.ZIP_DEFLATED if compressed else zipfile.ZIP_STORED}
 
 
 def test_short_members_and_bad_archives_are_named(tmp_path):
