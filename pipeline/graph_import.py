@@ -22,7 +22,7 @@ from pipeline.errors import DatasetError
 
 #: Edge data a one-graph (node or link) import reads only to say it is not kept: gnnkit's recipes for
 #: those tasks read no edge features (a graph set keeps its ``edge_attr``: :mod:`pipeline.graph_set_import`).
-UNKEPT_EDGE_DATA = ("edge_attr", "edge_weight")
+UNKEPT_EDGE_DATA = ("edge_attr", "edge_weight", "edge_feat")
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ of ``data.to_dict()``, an ``.npz``, a PyG ``Data``; :mod:`pipeline.array_source`
   ``ogbl-collab``; K below the negatives of each part, or every positive scores 1); MRR needs
   per-source negatives, which this layout does not write;
 * features: ``x`` finite in float32, or none (the recipes then learn a vector per node); edge
-  features (``edge_attr``, ``edge_weight``) are not kept, and the summary line says so.
+  features (:data:`pipeline.graph_import.UNKEPT_EDGE_DATA`) are not kept, and the summary line
+  says so.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ The folder is what ``gnnkit run RECIPE --data.dataset PATH`` reads (:func:`write
   labelled, and under ROC-AUC hold both classes, so that every run on the folder can score them;
 * features: finite in float32 (what training reads);
 * edges as stored (both directions of an undirected PyG graph are there already; the recipes
-  symmetrise what is not); edge features (``edge_attr``, ``edge_weight``) are not kept, and the
-  summary line says so.
+  symmetrise what is not); edge features (:data:`pipeline.graph_import.UNKEPT_EDGE_DATA`) are not
+  kept, and the summary line says so.
 """
 
 from __future__ import annotations
