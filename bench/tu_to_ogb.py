@@ -15,6 +15,10 @@ The files are a public benchmark, read by this benchmark script only (gnnkit's u
 
     python bench/tu_to_ogb.py --raw DIR --out /tmp/tu mutag proteins nci1 imdbbinary
     python bench/citation.py --graphs /tmp/tu --names mutag proteins nci1 imdbbinary --recipes gin_tu
+
+``--no-features`` writes ``<name>_nofeat`` instead: the same graphs, labels and split without node
+features, as PyG's ``TUDataset`` gives the social graphs (IMDB): what a user who imports that dataset
+trains on.
 """
 
 from __future__ import annotations
@@ -60,11 +64,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--raw", type=Path, required=True, help="folder of <NAME>.txt files (GIN's code's format)")
     parser.add_argument("--out", type=Path, required=True, help="folder to write <name>/ dataset folders into")
     parser.add_argument("--seed", type=int, default=0, help="seed of the 80/10/10 split")
+    parser.add_argument("--no-features", action="store_true", help="leave the node features out (<name>_nofeat)")
     parser.add_argument("names", nargs="+", choices=sorted(FILES))
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     for name in args.names:
         graphs = read_gin_text(args.raw / f"{FILES[name]}.txt")
+        if args.no_features:
+            graphs = [{"edge_index": g["edge_index"], "y": g["y"], "num_nodes": len(g["x"])} for g in graphs]
+            name = f"{name}_nofeat"
         imported = import_graph_set(graphs, args.out / name, GraphSetImportOptions(seed=args.seed))
         print(f"{name}: {imported.summary}")
     return 0

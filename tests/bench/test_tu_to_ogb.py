@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from pipeline.family import read_meta_json
@@ -45,3 +47,10 @@ def test_untagged_nodes_take_their_degree_and_the_folder_is_written(bench, tmp_p
     assert convert.main(["--raw", str(tmp_path), "--out", str(tmp_path / "out"), "imdbbinary"]) == 0
     meta = read_meta_json(tmp_path / "out" / "imdbbinary")
     assert (meta["task_type"], meta["eval_metric"], meta["num_classes"]) == ("multiclass classification", "acc", 2)
+    assert convert.main(["--raw", str(tmp_path), "--out", str(tmp_path / "out"), "--no-features", "imdbbinary"]) == 0
+    plain = read_meta_json(tmp_path / "out" / "imdbbinary_nofeat")
+    assert meta["has_node_attr"] and not plain["has_node_attr"] and plain["split"] == meta["split"]
+    for part in ("train", "valid", "test"):  # the same split as the featured folder's
+        file = Path("split") / meta["split"] / f"{part}.csv.gz"
+        assert (tmp_path / "out" / "imdbbinary" / file).read_bytes() == \
+            (tmp_path / "out" / "imdbbinary_nofeat" / file).read_bytes()
