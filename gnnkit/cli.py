@@ -102,7 +102,7 @@ def out_of_memory_line(err: RuntimeError, training: bool = True) -> str | None:
     text = re.sub(r"^\[enforce fail at [^\]]*\]\s*err == 0\.\s*", "", text)  # the CPU allocator's source line
     text = text.split(" Including non-PyTorch memory")[0].split(" If reserved but unallocated")[0]  # CUDA's details
     advice = ("; a smaller data.batch_size, data.num_neighbors, data.eval_batch_size or model.hidden_channels "
-              "needs less") if training else ""
+              "needs less, as does model.aggregation gnnkit (PyG's layers hold a message per edge)") if training else ""
     return f"out of memory: {text.rstrip('. ')}{advice}"
 
 

@@ -319,7 +319,7 @@ CUDA_OOM = ("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total 
     (lambda: (_ for _ in ()).throw(__import__("torch").OutOfMemoryError(CUDA_OOM)),
      "out of memory: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 139.8 GiB of "
      "which 1.2 GiB is free; a smaller data.batch_size, data.num_neighbors, data.eval_batch_size or "
-     "model.hidden_channels needs less"),
+     "model.hidden_channels needs less, as does model.aggregation gnnkit (PyG's layers hold a message per edge)"),
 ], ids=["cpu", "cuda"])
 def test_torchs_failed_allocations_are_one_line_with_what_to_make_smaller(capsys, monkeypatch, raised, line):
     """A run says what to make smaller; another command (no batch to shrink) only what failed."""
@@ -330,7 +330,7 @@ def test_torchs_failed_allocations_are_one_line_with_what_to_make_smaller(capsys
     assert main(["run", "recipe.yaml"]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"gnnkit: error: {line}") and err.count("\n") == 1
-    assert err.rstrip().endswith("or model.hidden_channels needs less")
+    assert err.rstrip().endswith("needs less, as does model.aggregation gnnkit (PyG's layers hold a message per edge)")
     monkeypatch.setattr(data_cli, "_datasets", lambda args: raised())
     assert main(["datasets"]) == 1
     err = capsys.readouterr().err
