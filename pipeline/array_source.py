@@ -157,19 +157,15 @@ def _adjacency_edges(arrays: Mapping[str, Any], where: str) -> dict[str, Any]:
     if name is None or any(edges in arrays for edges in EDGE_NAMES):
         return {}
     matrix, at = arrays[name], f"{where}: {name}"
-    torch_sparse = hasattr(matrix, "coo") and hasattr(matrix, "sparse_sizes")  # a torch_sparse.SparseTensor
-    if torch_sparse:
-        shape = tuple(matrix.sparse_sizes())
+    if hasattr(matrix, "coo") and hasattr(matrix, "sparse_sizes"):  # a torch_sparse.SparseTensor
+        shape, edges = tuple(matrix.sparse_sizes()), np.stack([_array(ids, at) for ids in matrix.coo()[:2]])
+    elif hasattr(matrix, "to_sparse_coo"):  # a torch tensor, sparse (any layout) or dense
+        shape, edges = tuple(matrix.shape), _array(matrix.detach().cpu().to_sparse_coo().coalesce().indices(), at)
     else:
-        shape = tuple(matrix.shape) if hasattr(matrix, "shape") else np.shape(matrix)
+        dense = _array(matrix, at)
+        shape, edges = dense.shape, np.stack(np.nonzero(dense))
     if len(shape) != 2 or shape[0] != shape[1]:
         raise DatasetError(at, f"expected a square [N, N] adjacency matrix, got shape {list(shape)}")
-    if torch_sparse:
-        edges = np.stack([_array(matrix.coo()[0], at), _array(matrix.coo()[1], at)])
-    elif hasattr(matrix, "to_sparse_coo"):  # a torch tensor, sparse (any layout) or dense
-        edges = _array(matrix.detach().cpu().to_sparse_coo().coalesce().indices(), at)
-    else:
-        edges = np.stack(np.nonzero(_array(matrix, at)))
     found = {"edge_index": edges[::-1].copy() if ADJACENCIES[name] else edges}
     return found if "num_nodes" in arrays else {**found, "num_nodes": np.int64(shape[0])}
 

@@ -32,9 +32,9 @@ import numpy as np
 
 from pipeline.errors import DatasetError
 from pipeline.graph import SPLITS, whole
+from pipeline.npz_stream import save_npz
 from pipeline.ogb_layout import (as_bool, meta_counts, numeric, read_csv, read_raw_graphs, read_split, split_name,
                                  write_raw_graph, write_split_and_meta)
-from pipeline.npz_stream import save_npz
 from pipeline.temp_paths import published_folder
 
 if TYPE_CHECKING:
