@@ -30,6 +30,8 @@ Graph classification recipes too, on the TU datasets made into graph folders by 
     python bench/citation.py --graphs /tmp/tu --names mutag proteins nci1 imdbbinary --recipes gin_tu
 
 The test metric is each graph's own (accuracy, or ROC-AUC for a binary task or a link folder), in percent.
+``--json PATH`` also draws the rows beside their papers' figures as a PNG next to it; ``--plot PATH``
+draws that PNG again from a JSON written so, running nothing.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import atomic_write_text
+from pipeline.atomic import save_figure
 
 REPO = Path(__file__).resolve().parents[1]
 #: Test metric (%) in each recipe's paper: Table 2 of the GCN and GAT papers; for the heterophily
@@ -76,15 +79,53 @@ def run_once(recipe: str, graph: Path, seed: int, runs: Path) -> dict[str, Any]:
     return json.loads(report.read_text())
 
 
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    """Per graph, each recipe's test mean with its seeds' spread (error bar), and the paper's figure
+    as a black diamond on that recipe's bar."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    graphs = list(dict.fromkeys(r["graph"] for r in rows))
+    recipes = list(dict.fromkeys(r["recipe"] for r in rows))
+    width = 0.8 / len(recipes)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.3 * len(rows) + 1.2 * len(graphs)), 3.8))
+    for i, recipe in enumerate(recipes):
+        mine = [r for r in rows if r["recipe"] == recipe]
+        xs = [graphs.index(r["graph"]) + (i - (len(recipes) - 1) / 2) * width for r in mine]
+        ax.bar(xs, [r["mean"] for r in mine], width, yerr=[r["std"] for r in mine], capsize=2, label=recipe)
+        papers = [(x, r["paper"]) for x, r in zip(xs, mine) if r["paper"] is not None]
+        if papers:
+            ax.scatter(*zip(*papers), marker="D", s=14, color="black", zorder=3,
+                       label="paper" if not ax.get_legend_handles_labels()[1].count("paper") else None)
+    metrics = {r["graph"]: r.get("metric", "acc") for r in rows}
+    ax.set_xticks(range(len(graphs)), [f"{g}\n{metrics[g]}" for g in graphs], fontsize=8)
+    low = min([r["mean"] - r["std"] for r in rows] + [r["paper"] for r in rows if r["paper"] is not None])
+    ax.set_ylim(max(0.0, low - 10), 118)
+    ax.set_yticks([t for t in ax.get_yticks() if t <= 100])
+    ax.set_ylabel("test metric (%), mean over seeds")
+    ax.set_title("Recipes on real graphs (one split each) against their papers")
+    ax.legend(fontsize=7, loc="upper center", ncols=min(len(recipes) + 1, 6), frameon=False)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--graphs", type=Path, required=True, help="folder of OGB-layout citation graphs")
+    parser.add_argument("--graphs", type=Path, help="folder of OGB-layout citation graphs (to run the recipes)")
     parser.add_argument("--names", nargs="+", default=["cora", "citeseer"])
     parser.add_argument("--recipes", nargs="+", default=["gcn_citation", "gat_citation"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--runs", type=Path, default=Path("runs/citation"), help="run folders go here")
-    parser.add_argument("--json", type=Path, help="write rows as JSON")
+    parser.add_argument("--json", type=Path, help="write rows as JSON, and the PNG beside it")
+    parser.add_argument("--plot", type=Path, metavar="JSON", help="only draw the PNG of a JSON written so")
     args = parser.parse_args(argv)
+    if args.plot:
+        plot(json.loads(args.plot.read_text())["rows"], args.plot.with_suffix(".png"))
+        return 0
+    if args.graphs is None:
+        parser.error("--graphs is needed to run the recipes (or --plot JSON to draw one)")
     rows = []
     print(f"{'recipe':<14} {'graph':<18} {'test per seed':<24} {'mean':>6} {'std':>5} {'paper':>6} {'diff':>6}")
     for recipe in args.recipes:
@@ -95,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
             std = statistics.stdev(accs) if len(accs) > 1 else 0.0
             paper = PAPER.get(recipe, {}).get(name)
             rows.append({"recipe": recipe, "graph": name, "seeds": args.seeds, "test_acc": accs,
-                         "val_acc": [round(100 * r["val"], 2) for r in reports], "mean": round(mean, 2), "std": round(std, 2),
+                         "val_acc": [round(100 * r["val"], 2) for r in reports], "mean": round(mean, 2),
+                         "std": round(std, 2),
                          "paper": paper, "epochs": reports[0]["epochs"], "metric": reports[0]["metric"],
                          "adjusted_homophily": reports[0].get("data", {}).get("adjusted_homophily"),
                          "command": " ".join(["gnnkit", *command(recipe, args.graphs.resolve() / name, 0,
@@ -107,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         lines = ",\n".join(f"  {json.dumps(row)}" for row in rows)  # one run group per line
         atomic_write_text(args.json, f'{{"rows": [\n{lines}\n]}}\n')
+        plot(rows, args.json.with_suffix(".png"))
     return 0
 
 

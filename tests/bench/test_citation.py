@@ -26,6 +26,10 @@ def test_finished_runs_are_read_not_rerun_and_rows_hold_mean_paper_and_homophily
     assert row["command"].startswith("gnnkit run recipes/gcn_citation.yaml --data.dataset ")
     line = capsys.readouterr().out.splitlines()[-1].split()
     assert line == ["gcn_citation", "cora", "80.0", "82.0", "84.0", "82.0", "2.0", "81.5", "+0.5"]
+    png = out.with_suffix(".png")
+    assert png.read_bytes().startswith(b"\x89PNG")  # the rows beside the paper, drawn next to the JSON
+    png.unlink()
+    assert citation.main(["--plot", str(out)]) == 0 and png.read_bytes().startswith(b"\x89PNG")
 
 
 def test_a_failed_run_ends_the_benchmark_naming_it(bench, tmp_path, monkeypatch):
