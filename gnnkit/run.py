@@ -36,6 +36,7 @@ from gnnkit.csv_logger import RunCSVLogger
 from gnnkit.fault_injection import FaultInjection, fault_from_env
 from gnnkit.hints import add_reference_argument, homophily_hint, size_hint
 from gnnkit.homophily import is_heterophilous
+from gnnkit.host_memory_guard import HostMemoryGuard
 from gnnkit.last_checkpoint import LastCheckpoint
 from gnnkit.optim import GaLoreAdamW  # noqa: F401  (a known Optimizer subclass: `--optimizer GaLoreAdamW`)
 from gnnkit.optim.foreign_state import ForeignOptimizerState
@@ -154,6 +155,7 @@ class GnnkitCLI(LightningCLI):
                     LastCheckpoint(run_dir / CHECKPOINTS),
                     self.timer,
                     PeerWatch(),
+                    HostMemoryGuard(),
                     *([FaultInjection(fault)] if fault is not None else []),
                 ],
             },
