@@ -20,26 +20,12 @@ from typing import Any
 import lightning.pytorch as pl
 
 from gnnkit.allocator import is_retaining, release_freed_memory
-from pipeline.progress import available_memory_mb, rss_mb
+from pipeline.progress import anonymous_rss_mb, available_memory_mb
 
 log = logging.getLogger(__name__)
 
 #: Share of the memory the process could hold above which freed blocks go back to the OS.
 DEFAULT_SHARE = 0.5
-
-
-def held_memory_mb() -> float:
-    """This process's anonymous resident memory in MiB (``RssAnon``: its heap and mappings, not file
-    pages such as the memory-mapped cache, which ``MemAvailable`` counts as free), or all of it
-    where ``/proc`` does not say."""
-    try:
-        with open("/proc/self/status", "rb") as handle:
-            for line in handle:
-                if line.startswith(b"RssAnon:"):
-                    return int(line.split()[1]) / 1024
-    except (OSError, IndexError, ValueError):
-        pass
-    return rss_mb()
 
 
 class HostMemoryGuard(pl.Callback):
@@ -61,7 +47,7 @@ class HostMemoryGuard(pl.Callback):
         if not is_retaining():
             return False
         available = available_memory_mb()
-        held = held_memory_mb()
+        held = anonymous_rss_mb()
         if available is None or held <= self.share * (held + available):
             return False
         release_freed_memory()

@@ -30,14 +30,28 @@ def rss_mb() -> float:
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def anonymous_rss_mb() -> float:
+    """This process's anonymous resident memory in MiB (``RssAnon``: its heap and mappings, not file
+    pages such as a memory-mapped cache, which ``MemAvailable`` counts as free), or all of it where
+    ``/proc`` does not say."""
+    held = _proc_kib("/proc/self/status", b"RssAnon:")
+    return held / 1024 if held is not None else rss_mb()
+
+
 def available_memory_mb() -> float | None:
     """Memory the kernel can give this process now without swapping, in MiB (``MemAvailable``;
     None where ``/proc/meminfo`` does not say)."""
+    available = _proc_kib("/proc/meminfo", b"MemAvailable:")
+    return available / 1024 if available is not None else None
+
+
+def _proc_kib(path: str, key: bytes) -> int | None:
+    """The kB figure of the line of ``path`` that starts with ``key``, or ``None``."""
     try:
-        with open("/proc/meminfo", "rb") as handle:
+        with open(path, "rb") as handle:
             for line in handle:
-                if line.startswith(b"MemAvailable:"):
-                    return int(line.split()[1]) / 1024
+                if line.startswith(key):
+                    return int(line.split()[1])
     except (OSError, IndexError, ValueError):
         pass
     return None

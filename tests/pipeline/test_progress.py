@@ -76,3 +76,21 @@ def test_without_rank_variables_the_rank_lightnings_strategy_set_counts(monkeypa
     monkeypatch.delenv("LOCAL_RANK")
     monkeypatch.setattr(rank_zero_only, "rank", 0)
     assert process_rank() == 0
+
+
+def test_anonymous_resident_memory_grows_with_the_heap_and_not_with_mapped_files(tmp_path):
+    """``RssAnon``: a touched 48 MiB array counts, a 48 MiB file read through a memory map does not
+    (the kernel can drop those pages; ``MemAvailable`` counts them as free)."""
+    import numpy as np
+
+    from pipeline.progress import anonymous_rss_mb, available_memory_mb, rss_mb
+
+    before = anonymous_rss_mb()
+    block = np.ones(50_000_000, dtype=np.uint8)
+    assert 40 < anonymous_rss_mb() - before < 60 and anonymous_rss_mb() <= rss_mb()
+    np.ones(50_000_000, dtype=np.uint8).tofile(tmp_path / "f.bin")
+    before = anonymous_rss_mb()
+    assert int(np.memmap(tmp_path / "f.bin", dtype=np.uint8, mode="r").sum()) == 50_000_000
+    assert anonymous_rss_mb() - before < 10
+    assert available_memory_mb() is not None and available_memory_mb() > 0
+    del block
