@@ -6,10 +6,9 @@ arxiv twin, but the heap fragments and its peak grows (2.2x there). On a graph w
 fills the machine that growth is what runs it out of memory, for no speed (the products twin:
 22.2 GiB against 18.9 GiB, the same epoch time). :class:`HostMemoryGuard` reads the resident
 memory before every backward pass (the step's activations alive) and after every validation
-batch; the first time it exceeds ``share`` of what the process could hold (its anonymous resident
+batch. The first time it exceeds ``share`` of what the process could hold (its anonymous resident
 memory, not the memory-mapped cache files the kernel can drop, plus what the kernel can still give,
-``MemAvailable``), it calls
-:func:`gnnkit.allocator.release_freed_memory` and says so in one line.
+``MemAvailable``), it calls :func:`gnnkit.allocator.release_freed_memory` and says so in one line.
 """
 
 from __future__ import annotations
