@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 from typing import Any
 
@@ -88,14 +89,20 @@ def release_freed_memory() -> bool:
     return accepted
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    """The C library, found once (``find_library`` may run ``ldconfig``)."""
+    library = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(library) if library is not None else None
+    except OSError:
+        return None
+
+
 def _libc_function(name: str) -> Any:
     """glibc's ``mallopt(int, int)`` or ``malloc_trim(size_t)``, or ``None`` (another C library)."""
-    library = ctypes.util.find_library("c")
-    if library is None:
-        return None
-    try:
-        function = getattr(ctypes.CDLL(library), name)
-    except (OSError, AttributeError):  # not glibc (musl, macOS, Windows)
+    function = getattr(_libc(), name, None)  # absent outside glibc (musl, macOS, Windows)
+    if function is None:
         return None
     function.argtypes = [ctypes.c_int, ctypes.c_int] if name == "mallopt" else [ctypes.c_size_t]
     function.restype = ctypes.c_int

@@ -43,7 +43,8 @@ from pipeline.errors import DatasetError
 from pipeline.graph import check_features, whole
 from pipeline.graph_import import Imported, import_graph, shuffled_split
 from pipeline.graph_layout import EVAL_METRICS, edge_owners, write_graph_folder
-from pipeline.node_graph_import import Labels, binary_task, holds_both_classes
+from pipeline.node_graph_import import (Labels, binary_task, empty_class_note, first_found, holds_both_classes,
+                                       multiclass_task)
 
 #: The per-graph arrays read (others, such as a TU dataset's ``sizes``, are left out).
 NAMES = ("x", "edge_index", "edge_attr", "y", "num_nodes", "pos")
@@ -142,8 +143,8 @@ def _from_collated(data: Mapping[str, Any], slices: Mapping[str, Any], where: st
     if "edge_index" not in arrays or "edge_index" not in cuts:
         raise DatasetError(where, "holds no edge_index: expected a PyG dataset of graphs")
     graphs = graph_count(slices)
-    if (rows := next((name for name in NODE_ROWS if name in cuts), None)) is not None:
-        num_nodes = np.diff(cuts[rows])
+    if (rows := first_found(cuts, NODE_ROWS)) is not None:
+        num_nodes = np.diff(rows[1])
     elif "_num_nodes" in arrays and arrays["_num_nodes"].size == graphs:  # featureless graphs (PyG's collate)
         num_nodes = arrays["_num_nodes"].astype(np.int64).reshape(-1)
     else:
@@ -202,8 +203,8 @@ def _node_count(graph: Mapping[str, np.ndarray]) -> int:
     array, else one past its largest node id."""
     if "num_nodes" in graph:
         return int(graph["num_nodes"].reshape(-1)[0])
-    if (rows := next((name for name in NODE_ROWS if name in graph), None)) is not None:
-        return len(graph[rows])
+    if (rows := first_found(graph, NODE_ROWS)) is not None:
+        return len(rows[1])
     edges = graph["edge_index"]
     return int(edges.max()) + 1 if edges.size else 0
 
@@ -269,17 +270,14 @@ def _classes(y: np.ndarray, metric: str | None, where: str, note: str = "") -> L
     if classes < 2 or classes > len(y):
         raise DatasetError(f"{where}: y", f"class {classes - 1} among {len(y):,} graphs: expected at least two "
                                           "classes numbered 0, 1, ..., C-1")
-    empty = np.flatnonzero(np.bincount(y.astype(np.int64), minlength=classes) == 0)
-    if empty.size:
-        note += f"; no graph of class {', '.join(map(str, empty[:5]))}{', ...' if empty.size > 5 else ''}"
+    note += empty_class_note(y, classes, "graph")
     labelled = np.ones(len(y), bool)
     if metric in ("rocauc", "ap"):
         if classes != 2:
             raise DatasetError(f"{where}: metric", f"{metric} scores two classes (or [G, T] 0/1 tasks); y has "
                                                    f"{classes}")
         return Labels(y.astype(np.float32).reshape(-1, 1), binary_task(1, metric), labelled, note)
-    meta = {"num tasks": 1, "num classes": classes, "task type": "multiclass classification", "eval metric": "acc"}
-    return Labels(y.astype(np.int64).reshape(-1, 1), meta, labelled, note)
+    return Labels(y.astype(np.int64).reshape(-1, 1), multiclass_task(classes), labelled, note)
 
 
 def _split(labels: np.ndarray, task: dict[str, Any], labelled: np.ndarray, seed: int,

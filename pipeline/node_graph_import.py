@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.array_source import EDGE_NAMES
 from pipeline.errors import DatasetError
 from pipeline.graph import check_edges, check_features, check_split_labels, check_splits, whole
 from pipeline.graph_import import (
@@ -46,7 +47,7 @@ from pipeline.safe_pt import as_ids
 
 #: Field -> the names it is read under, first found wins (PyG's, OGB's, Platonov et al.'s).
 ALIASES: dict[str, tuple[str, ...]] = {
-    "edge_index": ("edge_index", "edges"),
+    "edge_index": EDGE_NAMES,
     "x": ("x", "node_features", "node_feat"),
     "y": ("y", "node_labels", "node_label", "labels"),
     "num_nodes": ("num_nodes",),
@@ -151,6 +152,18 @@ def binary_task(num_tasks: int, metric: str = "rocauc") -> dict[str, Any]:
     return {"num tasks": num_tasks, "num classes": 2, "task type": "binary classification", "eval metric": metric}
 
 
+def multiclass_task(classes: int) -> dict[str, Any]:
+    """The meta keys of one multi-class task of ``classes`` classes, scored by accuracy."""
+    return {"num tasks": 1, "num classes": classes, "task type": "multiclass classification", "eval metric": "acc"}
+
+
+def empty_class_note(y: np.ndarray, classes: int, what: str) -> str:
+    """``"; no node of class 3, 5"`` for the classes below ``classes`` no ``what`` has, or ``""``."""
+    empty = np.flatnonzero(np.bincount(y.astype(np.int64), minlength=classes) == 0)
+    return f"; no {what} of class {', '.join(map(str, empty[:5]))}{', ...' if empty.size > 5 else ''}" if empty.size \
+        else ""
+
+
 def holds_both_classes(values: np.ndarray) -> bool:
     """Whether some task (column) of 0/1 labels (NaN unknown) holds both classes: ROC-AUC can score it."""
     return any(np.isin([0, 1], column[~np.isnan(column)]).all() for column in values.T)
@@ -199,17 +212,14 @@ def _class_labels(y: np.ndarray, metric: str | None, where: str, note: str = "",
     if classes > labelled.sum():
         raise DatasetError(f"{where}: y", f"class {classes - 1} among {int(labelled.sum()):,} labelled nodes: "
                                           "expected classes numbered 0, 1, ..., C-1")
-    empty = np.flatnonzero(np.bincount(y[labelled].astype(np.int64), minlength=classes) == 0)
-    if empty.size:
-        note += f"; no node of class {', '.join(map(str, empty[:5]))}{', ...' if empty.size > 5 else ''}"
+    note += empty_class_note(y[labelled], classes, "node")
     metric = metric or ("rocauc" if classes == 2 else "acc")
     if metric == "rocauc" and classes != 2:
         raise DatasetError(f"{where}: metric", f"rocauc scores two classes (or [N, T] binary tasks); y has {classes}")
     if metric == "rocauc":
         return Labels(np.where(labelled, y, np.nan).astype(np.float32).reshape(-1, 1), binary_task(1), labelled,
                        note)
-    task = {"num tasks": 1, "num classes": classes, "task type": "multiclass classification", "eval metric": "acc"}
-    return Labels(np.where(labelled, y, -1).astype(np.int64), task, labelled, note)
+    return Labels(np.where(labelled, y, -1).astype(np.int64), multiclass_task(classes), labelled, note)
 
 
 def _matrix_labels(y: np.ndarray, metric: str | None, where: str) -> Labels:
