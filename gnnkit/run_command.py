@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gnnkit.import_gc import imports_without_gc
+
 #: Where recipes are looked for when a named one does not exist: its own folder and ``./recipes``.
 RECIPE_FOLDER = Path("recipes")
 
@@ -44,7 +46,8 @@ def _run_command(args: Any) -> int:
 
     try:
         plan = plan_command(args.recipe, args.overrides)  # a refused request: one line before Lightning loads
-        from gnnkit.run import run
+        with imports_without_gc():
+            from gnnkit.run import run
 
         run(args.recipe, args.overrides, plan=plan)
     except ResumeError as err:
