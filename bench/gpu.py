@@ -29,7 +29,8 @@ runs), with overrides; its ``report.json`` gives the figures. Families and their
 The ``sage`` rows also profile their first epoch, and the ``reuse`` rows their third (a replay
 epoch of the recipe's schedule) (:class:`gnnkit.step_profile.StepProfile`: ``--profile-steps`` steps
 after 10 of warm-up, split into data / forward / backward / optimizer, host time, GPU time and host
-syncs each, then the operators that took the most device time over 5 more): a table per row, and
+syncs each, with the lines that asked for the syncs, then the operators that took the most device
+time over 5 more): a table per row, and
 ``step_profile`` in its JSON, say where an epoch's time goes. One epoch is profiled, so the median
 epoch is not disturbed. The ``reuse`` rows also keep report.json's ``reuse`` counts (batches replayed
 and fresh, the time spent waiting for them per phase, the shards kept on the device). Rows with
@@ -261,6 +262,8 @@ def print_profiles(rows: list[dict[str, Any]]) -> None:
         print(f"{'phase':10} {'host':>9}" + (f" {'GPU':>9} {'syncs':>6}" if gpu else ""))
         for phase, host in profile["host_ms"].items():
             print(f"{phase:10} {host:9.3f}" + (f" {gpu[phase]:9.3f} {syncs[phase]:6.1f}" if gpu else ""))
+        for site, per_step in (profile.get("sync_sites") or {}).items():
+            print(f"  {per_step:9.2f} syncs a step at {site}")
         for op in profile.get("operators", [])[:5]:
             print(f"  {op['self_ms']:9.3f} ms  {op['calls']:6d} calls  {op['name'][:70]}")
         epoch = profile.get("whole_epoch")

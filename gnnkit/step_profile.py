@@ -7,7 +7,8 @@ device), ``forward`` (the training step, up to ``on_before_backward``), ``backwa
 wall time and, on a GPU, the time between CUDA events recorded at the same cut points (the GPU's
 own timeline, idle gaps included) and the step's host synchronisations (the training thread's
 and its backward pass's, gnnkit's native kernels' included: their bindings hand C++ warnings to
-Python), counted with ``torch.cuda.set_sync_debug_mode("warn")``. A step whose
+Python), counted with ``torch.cuda.set_sync_debug_mode("warn")`` and traced to the source lines
+that asked for them (:func:`sync_site`). A step whose
 host time far exceeds its GPU time is held by the host (launches, syncs, Python); a GPU that is
 busy all step is the bottleneck.
 
@@ -25,11 +26,15 @@ folder ``step_profile.txt`` (the profiler's table).
 
 from __future__ import annotations
 
+import functools
 import statistics
+import sys
 import threading
 import time
 import warnings
+from collections import Counter
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import lightning.pytorch as pl
@@ -43,6 +48,39 @@ PHASES = ("data", "forward", "backward", "optimizer")
 #: How torch's sync debug mode starts a warning of a sync ("called a synchronizing CUDA operation"); its
 #: one-off notice on entering the mode ("... does not yet detect all synchronizing operations") is none.
 SYNC_WARNING = "called a synchronizing"
+
+
+#: Sync sites kept in the summary, the most frequent first.
+SYNC_SITES = 8
+_ROOT = Path(__file__).resolve().parents[1]  # the repository (gnnkit/ and pipeline/)
+_SKIPPED = (str(Path(warnings.__file__).resolve()), str(Path(__file__).resolve()),
+            str(Path(torch.__file__).resolve().parent))  # the warning's machinery, this file, torch's Python
+
+
+def sync_site(frame: FrameType | None) -> str:
+    """Where a host sync was asked for: the innermost Python frame from ``frame`` outwards that is
+    not the warning's machinery, this module or torch's own Python (``path:line function``, the
+    path relative to the repository, or to ``site-packages`` for an installed package), or ``"(no Python frame)"`` for a sync
+    inside a C++ autograd kernel."""
+    while frame is not None:
+        shown = _shown_path(frame.f_code.co_filename)
+        if shown is not None:
+            return f"{shown}:{frame.f_lineno} {frame.f_code.co_name}"
+        frame = frame.f_back
+    return "(no Python frame)"
+
+
+@functools.lru_cache(maxsize=512)
+def _shown_path(filename: str) -> str | None:
+    """How :func:`sync_site` names a source file (``None``: a file it looks past); cached, since a
+    sync inside the timed window must not cost the host a walk of the file system."""
+    path = Path(filename).resolve()
+    if str(path).startswith(_SKIPPED):
+        return None
+    installed = [i for i, part in enumerate(path.parts) if part in ("site-packages", "dist-packages")]
+    if installed:  # an installed package's: from its package folder
+        return str(Path(*path.parts[installed[-1] + 1:]))
+    return str(path.relative_to(_ROOT) if path.is_relative_to(_ROOT) else Path(*path.parts[-2:]))
 
 
 def _in_backward() -> bool:
@@ -78,6 +116,7 @@ class StepProfile(pl.Callback):
         self._seen = 0  # training steps begun
         self._marks: list[tuple[float, Any, int]] = []  # (host clock, CUDA event, syncs so far) at each cut
         self._syncs = 0  # the training thread's host syncs counted so far
+        self._sync_sites: Counter[str] = Counter()  # where they were asked for (sync_site)
         self._catcher: warnings.catch_warnings | None = None
         self._profiler: torch.profiler.profile | None = None
         self._step_ms: list[float] = []  # each step of the measured epoch, host clock (the first from its start)
@@ -117,6 +156,7 @@ class StepProfile(pl.Callback):
             def count(message: Any, *args: Any, **kwargs: Any) -> None:
                 if (threading.current_thread() is training or _in_backward()) and SYNC_WARNING in str(message):
                     self._syncs += 1
+                    self._sync_sites[sync_site(sys._getframe(1))] += 1
 
             warnings.showwarning = count
             torch.cuda.set_sync_debug_mode("warn")
@@ -259,7 +299,8 @@ class StepProfile(pl.Callback):
 
     def summary(self) -> dict[str, Any]:
         """Each phase's median over the timed steps, in milliseconds (``host``; on a GPU also ``gpu``
-        and ``syncs``), the step's, and the profiled operators."""
+        and ``syncs``, and ``sync_sites``: where the window's syncs were asked for, the most frequent
+        first, as syncs a step), the step's, and the profiled operators."""
         epoch = {"whole_epoch": self.whole_epoch()} if len(self._step_ms) > 1 else {}
         if not self.rows:
             return {"steps": 0, **epoch}
@@ -273,6 +314,8 @@ class StepProfile(pl.Callback):
                                "host_ms": medians("")}
         if self._cuda is not None:
             out["gpu_ms"], out["syncs"] = medians("gpu:"), medians("syncs:")
+            sites = self._sync_sites.most_common(SYNC_SITES)
+            out["sync_sites"] = {site: round(n / len(self.rows), 3) for site, n in sites}
         if self.operators:
             out["profiled_steps"] = self.profiled_steps
             out["operators"] = self.operators

@@ -58,6 +58,7 @@ def test_a_profiled_rows_phases_are_printed(bench, capsys):
     profile = {"epoch": 0, "steps": 30, "host_ms": {"data": 2.0, "forward": 1.0, "backward": 1.5, "optimizer": 0.5, "step": 5.0},
                "gpu_ms": {"data": 0.5, "forward": 1.0, "backward": 1.5, "optimizer": 0.5, "step": 3.5},
                "syncs": {"data": 4.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0, "step": 4.0},
+               "sync_sites": {"gnnkit/data/device_sampling.py:120 sample": 4.0},
                "operators": [{"name": "spmm_csr_cuda", "calls": 15, "self_ms": 3.25}],
                "whole_epoch": {"steps": 192, "first_ms": 45.2, "median_ms": 7.3, "mean_ms": 8.2,
                                "slowest": [[12, 60.1], [3, 20.0]], "window": [10, 45]}}
@@ -69,6 +70,7 @@ def test_a_profiled_rows_phases_are_printed(bench, capsys):
     assert "sage / gnnkit: SpMM formats (forward/backward) layer0 segment/gather_scatter x12" in out
     assert [line.split() for line in out.splitlines() if line.startswith("data")] == [["data", "2.000", "0.500", "4.0"]]
     assert "3.250 ms      15 calls  spmm_csr_cuda" in out
+    assert "4.00 syncs a step at gnnkit/data/device_sampling.py:120 sample" in out
     assert ("whole epoch, host clock: 192 steps, the first 45.2 ms from the epoch's start, then median 7.30 ms, "
             "mean 8.20 ms; slowest 60.1 (step 12), 20.0 (step 3); steps 10-44 were the profile's (slower)") in out
 

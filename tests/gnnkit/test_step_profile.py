@@ -183,6 +183,8 @@ def test_on_a_gpu_each_phase_has_its_device_time_and_host_syncs(tmp_path):
     summary = profile.summary()
     assert set(summary["gpu_ms"]) == set(summary["syncs"]) == {*PHASES, "step"} and summary["gpu_ms"]["step"] > 0
     assert summary["syncs"]["forward"] >= 1  # the float(loss) of every training step
+    assert any(site.startswith("tests/gnnkit/test_step_profile.py:") and site.endswith(" training_step")
+               for site in summary["sync_sites"]), summary["sync_sites"]
     assert torch.cuda.get_sync_debug_mode() == 0  # switched back after the window
 
 
@@ -221,3 +223,36 @@ def test_syncs_are_the_training_threads(monkeypatch):
     backward.join()
     profile._count_syncs(False)
     assert profile._syncs == 3 and warnings.showwarning is shown and x.grad is not None
+
+
+def _asks_for_a_sync():
+    import warnings
+
+    warnings.warn("called a synchronizing CUDA operation")
+
+
+def test_each_sync_is_traced_to_the_line_that_asked_for_it(monkeypatch):
+    """The window's syncs are counted by where they were asked for: the innermost frame that is
+    neither the warning's machinery nor torch's own Python, named relative to the repository."""
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda mode: None)
+    profile = StepProfile()
+    profile._cuda = torch.device("cuda", 0)
+    profile._count_syncs(True)
+    try:
+        for _ in range(3):
+            _asks_for_a_sync()
+    finally:
+        profile._count_syncs(False)
+    line = _asks_for_a_sync.__code__.co_firstlineno + 3
+    assert dict(profile._sync_sites) == {f"tests/gnnkit/test_step_profile.py:{line} _asks_for_a_sync": 3}
+
+
+def test_a_sync_site_looks_past_torch_and_the_warning_machinery():
+    import warnings
+
+    from gnnkit.step_profile import _shown_path, sync_site
+
+    assert _shown_path(torch.__file__) is None and _shown_path(warnings.__file__) is None
+    assert _shown_path(torch.nn.functional.__file__) is None
+    assert _shown_path(pl.__file__) == "lightning/pytorch/__init__.py"
+    assert sync_site(None) == "(no Python frame)"
