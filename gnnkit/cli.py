@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import re
 import signal
 import sys
 
-from gnnkit.import_gc import imports_without_gc
+from gnnkit.import_gc import import_without_gc
 
 #: Subcommand -> (module that defines it with ``add_parser(subparsers)``, help shown by ``--help``).
 #: A module is imported only when one of its commands runs, so ``gnnkit --help`` and the dataset
@@ -50,8 +49,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
     command = _command(sys.argv[1:] if argv is None else argv)
     if command is not None:
-        with imports_without_gc():
-            importlib.import_module(COMMANDS[command][0]).add_parser(sub)
+        import_without_gc(COMMANDS[command][0]).add_parser(sub)
     for name, (_, text) in COMMANDS.items():
         if name not in sub.choices:
             sub.add_parser(name, help=text, add_help=False)

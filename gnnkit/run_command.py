@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gnnkit.import_gc import imports_without_gc
+from gnnkit.import_gc import import_without_gc
 
 #: Where recipes are looked for when a named one does not exist: its own folder and ``./recipes``.
 RECIPE_FOLDER = Path("recipes")
@@ -46,10 +46,7 @@ def _run_command(args: Any) -> int:
 
     try:
         plan = plan_command(args.recipe, args.overrides)  # a refused request: one line before Lightning loads
-        with imports_without_gc():
-            from gnnkit.run import run
-
-        run(args.recipe, args.overrides, plan=plan)
+        import_without_gc("gnnkit.run").run(args.recipe, args.overrides, plan=plan)
     except ResumeError as err:
         print(f"gnnkit: error: {err}", file=sys.stderr)
         return 2
