@@ -16,7 +16,8 @@ garbage collector left running through the heavy imports, as gnnkit did before
 
 Absolute times drift on shared machines; the ratios, measured side by side, hold.
 
-    python bench/cli_start.py [--repeats 7] [--json PATH]
+    python bench/cli_start.py [--repeats 7] [--json PATH]   (and a PNG beside the JSON)
+    python bench/cli_start.py --plot bench/results/cli_start.json   (only redraw the PNG)
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline import atomic_write_text  # noqa: E402
+from pipeline import atomic_write_text, save_figure  # noqa: E402
 
 DATASET = "synthetic-tiny"
 TARGET_S = 1.0
@@ -139,16 +140,44 @@ def print_table(result: dict[str, object]) -> None:
         print(f"{r['command']:<{width}}  {r['min_s']:>7.3f}  {r['median_s']:>8.3f}  {r['ratio_to_baseline']:>17.3f}x")
 
 
+def plot(result: dict[str, object], path: Path) -> None:
+    """Median seconds of each command beside ``import lightning``, and of the training start beside
+    the same run with the collector on through the imports."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tables = [("command start", result["rows"]), ("training start", result.get("run_rows", []))]
+    tables = [(title, rows) for title, rows in tables if rows]
+    fig, axes = plt.subplots(len(tables), 1, figsize=(8, 1.2 + 0.45 * sum(len(r) for _, r in tables)), squeeze=False)
+    for ax, (title, rows) in zip(axes[:, 0], tables):
+        labels, medians = [r["command"] for r in rows][::-1], [r["median_s"] for r in rows][::-1]
+        bars = ax.barh(labels, medians, color="tab:blue")
+        ax.bar_label(bars, labels=[f"{m:.2f} s" for m in medians], fontsize=8)
+        ax.set_xlim(0, 1.15 * max(medians))
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("median wall seconds, whole process")
+    fig.suptitle(f"gnnkit start-up ({result['cpus']} CPUs, Python {result['python']}, {result['repeats']} rounds)")
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=7, help="timed rounds (default 7)")
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "cli_start.json",
-                        help="where to write the rows (default bench/results/cli_start.json)")
+                        help="where to write the rows (default bench/results/cli_start.json), a PNG beside it")
+    parser.add_argument("--plot", type=Path, metavar="JSON", help="only draw the PNG of a JSON written so")
     args = parser.parse_args()
+    if args.plot:
+        plot(json.loads(args.plot.read_text()), args.plot.with_suffix(".png"))
+        return
     result = measure(args.repeats)
     print_table(result)
     atomic_write_text(args.json, json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.json}")
+    plot(result, args.json.with_suffix(".png"))
+    print(f"wrote {args.json} and its PNG")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,9 @@ bag of atom features) reach on the task: the bar a GNN has to clear. ``--aa pyg`
 runs that one path on both sides: the ratio's noise floor on this machine (an A/A run).
 
     python bench/graphprop.py [--batches N] [--aa pyg|gnnkit] [--json bench/results/graphprop.json]
+    python bench/graphprop.py --plot bench/results/graphprop.json   (only redraw its PNG)
+
+``--json`` also draws the epoch times side by side as a PNG beside the JSON.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gnnkit.data.graph_set_datamodule import GraphSetDataModule  # noqa: E402
 from gnnkit.graph_classifier import GraphClassifier  # noqa: E402
 from gnnkit.sparse import Adjacency  # noqa: E402
+from pipeline import atomic_write_text, save_figure  # noqa: E402
 
 #: (label, edge features) of the compared configurations.
 CONFIGS = (("GINE (edge features, the recipe)", True), ("GIN (no edge features)", False))
@@ -162,6 +166,33 @@ def count_baselines(dm: GraphSetDataModule) -> dict[str, dict[str, float]]:
     return out
 
 
+def plot(result: dict[str, Any], path: Path) -> None:
+    """Seconds an epoch of each configuration (and of the aggregation alone), both paths side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = dict(result["configs"])
+    if "aggregation_only" in result:
+        rows["edge embeddings + sums"] = result["aggregation_only"]
+    aa = result.get("aa")
+    sides = ("PyG", "gnnkit") if aa is None else (f"{aa} (A)", f"{aa} (B)")
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    at = range(len(rows))
+    for shift, key, side in ((-0.2, "pyg_epoch_s", sides[0]), (0.2, "gnnkit_epoch_s", sides[1])):
+        bars = ax.bar([i + shift for i in at], [r[key] for r in rows.values()], width=0.4, label=side)
+        ax.bar_label(bars, fmt="%.1f", fontsize=8)
+    ax.set_xticks(list(at), [f"{label}\n{r['ratio']:.2f}x" for label, r in rows.items()], fontsize=8)
+    ax.set_ylabel("seconds an epoch")
+    threads = f"{result['threads']} thread{'s' * (result['threads'] != 1)}"
+    ax.set_title(f"{result['dataset']}: GIN {result['layers']} x {result['emb_dim']}, {threads} "
+                 f"(ratio {sides[0]} / {sides[1]})", fontsize=10)
+    ax.legend()
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="synthetic-molhiv")
@@ -172,8 +203,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--baselines-only", action="store_true", help="only the count baselines (seconds)")
     parser.add_argument("--aa", choices=("pyg", "gnnkit"), default=None,
                         help="A/A run: this aggregation path on both sides (the ratio's noise floor)")
-    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=None, help="write the result here, and a PNG beside it")
+    parser.add_argument("--plot", type=Path, metavar="JSON", help="only draw the PNG of a JSON written so")
     args = parser.parse_args(argv)
+    if args.plot:
+        result = json.loads(args.plot.read_text())
+        plot(result, args.plot.with_suffix(".png"))
+        return result
     torch.set_num_threads(torch.get_num_threads())
     dm = GraphSetDataModule(args.dataset, batch_size=32)
     baselines = count_baselines(dm)
@@ -219,8 +255,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         result["aggregation_only"] = agg
         result["summary"]["ratio_edges_and_sums"] = agg["ratio"]
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        atomic_write_text(args.json, json.dumps(result, indent=2) + "\n")
+        plot(result, args.json.with_suffix(".png"))
     return result
 
 

@@ -19,6 +19,9 @@ Prints a side-by-side table and writes ``--json`` with a ``summary``: ``out_of_c
 
     python bench/out_of_core.py --json bench/results/out_of_core.json
     python bench/out_of_core.py --dataset synthetic-papers-tiny --budget-mb 512 --json /tmp/ooc.json
+    python bench/out_of_core.py --plot bench/results/out_of_core.json   (only redraw its PNG)
+
+``--json`` also draws each build's wall time and peak memory, with the budget, as a PNG beside it.
 """
 
 from __future__ import annotations
@@ -136,6 +139,32 @@ def print_table(rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
           f"{summary['out_of_core_budget_mb']} MiB budget: {summary['under_budget']}")
 
 
+def plot(report: dict[str, Any], path: Path) -> None:
+    """Each build's wall time and peak resident memory side by side, the memory budget as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pipeline import save_figure
+
+    rows = report["rows"]
+    labels = [f"{r['dataset']}\n{r['path']}" for r in rows]
+    colors = ["tab:blue" if r["budget_mb"] else "tab:gray" for r in rows]
+    fig, (time_ax, memory_ax) = plt.subplots(1, 2, figsize=(9, 3.6))
+    for ax, key, unit in ((time_ax, "wall_s", "wall seconds"), (memory_ax, "peak_mb", "peak resident MiB")):
+        bars = ax.bar(labels, [r[key] for r in rows], color=colors)
+        ax.bar_label(bars, fmt="%.0f", fontsize=8)
+        ax.set_ylabel(unit)
+        ax.tick_params(axis="x", labelsize=8)
+    budget = report["summary"]["out_of_core_budget_mb"]
+    memory_ax.axhline(budget, color="tab:red", linestyle="--", label=f"budget {budget} MiB")
+    memory_ax.legend(fontsize=8)
+    fig.suptitle("Preprocessing out of core (blue) against in memory (gray)")
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="synthetic-papers-small")
@@ -144,9 +173,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="in-memory comparison graph when --dataset does not fit in memory here")
     parser.add_argument("--max-in-memory-gb", type=float, default=18.0)
     parser.add_argument("--keep", action="store_true", help="keep the cache folders the children built")
-    parser.add_argument("--json", type=Path)
+    parser.add_argument("--json", type=Path, help="write the rows and summary here, and a PNG beside it")
+    parser.add_argument("--plot", type=Path, metavar="JSON", help="only draw the PNG of a JSON written so")
     parser.add_argument("--locate", help=argparse.SUPPRESS)  # child mode: generate and hash one dataset
     args = parser.parse_args(argv)
+    if args.plot:
+        plot(json.loads(args.plot.read_text()), args.plot.with_suffix(".png"))
+        return 0
     if args.locate:
         print(json.dumps(locate(args.locate)))
         return 0
@@ -186,10 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarise(rows, args.dataset, args.budget_mb, same)
     print_table(rows, summary)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
         report = {"rows": rows, "summary": summary, "in_memory_estimate_mb": round(estimate_in_memory_mb(info)),
                   "in_memory_limit_mb": round(limit_mb), "cpu_count": os.cpu_count()}
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        from pipeline import atomic_write_text
+
+        atomic_write_text(args.json, json.dumps(report, indent=2) + "\n")
+        plot(report, args.json.with_suffix(".png"))
     if not args.keep:
         for name, budget in runs:
             shutil.rmtree(work / f"{'ooc' if budget else 'memory'}-{name}", ignore_errors=True)

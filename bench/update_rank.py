@@ -10,7 +10,8 @@ truncated model keeps the full one's accuracy, InRank's ``W_0 + U V^T`` layers o
 principle match full-rank training.
 
     python bench/update_rank.py [--recipe recipes/gcn_synthetic_arxiv.yaml] [--steps 30]
-                                [--ranks 4 8 16 32 64] [--json PATH]
+                                [--ranks 4 8 16 32 64] [--json PATH]   (and a PNG beside the JSON)
+    python bench/update_rank.py --plot bench/results/update_rank.json   (only redraw its PNG)
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline import atomic_write_text  # noqa: E402
+from pipeline import atomic_write_text, save_figure  # noqa: E402
 
 
 def energy_rank(update: torch.Tensor, share: float) -> int:
@@ -42,6 +43,27 @@ def truncated(update: torch.Tensor, rank: int) -> torch.Tensor:
     return (u[:, :rank] * s[:rank]) @ vh[:rank]
 
 
+def plot(result: dict[str, object], path: Path) -> None:
+    """Validation accuracy with every update truncated to rank k, against the full update's."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ranks = sorted(result["val_truncated"], key=int)
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    accuracy = [result["val_truncated"][k] for k in ranks]
+    ax.plot([int(k) for k in ranks], accuracy, "o-", label="update truncated to rank k")
+    ax.axhline(result["val_full"], color="tab:gray", linestyle="--", label=f"full update ({result['val_full']:.4f})")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("rank k of every layer's update")
+    ax.set_ylabel("validation accuracy")
+    ax.set_title(f"{result['dataset']}: Adam's update after {result['steps']} steps", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
 def main() -> None:
     import lightning.pytorch as pl
 
@@ -54,8 +76,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--ranks", type=int, nargs="+", default=[4, 8, 16, 32, 64])
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", type=Path)
+    parser.add_argument("--json", type=Path, help="write the result here, and a PNG beside it")
+    parser.add_argument("--plot", type=Path, metavar="JSON", help="only draw the PNG of a JSON written so")
     args = parser.parse_args()
+    if args.plot:
+        plot(json.loads(args.plot.read_text()), args.plot.with_suffix(".png"))
+        return
     recipe = yaml.safe_load(args.recipe.read_text())
     pl.seed_everything(args.seed)
     data = GraphDataModule(**recipe["data"])
@@ -100,6 +126,7 @@ def main() -> None:
           + ", ".join(f"k={k} {v:.4f}" for k, v in result["val_truncated"].items()))
     if args.json:
         atomic_write_text(args.json, json.dumps(result, indent=2) + "\n")
+        plot(result, args.json.with_suffix(".png"))
 
 
 if __name__ == "__main__":

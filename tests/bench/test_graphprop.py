@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 
 def test_small_run_writes_the_table_json(bench, tmp_path, monkeypatch, capsys):
@@ -18,6 +19,7 @@ def test_small_run_writes_the_table_json(bench, tmp_path, monkeypatch, capsys):
     assert set(result["count_baselines"]) == {"size/degree", "bag of atoms"}
     assert result["aa"] is None and "edge embeddings + sums" in capsys.readouterr().out
     assert result["configs"]["GINE (edge features, the recipe)"]["plan_layer0"]["source"] == "selector"  # no native
+    assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_aa_run_times_one_path_on_both_sides(bench, monkeypatch, capsys):
@@ -28,3 +30,12 @@ def test_aa_run_times_one_path_on_both_sides(bench, monkeypatch, capsys):
     assert result["aa"] == "pyg" and "aggregation_only" not in result
     assert all(row["plan_layer0"] is None for row in result["configs"].values())  # no gnnkit layer ran
     assert "pyg (A) s/epoch" in capsys.readouterr().out
+
+
+def test_plot_redraws_the_committed_runs(bench, tmp_path):
+    graphprop = bench("graphprop")
+    results = Path(__file__).resolve().parents[2] / "bench" / "results"
+    for name in ("graphprop", "graphprop_aa"):
+        (tmp_path / f"{name}.json").write_text((results / f"{name}.json").read_text())
+        assert graphprop.main(["--plot", str(tmp_path / f"{name}.json")])["dataset"] == "synthetic-molhiv"
+        assert (tmp_path / f"{name}.png").stat().st_size > 10_000

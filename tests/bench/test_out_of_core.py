@@ -41,3 +41,11 @@ def test_the_tiny_twin_end_to_end(tmp_path):
     assert 0 < summary["out_of_core_peak_mb"] < 512 and summary["in_memory_peak_mb"] > 0
     assert "time 0." in result.stdout or "time 1." in result.stdout  # the side-by-side ratio line
     assert not (tmp_path / "home" / "bench-out-of-core" / "ooc-synthetic-papers-tiny").exists()  # cleaned up
+    assert (tmp_path / "ooc.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plot_redraws_the_committed_report(bench, tmp_path):
+    committed = json.loads((BENCH / "results" / "out_of_core.json").read_text())
+    (tmp_path / "ooc.json").write_text(json.dumps(committed))
+    assert bench("out_of_core").main(["--plot", str(tmp_path / "ooc.json")]) == 0
+    assert (tmp_path / "ooc.png").stat().st_size > 10_000

@@ -17,3 +17,15 @@ def test_energy_rank_and_truncation_on_a_known_spectrum(bench):
     expected = q1[:, :2] @ torch.diag(s[:2]) @ q2[:, :2].T
     assert torch.allclose(two, expected, atol=1e-5)
     assert torch.allclose(update_rank.truncated(update, 12), update, atol=1e-5)
+
+
+def test_plot_redraws_the_committed_run(bench, tmp_path, monkeypatch):
+    import json
+    import sys
+    from pathlib import Path
+
+    committed = Path(__file__).resolve().parents[2] / "bench" / "results" / "update_rank.json"
+    (tmp_path / "rank.json").write_text(committed.read_text())
+    monkeypatch.setattr(sys, "argv", ["update_rank.py", "--plot", str(tmp_path / "rank.json")])
+    bench("update_rank").main()
+    assert (tmp_path / "rank.png").stat().st_size > 10_000 and json.loads(committed.read_text())["val_truncated"]
