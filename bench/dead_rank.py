@@ -138,7 +138,10 @@ def main() -> None:
     for r in results:
         print(f"{r['fault'] + ' rank ' + str(r['victim']):14} {str(r['survivor_rc']):>13} {r['seconds']:8.2f}  {r['error']}")
     if args.json:
-        args.json.write_text(json.dumps({"timeout_s": args.timeout, "cases": results}, indent=1) + "\n")
+        sys.path.insert(0, str(ROOT))
+        from pipeline import atomic_write_text
+
+        atomic_write_text(args.json, json.dumps({"timeout_s": args.timeout, "cases": results}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline import atomic_write_text
 from pipeline.content_digest import content_digest
 from pipeline.synthetic import GENERATOR_VERSION, build, presets, write
 
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['dataset']:28} {r['raw_edges']:>12,} {r['symmetrised_edges']:>12,} "
               f"{r['build_seconds']:>8}  {r['fingerprint']}")
     if args.json:
-        args.json.write_text(json.dumps(records, indent=2) + "\n")
+        atomic_write_text(args.json, json.dumps(records, indent=2) + "\n")
     return 0
 
 

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Sequence
 
+from pipeline import atomic_write_text
+
 BYTES = 4  # float32 gradients
 MODES = ("allreduce", "multistream", "topk_a2a", "topk_allgather", "signsgd", "powersgd", "dear")
 
@@ -54,7 +56,8 @@ class Calibration:
         return out
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        """Write the calibration as JSON (through a temp file: never half-written)."""
+        atomic_write_text(path, json.dumps(asdict(self), indent=2) + "\n")
 
     @classmethod
     def load(cls, path: Path, network: str | None = None) -> "Calibration":
