@@ -7,6 +7,10 @@ import os
 import re
 import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
 
 from gnnkit.import_gc import import_without_gc
 
@@ -63,17 +67,22 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv).parse_args(argv)
+    ctrl_c: list[int] = []  # the Ctrl-Cs the command got
     try:
-        return args.func(args)
+        with _noting(ctrl_c):
+            return args.func(args)
     except KeyboardInterrupt:  # Ctrl-C: what was being written is a temp, removed on the way out
         print("gnnkit: interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
     except SystemExit as stop:  # Lightning's SIGTERMException exits without a code: status 0, a success
-        if type(stop).__name__ != "SIGTERMException":
+        stopped = {"SIGTERMException": ("stopped by SIGTERM", signal.SIGTERM)}.get(type(stop).__name__)
+        if stopped is None and ctrl_c and stop.code == 1:  # Lightning's exit(1) after its Ctrl-C shutdown
+            stopped = ("interrupted", signal.SIGINT)
+        if stopped is None:
             raise
         if is_rank_zero():  # every rank of a run gets the signal; one line says it
-            print("gnnkit: stopped by SIGTERM (gnnkit run --resume RUN_DIR continues a run)", file=sys.stderr)
-        return 128 + signal.SIGTERM
+            print(f"gnnkit: {stopped[0]} (gnnkit run --resume RUN_DIR continues a run)", file=sys.stderr)
+        return 128 + stopped[1]
     except BrokenPipeError:  # `gnnkit datasets | head`: the reader left, as for any Unix tool
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
         return 128 + signal.SIGPIPE
@@ -91,6 +100,27 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"gnnkit: error: {err}", file=sys.stderr)
         return 1
+
+
+@contextmanager
+def _noting(ctrl_c: list[int]) -> Iterator[None]:
+    """Note each Ctrl-C (SIGINT) in ``ctrl_c`` before Python raises ``KeyboardInterrupt`` for it, as
+    it would: Lightning catches that in a fit, shuts down and exits with status 1, which then reads
+    as the interruption it was. Only where Python's own handler is installed, in the main thread."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        ctrl_c.append(signum)
+        signal.default_int_handler(signum, frame)
+
+    signal.signal(signal.SIGINT, note)
+    try:
+        yield
+    finally:  # Python's own again (Lightning ignores Ctrl-C while it shuts down: that is over now)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def out_of_memory_line(err: RuntimeError, training: bool = True) -> str | None:

@@ -295,6 +295,41 @@ def test_ctrl_c_is_one_line_and_the_shells_status(capsys, monkeypatch):
     assert capsys.readouterr().err == "gnnkit: interrupted\n"
 
 
+def test_ctrl_c_that_lightning_turned_into_exit_1_is_an_interruption(capsys, monkeypatch):
+    """Lightning catches a fit's KeyboardInterrupt, shuts down and calls exit(1): that reads as an
+    interruption (one line, status 130) and Python's Ctrl-C handler is back afterwards."""
+    import os
+    import signal
+
+    import gnnkit.data.cli as data_cli
+
+    def fit_interrupted(args):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            signal.pthread_sigmask(signal.SIG_BLOCK, [])  # a call that lets the handler run
+        except KeyboardInterrupt:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # as Lightning does while shutting down
+            raise SystemExit(1) from None
+        raise AssertionError("no KeyboardInterrupt")
+
+    monkeypatch.setattr(data_cli, "_datasets", fit_interrupted)
+    assert main(["datasets"]) == 130
+    assert capsys.readouterr().err == "gnnkit: interrupted (gnnkit run --resume RUN_DIR continues a run)\n"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_exit_1_without_ctrl_c_stays_exit_1(monkeypatch):
+    import gnnkit.data.cli as data_cli
+
+    def failed(args):
+        raise SystemExit(1)
+
+    monkeypatch.setattr(data_cli, "_datasets", failed)
+    with pytest.raises(SystemExit) as stop:
+        main(["datasets"])
+    assert stop.value.code == 1
+
+
 def test_an_allocation_beyond_the_machine_is_one_line(capsys, monkeypatch):
     import gnnkit.data.cli as data_cli
 
