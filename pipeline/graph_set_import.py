@@ -40,7 +40,7 @@ import numpy as np
 
 from pipeline.array_source import graph_count, load_weights_only, named_arrays
 from pipeline.errors import DatasetError
-from pipeline.graph import check_features, whole
+from pipeline.graph import whole
 from pipeline.graph_import import Imported, import_graph, shuffled_split
 from pipeline.graph_layout import EVAL_METRICS, edge_owners, write_graph_folder
 from pipeline.node_graph_import import (Labels, binary_task, empty_class_note, first_found, holds_both_classes,
@@ -179,23 +179,51 @@ def _from_list(graphs: list[Any], where: str) -> Graphs:
         if g["edge_index"].ndim != 2 or g["edge_index"].shape[0] != 2:
             raise DatasetError(f"{where}: graph {i}: edge_index", f"expected shape [2, E], got "
                                                                   f"{list(g['edge_index'].shape)}")
-    for name in ("x", "edge_attr", "y"):
-        _same_width([g[name] for g in read if name in g], name, where)
+    _same_width([g["y"] for g in read], "y", where)
     counts = [g.num_nodes if hasattr(g, "stores") else _node_count(read[i]) for i, g in enumerate(graphs)]
-    joined = {name: np.concatenate([g[name].reshape(len(g[name]), -1) for g in read])  # [n] and [n, 1] alike
-              for name in ("x", "edge_attr") if name in read[0]}
+    _check_rows(read, counts, where)
+    joined = {name: _joined_rows([g[name] for g in read], name, where) for name in ("x", "edge_attr")
+              if name in read[0]}
     return Graphs(np.array(counts, dtype=np.int64), np.concatenate([g["edge_index"] for g in read], axis=1),
                   np.array([g["edge_index"].shape[1] for g in read], dtype=np.int64), joined.get("x"),
                   joined.get("edge_attr"), np.concatenate([g["y"].reshape(1, -1) for g in read]))
 
 
-def _same_width(values: list[np.ndarray], name: str, where: str) -> None:
-    """Every graph's ``name`` has the first graph's columns (else one line naming the first that differs)."""
+def _same_width(values: list[np.ndarray], name: str, where: str) -> int:
+    """The columns of every graph's ``name``: those of the first graph with rows (an edgeless graph's
+    ``[0, D]`` edge_attr has D columns, a 1-D ``[0]`` any number).
+
+    Returns:
+        The width (``y``: the size of each graph's label row).
+
+    Raises:
+        DatasetError: A graph of another width, in one line naming the first that differs.
+    """
     widths = [int(np.prod(v.shape[1:])) if name != "y" else v.size for v in values]
-    if len(set(widths)) > 1:
-        other = next(i for i, w in enumerate(widths) if w != widths[0])
-        raise DatasetError(f"{where}: graph {other}: {name}", f"{widths[other]} columns, expected {widths[0]} as in "
-                                                              "the first graph")
+    first = next((i for i, v in enumerate(values) if len(v)), next((i for i, v in enumerate(values) if v.ndim > 1), 0))
+    other = next((i for i, (v, w) in enumerate(zip(values, widths)) if w != widths[first] and (len(v) or v.ndim > 1)),
+                 None)
+    if other is not None:
+        reference = "the first graph" if first == 0 else f"graph {first}"
+        raise DatasetError(f"{where}: graph {other}: {name}", f"{widths[other]} columns, expected {widths[first]} as "
+                                                              f"in {reference}")
+    return widths[first]
+
+
+def _check_rows(read: list[dict[str, np.ndarray]], counts: list[int], where: str) -> None:
+    """Each graph's ``x`` has a row per node and its ``edge_attr`` one per edge (so a row of the joined
+    arrays names its graph)."""
+    for i, g in enumerate(read):
+        for name, rows, what in (("x", counts[i], "node"), ("edge_attr", g["edge_index"].shape[1], "edge")):
+            if name in g and len(g[name]) != rows:
+                raise DatasetError(f"{where}: graph {i}: {name}", f"{len(g[name]):,} rows, expected one per {what} "
+                                                                  f"({rows:,})")
+
+
+def _joined_rows(values: list[np.ndarray], name: str, where: str) -> np.ndarray:
+    """Every graph's ``name`` (``[n]`` and ``[n, 1]`` alike) as one ``[rows, width]`` array, empty ones too."""
+    width = _same_width(values, name, where)
+    return np.concatenate([v.reshape(len(v), width) for v in values])
 
 
 def _node_count(graph: Mapping[str, np.ndarray]) -> int:
@@ -296,17 +324,30 @@ def _split(labels: np.ndarray, task: dict[str, Any], labelled: np.ndarray, seed:
     return split
 
 
-def _float_rows(values: np.ndarray | None, rows: int, name: str, where: str) -> np.ndarray | None:
-    """Features as ``rows`` finite float32 rows (``None`` for none, or zero-width ones)."""
+def _float_rows(values: np.ndarray | None, counts: np.ndarray, name: str, where: str) -> np.ndarray | None:
+    """Features as finite float32 rows, ``counts[g]`` of them for graph g in turn (``None`` for none,
+    or zero-width ones)."""
     if values is None:
         return None
+    rows = int(counts.sum())
     if values.dtype.kind not in "biuf" or len(values) != rows:
         raise DatasetError(f"{where}: {name}", f"expected {rows:,} rows of numbers, got {values.dtype} of "
                                                f"shape {list(values.shape)}")
     with np.errstate(over="ignore"):  # beyond float32's range becomes inf, refused here
         floats = values.reshape(rows, -1).astype(np.float32)
-    check_features(floats, rows, f"{where}: {name} (in float32)")
+    _check_finite(floats, counts, f"{name} (in float32)", where)
     return floats if floats.shape[1] else None
+
+
+def _check_finite(floats: np.ndarray, counts: np.ndarray, name: str, where: str) -> None:
+    """Every value finite (else one line naming the first graph with NaN/inf and the row within it)."""
+    finite = np.isfinite(floats).all(axis=1)
+    if not finite.all():
+        row = int(np.flatnonzero(~finite)[0])
+        ends = np.cumsum(counts)
+        graph = int(np.searchsorted(ends, row, side="right"))
+        raise DatasetError(f"{where}: graph {graph}: {name}", f"non-finite feature value in row "
+                                                              f"{row - int(ends[graph] - counts[graph])}")
 
 
 def graph_set_parts(graphs: Graphs, options: GraphSetImportOptions = GraphSetImportOptions(),
@@ -321,8 +362,8 @@ def graph_set_parts(graphs: Graphs, options: GraphSetImportOptions = GraphSetImp
         DatasetError: A malformed set, in one line naming the array.
     """
     _check_structure(graphs, where)
-    x = _float_rows(graphs.x, int(graphs.num_nodes.sum()), "x", where)
-    edge_attr = _float_rows(graphs.edge_attr, int(graphs.num_edges.sum()), "edge_attr", where)
+    x = _float_rows(graphs.x, graphs.num_nodes, "x", where)
+    edge_attr = _float_rows(graphs.edge_attr, graphs.num_edges, "edge_attr", where)
     task = _task(graphs.y, options.metric, where)
     labels, labelled = task.values, task.labelled
     split = _split(labels, task.task, labelled, options.seed, where)

@@ -3,7 +3,12 @@ weights-only unpickler: tensors, and numpy arrays of plain dtypes, never arbitra
 
 from __future__ import annotations
 
+import io
+import itertools
+import pickle
+import pickletools
 import re
+import tarfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -16,13 +21,20 @@ from pipeline.graph import whole
 #: The dtypes of the numpy arrays a split file may hold.
 DTYPES = ("int64", "int32", "int16", "uint8", "float32", "float64", "bool")
 
+#: The first bytes of a zip archive, all ``torch.load`` checks before reading one (torch.serialization._is_zipfile).
+ZIP_MAGIC = b"PK\x03\x04"
+
+#: Bytes read to find the legacy format's header: a pickled magic number, 15 to 24 bytes in protocols 2 to 5.
+LEGACY_HEAD = 64
+
 
 def load_pt(path: Path) -> Any:
     """``torch.load(path, weights_only=True)`` with numpy arrays allowed (``bytes`` too: numpy pickles
     an empty array's data as ``bytes()``).
 
     Raises:
-        DatasetError: The file is missing, or anything else unpickling it refuses or fails on.
+        DatasetError: The file is missing, is no file ``torch.save`` writes (:func:`not_torch_file`), or
+            anything else unpickling it refuses or fails on.
     """
     import torch
 
@@ -34,11 +46,55 @@ def load_pt(path: Path) -> Any:
     try:
         with torch.serialization.safe_globals(safe), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")  # torch's, on each load
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")  # on each pickle not of protocol 2
             return torch.load(path, map_location="cpu", weights_only=True)  # tensors saved from a GPU too
     except Exception as err:  # noqa: BLE001 - any unpickling failure is a bad file
+        if (unlike := not_torch_file(path)) is not None:
+            raise DatasetError(path, f"not a torch file (torch.save writes a zip archive; {unlike})") from None
         refused = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
         named = f": {refused.group(1)} is not allowed" if refused else ""
         raise DatasetError(path, f"cannot be read with weights_only=True ({type(err).__name__}{named})") from None
+
+
+def not_torch_file(path: Path) -> str | None:
+    """What ``path`` is instead of a file ``torch.save`` writes, told apart as ``torch.load`` does: a zip
+    archive (from its first bytes), else a tar archive (torch's oldest format) or the legacy format,
+    a pickle whose first object is torch's magic number.
+
+    Returns:
+        ``None`` for a file of one of torch's formats (a damaged one too), else a few words on the file.
+    """
+    with path.open("rb") as file:
+        head = file.read(LEGACY_HEAD)
+    if head.startswith(ZIP_MAGIC) or _legacy_header(head) or _is_tar(path):
+        return None
+    if not head:
+        return "this one is empty"
+    if head[:1] == pickle.PROTO:
+        return "this one is a pickle without torch's header, as pickle.dump writes: save it with torch.save"
+    return f"this one begins {head[:16]!r}"
+
+
+def _legacy_header(head: bytes) -> bool:
+    """Whether ``head`` starts with the pickled magic number of torch's legacy format (``torch.save``
+    with ``_use_new_zipfile_serialization=False``), read opcode by opcode, nothing unpickled."""
+    import torch
+
+    try:
+        ops = itertools.islice(pickletools.genops(io.BytesIO(head)), 3)
+        first = next((arg for op, arg, _ in ops if op.name not in ("PROTO", "FRAME")), None)
+    except Exception:  # noqa: BLE001 - no pickle opcodes: no header
+        return False
+    return isinstance(first, int) and first == torch.serialization.MAGIC_NUMBER
+
+
+def _is_tar(path: Path) -> bool:
+    """Whether ``path`` is an uncompressed tar archive, torch's oldest format (``torch.load`` still tries it)."""
+    try:
+        with tarfile.open(path, mode="r:"):
+            return True
+    except (tarfile.TarError, OSError):
+        return False
 
 
 def as_array(value: Any) -> np.ndarray:

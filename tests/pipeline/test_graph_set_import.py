@@ -4,13 +4,14 @@ graph for graph; a source that cannot make a graph task is one line naming the a
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from torch_geometric.data import Batch, Data, InMemoryDataset
-from torch_geometric.datasets import TUDataset
+from torch_geometric.datasets import FakeDataset, TUDataset
 
 from pipeline import graph_layout
 from pipeline.errors import DatasetError
@@ -185,3 +186,70 @@ def test_a_split_part_without_both_classes_asks_for_another_seed():
     _, graphs = read_graph_set(_graphs([[0]] * 19 + [[1]], count=20))
     with pytest.raises(DatasetError, match=r"holds one class only in every task: rocauc needs both \(another --seed\)"):
         graph_set_parts(graphs, GraphSetImportOptions(metric="rocauc"), "g.pt")
+
+
+def _fake_graphs() -> list[dict[str, torch.Tensor]]:
+    """40 random graphs as ``to_dict()`` dicts (7 node features, 2 edge features)."""
+    torch.manual_seed(0)
+    dataset = FakeDataset(num_graphs=40, avg_num_nodes=20, num_channels=7, num_classes=2, edge_dim=2, task="graph")
+    return [{k: v.clone() for k, v in d.to_dict().items()} for d in dataset]
+
+
+@pytest.mark.parametrize("empty, edge_dim, at", [((0, 2), 2, 5), ((0,), 2, 5), ((0, 2), 2, 0), ((0,), 1, 5)])
+def test_a_graph_without_edges_imports_beside_edge_features(tmp_path, empty, edge_dim, at):
+    """A single-atom molecule (no edges) in a set with edge_attr: 'cannot reshape array of size 0'."""
+    graphs = _fake_graphs()
+    if edge_dim == 1:  # 1-D edge features, [E]
+        graphs = [{**g, "edge_attr": g["edge_attr"][:, 0].contiguous()} for g in graphs]
+    graphs[at]["edge_index"], graphs[at]["edge_attr"] = torch.zeros(2, 0, dtype=torch.long), torch.zeros(empty)
+    torch.save(graphs, tmp_path / "graphs.pt")
+    arrays = _build(import_graph_set(tmp_path / "graphs.pt", tmp_path / "out").folder)
+    assert np.diff(arrays["edge_ptr"])[at] == 0 and np.diff(arrays["graph_ptr"])[at] == len(graphs[at]["x"])
+    assert arrays["edge_attr"].shape == (sum(g["edge_index"].shape[1] for g in graphs), edge_dim)
+    assert np.allclose(np.sort(arrays["edge_attr"], axis=0),
+                       np.sort(torch.cat([g["edge_attr"].reshape(-1, edge_dim) for g in graphs]).numpy(), axis=0))
+
+
+def test_an_empty_edge_attr_of_another_width_is_refused(tmp_path):
+    graphs = _fake_graphs()
+    graphs[0]["edge_index"], graphs[0]["edge_attr"] = torch.zeros(2, 0, dtype=torch.long), torch.zeros(0, 3)
+    with pytest.raises(DatasetError, match=r"graph 0: edge_attr: 3 columns, expected 2 as in graph 1$"):
+        import_graph_set(graphs, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_graph_without_nodes_is_one_line_naming_it(tmp_path):
+    """x of shape [0, 5] crashed in the join of the graphs' features ('cannot reshape array of size 0')."""
+    graphs = [{"x": torch.ones(3, 5), "edge_index": torch.tensor([[0, 1], [1, 2]]), "y": torch.tensor([i % 2])}
+              for i in range(20)]
+    graphs[3] = {**graphs[3], "x": torch.zeros(0, 5), "edge_index": torch.zeros(2, 0, dtype=torch.long)}
+    torch.save(graphs, path := tmp_path / "graphs.pt")
+    with pytest.raises(DatasetError, match=rf"^{re.escape(str(path))}: graph 3 has no nodes: expected at least one"):
+        import_graph_set(path, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_non_finite_feature_names_its_graph_and_its_row_there(tmp_path):
+    """The row was counted across all graphs joined ('row 39' of the whole set)."""
+    graphs = _fake_graphs()
+    graphs[2]["x"][4, 1] = float("nan")
+    graphs[7]["edge_attr"][3, 0] = float("inf")
+    torch.save(graphs, tmp_path / "list.pt")
+    InMemoryDataset.save([Data(**g) for g in graphs], tmp_path / "collated.pt")
+    for source in ("list.pt", "collated.pt"):
+        with pytest.raises(DatasetError, match=r": graph 2: x \(in float32\): non-finite feature value in row 4$"):
+            import_graph_set(tmp_path / source, tmp_path / "out")
+    graphs[2]["x"][4, 1] = 0
+    with pytest.raises(DatasetError, match=r": graph 7: edge_attr \(in float32\): non-finite feature value in row 3$"):
+        import_graph_set(graphs, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_each_graph_has_a_feature_row_per_edge(tmp_path):
+    """Rows that only add up over all graphs put one graph's features on another's edges."""
+    graphs = _graphs([[0], [1]])
+    graphs[0].edge_attr, graphs[1].edge_attr = torch.ones(1, 2), torch.ones(3, 2)
+    for g in graphs[2:]:
+        g.edge_attr = torch.ones(2, 2)
+    with pytest.raises(DatasetError, match=r"graph 0: edge_attr: 1 rows, expected one per edge \(2\)$"):
+        import_graph_set(graphs, tmp_path / "out")

@@ -1,4 +1,7 @@
+import pickle
+import warnings
 import zipfile
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -50,3 +53,53 @@ def test_tensors_saved_from_a_gpu_load_on_the_cpu(tmp_path):
                 data = data.replace(b"X\x03\x00\x00\x00cpu", b"X\x06\x00\x00\x00cuda:0")
             target.writestr(info, data)
     assert load_pt(tmp_path / "gpu.pt")["y"].tolist() == [0, 1, 2]
+
+
+class _Plain:
+    """A class pickled by pickle.dump (a user's own object)."""
+
+
+def test_a_file_torch_did_not_write_says_so(tmp_path):
+    """A text file read as 'cannot be read with weights_only=True (KeyError)': a pickling problem, it seemed."""
+    (tmp_path / "text.pt").write_text("hello, this is text\n")
+    (tmp_path / "empty.pt").write_bytes(b"")
+    with open(tmp_path / "pickled.pt", "wb") as f:
+        pickle.dump({"x": [_Plain()]}, f, protocol=4)
+    cases = {"text.pt": r"this one begins b'hello, this is t'\)$", "empty.pt": r"this one is empty\)$",
+             "pickled.pt": r"this one is a pickle without torch's header, as pickle.dump writes: save it with "
+                           r"torch.save\)$"}
+    for name, message in cases.items():
+        with pytest.raises(DatasetError, match=rf"{name}: not a torch file \(torch.save writes a zip archive; "
+                                               rf"{message}"):
+            load_pt(tmp_path / name)
+
+
+def test_torch_files_of_either_format_are_torch_files_damaged_too(tmp_path):
+    """The legacy format (a pickle after torch's magic number) loads; a damaged zip or a refused object
+    in a legacy file still says why it cannot be read."""
+    torch.save({"y": torch.arange(3)}, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
+    assert load_pt(tmp_path / "legacy.pt")["y"].tolist() == [0, 1, 2]
+    torch.save({"y": Fraction(1, 3)}, tmp_path / "object.pt", _use_new_zipfile_serialization=False)
+    (tmp_path / "cut.pt").write_bytes(b"PK\x03\x04")
+    with pytest.raises(DatasetError, match=r"object.pt: cannot be read with weights_only=True \(UnpicklingError: "
+                                           r"fractions.Fraction is not allowed\)$"):
+        load_pt(tmp_path / "object.pt")
+    with pytest.raises(DatasetError, match=r"cut.pt: cannot be read with weights_only=True \(\w+\)$"):
+        load_pt(tmp_path / "cut.pt")
+
+
+def test_torch_warning_on_pickle_protocols_is_silenced_in_the_load_only(tmp_path):
+    """'UserWarning: Detected pickle protocol 4' came before the one-line error, twice."""
+    with open(tmp_path / "pickled.pt", "wb") as f:
+        pickle.dump([_Plain()], f, protocol=4)
+    torch.save({"y": torch.arange(3)}, tmp_path / "protocol4.pt", pickle_protocol=4)
+    before = list(warnings.filters)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for name in ("pickled.pt", "protocol4.pt"):
+            with pytest.raises(DatasetError, match=name):
+                load_pt(tmp_path / name)
+        assert [str(w.message) for w in caught] == []
+        warnings.warn("Detected pickle protocol 4 elsewhere", UserWarning)  # not silenced outside the load
+        assert len(caught) == 1
+    assert warnings.filters == before
