@@ -19,11 +19,13 @@ import itertools
 import os
 import re
 import time
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gnnkit.import_gc import import_without_gc
 from gnnkit.tasks import override_values
 from pipeline import is_rank_zero, log
 
@@ -171,18 +173,60 @@ def read_checkpoint(ckpt_path: Path | str) -> dict[str, Any]:
         ResumeError: The file is no checkpoint torch can read (cut short, or not one at all).
     """
     try:
-        stat = os.stat(ckpt_path)
-        return _read_checkpoint(str(ckpt_path), stat.st_mtime_ns, stat.st_size)
+        return _loaded(ckpt_path)
     except Exception as err:  # torch raises RuntimeError, pickle's UnpicklingError, EOFError, ...
-        raise ResumeError(f"gnnkit run: {ckpt_path}: unreadable checkpoint ({str(err).splitlines()[0][:200]}); "
+        raise ResumeError(f"gnnkit run: {ckpt_path}: unreadable checkpoint ({_first_line(err)}); "
                           "give another with --ckpt_path") from None
+
+
+def _first_line(err: Exception) -> str:
+    """The first line of an error's text (at most 200 characters), or its type's name."""
+    return (str(err).splitlines() or [type(err).__name__])[0][:200]
+
+
+def _loaded(ckpt_path: Path | str) -> Any:
+    """``torch.load`` of the file with ``weights_only=True`` (cached, see :func:`read_checkpoint`);
+    raises what torch raises."""
+    stat = os.stat(ckpt_path)
+    return _read_checkpoint(str(ckpt_path), stat.st_mtime_ns, stat.st_size)
 
 
 @functools.lru_cache(maxsize=2)
 def _read_checkpoint(ckpt_path: str, _mtime_ns: int, _size: int) -> dict[str, Any]:
-    import torch  # here: the plan is made before torch and Lightning are imported
-
+    # here, not at the top: the plan is made before torch and Lightning are imported (and torch
+    # without the collector, as gnnkit run imports it: gnnkit.import_gc)
+    torch = import_without_gc("torch")
     return torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
+
+
+#: What a checkpoint given to ``fit`` is: a ``torch.save`` zip file (Lightning's ``.ckpt``) holding the weights.
+CHECKPOINT_FORM = "a Lightning checkpoint, a torch zip file such as a run's checkpoints/last.ckpt"
+
+
+def check_checkpoint(ckpt_path: str, option: str) -> None:
+    """Refuse a file that is no checkpoint ``fit`` can start from before anything is written: not a
+    zip file (told without importing torch), one ``torch.load(weights_only=True)`` cannot read, or a
+    torch file that holds no ``state_dict`` (a bare ``model.state_dict()``, say). Left to ``fit``,
+    torch's unpickler failed on it with ``IndexError: pop from empty list`` (or another traceback)
+    after the run folder was made.
+
+    Args:
+        ckpt_path: The checkpoint file.
+        option: The option that named it, for the message (``--ckpt_path CKPT``, ``--resume RUN_DIR (CKPT)``).
+
+    Raises:
+        ResumeError: Naming the option and what a checkpoint is.
+    """
+    if not zipfile.is_zipfile(ckpt_path):
+        raise ResumeError(f"gnnkit run {option}: not a checkpoint (not a zip file; expected {CHECKPOINT_FORM})")
+    try:
+        checkpoint = _loaded(ckpt_path)
+    except Exception as err:  # a zip of other files, one cut short, a pickle torch refuses to load
+        raise ResumeError(f"gnnkit run {option}: not a checkpoint torch can read ({_first_line(err)}; expected "
+                          f"{CHECKPOINT_FORM})") from None
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise ResumeError(f"gnnkit run {option}: a torch file but not a checkpoint (it holds no state_dict; "
+                          f"expected {CHECKPOINT_FORM})")
 
 
 def epochs_done(ckpt_path: Path) -> int:
@@ -248,16 +292,18 @@ class RunPlan:
 
 def _checkpoint(run_dir: Path, ckpt_path: str | None, resumed: bool) -> str | None:
     """The checkpoint ``fit`` starts from: ``--ckpt_path`` (``last``/``best`` name the run folder's
-    own), else ``last.ckpt`` when resuming, else none."""
+    own), else ``last.ckpt`` when resuming, else none; checked to be one (:func:`check_checkpoint`)."""
     folder = run_dir / CHECKPOINTS
     if ckpt_path in ("last", "best"):
         ckpt_path = str(folder / f"{ckpt_path}.ckpt")
     if ckpt_path is not None:
         if not Path(ckpt_path).is_file():
             raise ResumeError(f"gnnkit run --ckpt_path {ckpt_path}: no such checkpoint file")
+        check_checkpoint(ckpt_path, f"--ckpt_path {ckpt_path}")
         return ckpt_path
     if resumed:
         if (folder / LAST).is_file():
+            check_checkpoint(str(folder / LAST), f"--resume {run_dir} ({folder / LAST})")
             return str(folder / LAST)
         if (run_dir / REPORT).is_file():
             raise ResumeError(f"gnnkit run --resume {run_dir}: the run finished without checkpoints "
@@ -276,6 +322,28 @@ def _say_what_the_folder_holds(run_dir: Path) -> None:
         log.warning("%s is not empty and holds no run: the run's files are written among what is there", run_dir)
 
 
+def _nearest_existing(path: Path) -> Path | None:
+    """``path`` itself if it exists, else its closest parent that does (``.`` for a relative path of
+    new folders)."""
+    return next((candidate for candidate in (path, *path.parents) if candidate.exists()), None)
+
+
+def check_run_dir_path(run_dir: Path) -> None:
+    """Refuse a run folder that cannot be one: a file, or a path under a file (``some_file/sub``,
+    which ``mkdir`` failed on with ``NotADirectoryError`` once the run was set up).
+
+    Raises:
+        ResumeError: Naming the folder and the file in the way.
+    """
+    found = _nearest_existing(run_dir)
+    if found is None or found.is_dir():
+        return
+    if found == run_dir:
+        raise ResumeError(f"gnnkit run: the run folder {run_dir} is a file (expected a folder, or a path to make one)")
+    raise ResumeError(f"gnnkit run: the run folder {run_dir} is under {found}, which is a file, not a folder "
+                      "(expected a folder, or a path to make one)")
+
+
 def plan_run(args: RunArgs) -> RunPlan:
     """Decide the run folder, config and checkpoint (nothing is written; see :func:`prepare_metrics`).
 
@@ -285,8 +353,7 @@ def plan_run(args: RunArgs) -> RunPlan:
     """
     restart = elastic_restart()
     run_dir, claim = choose_run_dir(args)
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ResumeError(f"gnnkit run: the run folder {run_dir} is a file (expected a folder, or a path to make one)")
+    check_run_dir_path(run_dir)
     resumed = args.resume is not None or (restart > 0 and (run_dir / CONFIG).is_file())
     if not resumed and is_rank_zero():  # the other ranks start after rank 0 wrote the folder
         _say_what_the_folder_holds(run_dir)
@@ -377,6 +444,112 @@ def check_same_graph(run_dir: Path, ckpt: str, state_key: str, graph_key: str) -
                           f"preprocessed), and the checkpoint's weights and "
                           f"samplers belong to the other graph; start a new run for it "
                           f"(gnnkit run {run_dir / CONFIG} --run_dir NEW)")
+
+
+#: Model settings that come from the data (LightningCLI links), named as such in :func:`check_weights_fit`.
+FROM_THE_DATA = ("in_channels", "out_channels", "num_nodes", "edge_channels", "full_batch", "molecular")
+#: Settings that shape no weights (how the data is read, the task's description, the optimizer), left out of
+#: its message.
+UNWEIGHTED = ("task", "num_workers", "prefetch", "sampler_device", "data_root", "cache_root", "optimizer",
+              "lr_scheduler")
+
+
+def check_weights_fit(ckpt: str, model: Any, option: str, datamodule: Any = None) -> None:
+    """Refuse a checkpoint whose weights the recipe's model cannot load, before ``fit`` writes the run
+    folder: another architecture's (a SAGE model's weights into a GCN model), another width, or a
+    graph with another feature width. ``fit`` failed on it with torch's multi-line ``Error(s) in
+    loading state_dict`` after ``config.yaml`` was written.
+
+    The model's state dict is compared with the checkpoint's as ``load_state_dict`` compares them:
+    keys (unless the model sets ``strict_loading = False``) and shapes; a lazily initialised
+    parameter has no shape yet, and an entry registered as ``None`` (set in ``setup``, such as a TT
+    table's ``order``) is not unexpected.
+
+    Args:
+        ckpt: The checkpoint ``fit`` starts from (read by :func:`read_checkpoint`).
+        model: The recipe's ``LightningModule``, built.
+        option: The option that named the checkpoint, for the message (``--ckpt_path CKPT``).
+        datamodule: The recipe's ``LightningDataModule``, whose settings the message compares too.
+
+    Raises:
+        ResumeError: Naming a missing or unexpected key or a mismatched shape, the settings the
+            checkpoint was trained with that differ from the run's, and where its recipe is.
+    """
+    checkpoint = read_checkpoint(ckpt)
+    problem = _weights_problem(checkpoint["state_dict"], model)
+    if problem is None:
+        return
+    trained = _settings_differ(checkpoint, model, datamodule)
+    differ = f"; it was trained with {trained}" if trained else ""
+    config = Path(ckpt).resolve().parent.parent / CONFIG
+    where = f" ({config})" if Path(ckpt).resolve().parent.name == CHECKPOINTS and config.is_file() else ""
+    advice = (f"give the recipe and options it was trained with{where}, or start without --ckpt_path"
+              if option.startswith("--ckpt_path") else "the model is built differently from the one that wrote it "
+              "(a gnnkit upgrade?): start a new run")
+    raise ResumeError(f"gnnkit run {option}: the checkpoint's weights do not fit the recipe's model ({problem})"
+                      f"{differ}; {advice}")
+
+
+def _weights_problem(saved: dict[str, Any], model: Any) -> str | None:
+    """The first disagreement of ``saved`` (a checkpoint's ``state_dict``) with ``model``'s
+    (``None`` when it loads): a missing key, an unexpected key, or a shape; with how many more."""
+    from torch.nn.parameter import is_lazy
+
+    own = model.state_dict()
+    strict = getattr(model, "strict_loading", True) is not False
+    missing = [key for key in own if key not in saved] if strict else []
+    unexpected = [key for key in saved if key not in own and not _registered(model, key)] if strict else []
+    resized = [key for key in own if key in saved and not is_lazy(own[key])
+               and tuple(own[key].shape) != tuple(getattr(saved[key], "shape", ()))]
+    problems = ([f"the model's {k} is missing from the checkpoint" for k in missing]
+                + [f"the checkpoint's {k} is not in the model" for k in unexpected]
+                + [f"{k} is {list(saved[k].shape)} in the checkpoint, {list(own[k].shape)} in the model"
+                   for k in resized])
+    if not problems:
+        return None
+    more = f", and {len(problems) - 1} more difference(s)" if len(problems) > 1 else ""
+    return problems[0] + more
+
+
+def _registered(model: Any, key: str) -> bool:
+    """Whether ``key`` names a parameter or buffer ``model`` registers but holds ``None`` for (so its
+    state dict leaves it out until it is set)."""
+    path, _, name = key.rpartition(".")
+    try:
+        module = model.get_submodule(path)
+    except AttributeError:
+        return False
+    return name in getattr(module, "_parameters", {}) or name in getattr(module, "_buffers", {})
+
+
+def _settings_differ(checkpoint: dict[str, Any], model: Any, datamodule: Any, most: int = 4) -> str:
+    """The first ``most`` settings the checkpoint was trained with that differ from the run's
+    (``data.dataset ogbn-arxiv (here synthetic-tiny), model.model sage (here gcn)``), from the
+    hyperparameters Lightning saves with it; ``""`` when none differ or none are saved."""
+    pairs = [("model", checkpoint.get("hyper_parameters"), dict(getattr(model, "hparams", None) or {})),
+             ("data", checkpoint.get("datamodule_hyper_parameters"), dict(getattr(datamodule, "hparams", None) or {}))]
+    found = []
+    for section, saved, own in pairs:
+        for key, value in (saved or {}).items():
+            if key.startswith("_") or key in UNWEIGHTED or key not in own or _listed(own[key]) == _listed(value):
+                continue
+            name = f"the data's {key}" if section == "model" and key in FROM_THE_DATA else f"{section}.{key}"
+            found.append(f"{name} {_plain(value)} (here {_plain(own[key])})")
+    return ", ".join(found[:most]) + (f" and {len(found) - most} more" if len(found) > most else "")
+
+
+def _listed(value: Any) -> Any:
+    """``value`` with its tuples as lists, as a checkpoint's saved settings hold them."""
+    if isinstance(value, dict):
+        return {key: _listed(item) for key, item in value.items()}
+    return [_listed(item) for item in value] if isinstance(value, (list, tuple)) else value
+
+
+def _plain(value: Any) -> str:
+    """A setting as a recipe writes it: ``true``/``false``/``null`` for Python's bools and ``None``."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    return str(value)
 
 
 def prepare_metrics(plan: RunPlan) -> None:

@@ -15,6 +15,7 @@ import contextlib
 import difflib
 import os
 import re
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,7 @@ from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcess
 from jsonargparse import DefaultHelpFormatter
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, LRSchedulerTypeTuple
 
+from gnnkit.accelerator_check import check_accelerator, torch_sees
 from gnnkit.allocator import retain_freed_memory
 from gnnkit.best_checkpoint import BestCheckpoint
 from gnnkit.checkpoint_io import AtomicCheckpointIO
@@ -43,8 +45,8 @@ from gnnkit.optim.foreign_state import ForeignOptimizerState
 from gnnkit.partitioned.rank_data import check_rank_count
 from gnnkit.quiet import quietly, resuming, unvalidated
 from gnnkit.report import EpochTimer, write_report
-from gnnkit.resume import (CHECKPOINTS, RUN_DIR_ENV, ResumeError, RunPlan, check_same_graph, claimed_run_dir,
-                           plan_command, prepare_metrics, wants_help)
+from gnnkit.resume import (CHECKPOINTS, LAST, RUN_DIR_ENV, ResumeError, RunPlan, check_same_graph, check_weights_fit,
+                           claimed_run_dir, plan_command, prepare_metrics, wants_help)
 from gnnkit.run_command import USAGE
 from gnnkit.saved_config import AtomicSaveConfig
 from gnnkit.tasks import DEFAULT_TASK, SHARED_LINKS, TaskFamily, add_task_argument, recipe_task, task_family
@@ -167,6 +169,8 @@ class GnnkitCLI(LightningCLI):
         module, _ = self.family.classes()
         settings = self._get(self.config, "model", default=None)
         module.check_settings(settings.as_dict() if settings is not None else {})
+        trainer = self._get(self.config, "trainer", default=None)
+        check_accelerator(trainer.get("accelerator") if trainer is not None else None)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         counts_before_fractions(parser)
@@ -300,6 +304,8 @@ def run(recipe: str, overrides: list[str], plan: RunPlan | None = None) -> dict[
     if wants_help(plan.overrides):  # the recipe's settings, its values shown as the defaults; exits
         _cli(Path("."), ["--help"], task=task, recipe_defaults=plan.config)
         return {}
+    new_parents = _new_folders(plan.run_dir.parent)  # what making the run folder makes, if it is new
+    new_folder = plan.claim or not plan.run_dir.exists()
     with claimed_run_dir(plan) as run_dir:  # a new folder of its own, removed again if parsing fails
         try:
             cli = _cli(run_dir, ["--config", plan.config, *plan.overrides], resumed=plan.resumed, task=task)
@@ -307,21 +313,63 @@ def run(recipe: str, overrides: list[str], plan: RunPlan | None = None) -> dict[
                 check_rank_count(cli.datamodule.partitions, cli.trainer.world_size)
             if plan.resumed and plan.ckpt_path is not None:
                 check_same_graph(run_dir, plan.ckpt_path, type(cli.datamodule).__qualname__, cli.datamodule.entry.key)
+            if plan.ckpt_path is not None:  # else torch's many-line `Error(s) in loading state_dict`, inside fit
+                check_weights_fit(plan.ckpt_path, cli.model, _ckpt_option(plan), cli.datamodule)
+        except ResumeError:  # gnnkit's own line, as it is
+            raise
         except (ValueError, MisconfigurationException) as err:  # a setting the classes refused: one line
             raise ResumeError(_refused(err)) from err
     run_dir.mkdir(parents=True, exist_ok=True)  # only now: a run that only parses writes nothing
-    with _environment(RUN_DIR_ENV, str(run_dir)):  # the ranks Lightning starts use this folder too
+    made = [run_dir, *new_parents] if new_folder else []
+    with (_environment(RUN_DIR_ENV, str(run_dir)),  # the ranks Lightning starts use this folder too
+          _removed_if_refused(made)):
         return _train_and_test(plan, cli, task)
+
+
+def _ckpt_option(plan: RunPlan) -> str:
+    """The option that named the run's checkpoint, for its messages: ``--ckpt_path CKPT``, or
+    ``--resume RUN_DIR`` for the folder's own ``last.ckpt``."""
+    if plan.resumed and Path(plan.ckpt_path or "") == plan.run_dir / CHECKPOINTS / LAST:
+        return f"--resume {plan.run_dir}"
+    return f"--ckpt_path {plan.ckpt_path}"
+
+
+def _new_folders(path: Path) -> list[Path]:
+    """``path`` and its parents that do not exist yet, innermost first: what ``mkdir(parents=True)``
+    of it makes."""
+    new = []
+    while not path.exists() and path != path.parent:
+        new.append(path)
+        path = path.parent
+    return new
+
+
+@contextlib.contextmanager
+def _removed_if_refused(made: list[Path]) -> Iterator[None]:
+    """Remove the folders this run made (``made``: the run folder, then the parents made for it) if
+    the block refuses the run (:class:`ResumeError`: raised in ``fit`` before training starts, such
+    as another optimizer's state in the checkpoint), so that a refused run leaves no folder holding
+    only its ``config.yaml``. A folder that was there before the run (``--resume``, a given
+    ``--run_dir``) is kept, and so is a parent another run has put a folder in since."""
+    try:
+        yield
+    except ResumeError:
+        if made:
+            shutil.rmtree(made[0], ignore_errors=True)
+            for parent in made[1:]:
+                with contextlib.suppress(OSError):  # not empty: another run's folder is there too
+                    parent.rmdir()
+        raise
 
 
 def _refused(err: Exception) -> str:
     """The line for a setting that the model, the data module or Lightning's ``Trainer`` refused when
-    built (gnnkit's checks name the field; Lightning's ``No supported gpu backend found!`` is told
-    what this torch sees)."""
+    built (gnnkit's checks name the field; a refusal of Lightning's that speaks of a GPU is told what
+    this torch sees; an accelerator it cannot use here is refused earlier, :func:`check_accelerator`)."""
     message = " ".join(str(err).split())
-    if re.search(r"gpu|cuda", message, re.IGNORECASE) and not torch.cuda.is_available():
-        build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
-        message += f" (torch {torch.__version__}, {build}, sees no GPU)"
+    listing = "Available names are:" in message  # Lightning's refusal of a name, which lists cuda
+    if re.search(r"gpu|cuda", message, re.IGNORECASE) and not listing and not torch.cuda.is_available():
+        message += f" ({torch_sees()}, sees no GPU)"
     return message
 
 

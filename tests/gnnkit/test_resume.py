@@ -149,8 +149,99 @@ def test_resume_takes_more_epochs_and_the_ckpt_path(tmp_path):
     # another optimizer's state: it loaded, and Adam's first step failed with KeyError: 'betas'
     with pytest.raises(ResumeError, match="checkpoints/last.ckpt: the checkpoint's optimizer state is another "
                                           "optimizer's: its parameter groups set .*, which SGD does not take"):
-        run(QUICKSTART, ["--trainer.max_epochs", "4", "--run_dir", str(tmp_path / "sgd"), "--optimizer",
-                         "torch.optim.SGD", "--optimizer.lr", "0.1", "--ckpt_path", str(run_dir / "checkpoints" / "last.ckpt")])
+        run(QUICKSTART, ["--trainer.max_epochs", "4", "--run_dir", str(tmp_path / "sgd" / "new"), "--optimizer",
+                         "torch.optim.SGD", "--optimizer.lr", "0.1",
+                         "--ckpt_path", str(run_dir / "checkpoints" / "last.ckpt")])
+    assert not (tmp_path / "sgd").exists()  # the refused run's folder (it held only config.yaml), and its parent
+
+
+def test_a_run_refused_inside_fit_leaves_no_folder_but_keeps_one_that_was_there(tmp_path, monkeypatch):
+    """A run refused in fit before training started (another optimizer's state in the checkpoint)
+    left runs/<recipe>-<time>/ holding only config.yaml and hparams.yaml; a folder that was there
+    before the run (--run_dir, --resume) is the user's and stays."""
+    run_dir = tmp_path / "r"
+    run(QUICKSTART, ["--trainer.max_epochs", "1", "--run_dir", str(run_dir)])
+    sgd = ["--optimizer", "torch.optim.SGD", "--optimizer.lr", "0.1",
+           "--ckpt_path", str(run_dir / "checkpoints" / "last.ckpt")]
+    (tmp_path / "elsewhere").mkdir()
+    _one_second(monkeypatch, tmp_path / "elsewhere", "T")
+    with pytest.raises(ResumeError, match="which SGD does not take"):
+        run(QUICKSTART, sgd)
+    assert not (tmp_path / "elsewhere" / "runs").exists()  # the claimed folder, and the runs/ made for it
+    (tmp_path / "elsewhere" / "runs" / "mine").mkdir(parents=True)  # runs/ was there before: it stays
+    with pytest.raises(ResumeError, match="which SGD does not take"):
+        run(QUICKSTART, sgd)
+    assert [p.name for p in (tmp_path / "elsewhere" / "runs").iterdir()] == ["mine"]
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine")
+    with pytest.raises(ResumeError, match="which SGD does not take"):
+        run(QUICKSTART, [*sgd, "--run_dir", str(kept)])
+    assert (kept / "notes.txt").read_text() == "mine"
+    with pytest.raises(ResumeError, match="which SGD does not take"):
+        run(QUICKSTART, [*sgd, "--run_dir", str(run_dir)])
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+
+
+def _torch_file(path: Path, value: object) -> Path:
+    torch.save(value, path)
+    return path
+
+
+def test_a_file_that_is_no_checkpoint_is_refused_before_the_run_starts(tmp_path, monkeypatch):
+    """Text (torch's unpickler failed in fit: `IndexError: pop from empty list`), a zip of other
+    files, and a torch file without a state_dict are refused by the plan, before a run folder is made."""
+    import zipfile
+
+    monkeypatch.chdir(tmp_path)
+    Path("some.txt").write_text("some text\n")
+    with zipfile.ZipFile("other.zip", "w") as archive:
+        archive.writestr("a.txt", "a")
+    _torch_file(tmp_path / "weights.pt", {"w": torch.zeros(2)})
+    for name, what in [("some.txt", r"not a checkpoint \(not a zip file; expected a Lightning checkpoint"),
+                       ("other.zip", r"not a checkpoint torch can read \(.+; expected a Lightning checkpoint"),
+                       ("weights.pt", r"a torch file but not a checkpoint \(it holds no state_dict")]:
+        with pytest.raises(ResumeError, match=rf"^gnnkit run --ckpt_path {name}: {what}"):
+            plan_run(parse_run_args([QUICKSTART, "--ckpt_path", name]))
+        with pytest.raises(ResumeError, match=rf"^gnnkit run --ckpt_path {name}: {what}"):
+            run(QUICKSTART, ["--ckpt_path", name])
+        assert not Path("runs").exists()
+    done = tmp_path / "done"  # a run folder whose last.ckpt is no checkpoint
+    (done / "checkpoints").mkdir(parents=True)
+    (done / "config.yaml").write_text("model: {}\n")
+    (done / "checkpoints" / "last.ckpt").write_text("cut")
+    with pytest.raises(ResumeError, match=rf"^gnnkit run --resume {done} \({done}/checkpoints/last.ckpt\): not a "
+                                          r"checkpoint \(not a zip file"):
+        plan_run(parse_run_args(["--resume", str(done)]))
+
+
+def test_a_checkpoint_of_another_model_or_graph_is_one_line_and_leaves_no_folder(tmp_path, monkeypatch,
+                                                                                  make_ogb_folder):
+    """A SAGE model's checkpoint given to a GCN recipe (or to a wider model, or a graph of another
+    feature width) failed in fit with torch's many-line `Error(s) in loading state_dict for
+    NodeClassifier`, after config.yaml was written."""
+    trained = tmp_path / "q"
+    run(QUICKSTART, ["--trainer.max_epochs", "1", "--run_dir", str(trained)])
+    last = str(trained / "checkpoints" / "last.ckpt")
+    (tmp_path / "elsewhere").mkdir()
+    _one_second(monkeypatch, tmp_path / "elsewhere", "T")
+    start = rf"^gnnkit run --ckpt_path {last}: the checkpoint's weights do not fit the recipe's model \("
+    advice = rf"; give the recipe and options it was trained with \({trained}/config.yaml\), or start without"
+    cases = [
+        ([str(REPO / "recipes" / "gcn_citation.yaml")], r"the model's gnn\.layers\.0\.bias is missing from the "
+         r"checkpoint, and \d+ more difference\(s\)\); it was trained with model\.model sage \(here gcn\), "
+         r"model\.hidden_channels 64 \(here 16\), model\.batch_norm true \(here false\)"),
+        ([QUICKSTART, "--model.hidden_channels", "32"], r"gnn\.layers\.0\.lin_l\.weight is \[64, 32\] in the "
+         r"checkpoint, \[32, 32\] in the model, .*\); it was trained with model\.hidden_channels 64 \(here 32\)"),
+        ([QUICKSTART, "--data.dataset", str(make_ogb_folder())], r"gnn\.layers\.0\.lin_l\.weight is \[64, 32\] in "
+         r"the checkpoint, \[64, 8\] in the model, .*\); it was trained with .*the data's in_channels 32 \(here 8\)"),
+    ]
+    for (recipe, *overrides), problem in cases:
+        with pytest.raises(ResumeError, match=start + problem + ".*" + advice) as refused:
+            run(recipe, [*overrides, "--ckpt_path", last])
+        assert "\n" not in str(refused.value)
+        assert not (tmp_path / "elsewhere" / "runs").exists()
+    run(QUICKSTART, ["--trainer.max_epochs", "2", "--ckpt_path", last])  # its own recipe's model: it continues
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -175,6 +266,10 @@ def test_folders_that_cannot_hold_or_continue_a_run_are_one_line(tmp_path, monke
     Path("afile").write_text("")
     with pytest.raises(ResumeError, match="^gnnkit run: the run folder afile is a file"):
         plan_run(parse_run_args([QUICKSTART, "--run_dir", "afile"]))
+    for under in ("afile/sub", "afile/sub/deeper"):  # mkdir's NotADirectoryError, once the data was read
+        with pytest.raises(ResumeError, match=f"^gnnkit run: the run folder {under} is under afile, which is a file, "
+                                              r"not a folder \(expected a folder, or a path to make one\)$"):
+            plan_run(parse_run_args([QUICKSTART, "--run_dir", under]))
     done = tmp_path / "done"
     done.mkdir()
     (done / "config.yaml").write_text("model: {}\n")
@@ -360,7 +455,7 @@ def test_a_fresh_run_in_a_used_folder_replaces_the_earlier_runs_checkpoints(tmp_
     (used / "checkpoints").mkdir(parents=True)
     (used / "config.yaml").write_text("model: {}\n")
     for name in ("best.ckpt", "best-v1.ckpt", "last.ckpt", "start.ckpt"):
-        (used / "checkpoints" / name).write_text("")
+        _torch_file(used / "checkpoints" / name, {"state_dict": {}})  # what the plan checks a checkpoint for
     prepare_metrics(plan_run(parse_run_args([QUICKSTART, "--run_dir", str(used),
                                              "--ckpt_path", str(used / "checkpoints" / "start.ckpt")])))
     assert [p.name for p in (used / "checkpoints").iterdir()] == ["start.ckpt"]

@@ -288,15 +288,16 @@ def test_a_run_without_validation_says_so_once_and_tests_the_last_weights(tmp_pa
      "data.num_neighbors: expected a list of at least one fan-out per layer, each >= 0 or -1"),  # PyG's: inside fit
     (["--data.sampler_device", "tpu"], "data.sampler_device: expected one of ['auto', 'cpu', 'cuda'], got 'tpu'"),
     (["--trainer.max_epochs", "-5"], "`max_epochs` must be a non-negative integer or -1. You passed in -5."),
-    (["--trainer.accelerator", "gpu"], "No supported gpu backend found! (torch "),  # Lightning's, on a CPU machine
-    (["--trainer.accelerator", "cuda"], "`CUDAAccelerator` can not run on your system since the accelerator is not "
-     "available."),
+    (["--trainer.accelerator", "gpu"], "trainer.accelerator: gpu cannot be used here: it needs a GPU (torch "),
+    (["--trainer.accelerator", "cuda"], "trainer.accelerator: cuda cannot be used here: it needs a GPU (torch "),
     (["--trainer.strategy", "ddp_spawn", "--trainer.devices", "2", "--trainer.accelerator", "cpu"],
      "trainer.strategy: ddp_spawn starts its ranks with multiprocessing ('spawn'), and their epoch times"),
     (["--trainer.strategy.class_path", "lightning.pytorch.strategies.DDPStrategy", "--trainer.strategy.init_args."
       "start_method", "fork", "--trainer.devices", "2", "--trainer.accelerator", "cpu"],
      "trainer.strategy: DDPStrategy(start_method='fork') starts its ranks with multiprocessing ('fork')"),
-], ids=["model", "lr", "fanouts", "data", "trainer", "no-gpu", "no-cuda", "ddp_spawn", "fork"])
+    (["--trainer.accelerator", "xyz"], "You selected an invalid accelerator name: `accelerator='xyz'`. Available "
+     "names are: auto, "),  # Lightning's, as it is: no word of a GPU added
+], ids=["model", "lr", "fanouts", "data", "trainer", "no-gpu", "no-cuda", "ddp_spawn", "fork", "unknown"])
 def test_a_setting_the_classes_refuse_is_one_line_and_leaves_no_run_folder(tmp_path, monkeypatch, setting, line):
     import torch
 
@@ -311,7 +312,52 @@ def test_a_setting_the_classes_refuse_is_one_line_and_leaves_no_run_folder(tmp_p
     assert str(refused.value).startswith(line) and "\n" not in str(refused.value)
     if setting[-1] in ("gpu", "cuda"):  # what this torch sees, for either spelling
         assert f"(torch {torch.__version__}, " in str(refused.value)
+        assert str(refused.value).endswith("sees none); expected one this machine has: cpu (or auto)")
+    if setting[-1] == "xyz":  # Lightning lists cuda among the names: no note that this torch sees no GPU
+        assert "GPU" not in str(refused.value)
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(("name", "needs"), [
+    ("tpu", "torch_xla>=1.13 (not installed)"),  # Lightning's ModuleNotFoundError traceback, exit 1
+    ("mps", "an Apple silicon GPU (torch's MPS backend is not available here)"),
+    ("hpu", "the lightning-habana package (not installed) and an Intel Gaudi device"),
+])
+def test_an_accelerator_lightning_cannot_use_here_is_one_line_before_the_data_is_read(tmp_path, monkeypatch,
+                                                                                       name, needs):
+    import importlib.util
+
+    from lightning.pytorch.accelerators import AcceleratorRegistry
+
+    from gnnkit.resume import ResumeError
+    from gnnkit.run import run
+
+    if name in AcceleratorRegistry and AcceleratorRegistry[name]["accelerator"].is_available():
+        pytest.skip(f"{name} can be used here")
+    if name == "tpu" and importlib.util.find_spec("torch_xla") is not None:
+        needs = "a TPU (torch_xla sees none)"
+    monkeypatch.setenv("GNNKIT_HOME", str(tmp_path / "home"))  # an empty cache: building would preprocess
+    with pytest.raises(ResumeError) as refused:
+        run(str(QUICKSTART), ["--trainer.accelerator", name, "--run_dir", str(tmp_path / "r")])
+    assert str(refused.value).startswith(f"trainer.accelerator: {name} cannot be used here: it needs {needs}; "
+                                         "expected one this machine has: cpu")
+    assert not (tmp_path / "home" / "cache").exists() and not (tmp_path / "r").exists()
+
+
+def test_requests_refused_before_the_run_are_one_line_exit_2_and_leave_no_folder(tmp_path):
+    """A text file as --ckpt_path (`IndexError: pop from empty list` from torch's unpickler, inside
+    fit) and a run folder under a file (`NotADirectoryError` from mkdir, once the data was read)."""
+    (tmp_path / "some.txt").write_text("some text\n")
+    for args, line in [
+        (["--ckpt_path", "some.txt"], "gnnkit: error: gnnkit run --ckpt_path some.txt: not a checkpoint (not a zip "
+                                      "file; expected a Lightning checkpoint, a torch zip file such as a run's "
+                                      "checkpoints/last.ckpt)"),
+        (["--run_dir", "some.txt/sub"], "gnnkit: error: gnnkit run: the run folder some.txt/sub is under some.txt, "
+                                        "which is a file, not a folder (expected a folder, or a path to make one)"),
+    ]:
+        out = _gnnkit("run", QUICKSTART, *args, cwd=tmp_path, env=NATIVE_OFF)
+        assert (out.returncode, out.stderr.strip()) == (2, line)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["some.txt"]
 
 
 @pytest.mark.slow
