@@ -84,16 +84,41 @@ _WRONG_TYPE = re.compile(r'Parser key "(?P<key>[^"]+)": (Expected a (?P<type><cl
                          r'Given value: )(?P<value>.*)$')
 
 
+#: jsonargparse's refusal of a class given without an argument it requires (``--lr_scheduler StepLR``).
+_CLASS_PROBLEM = re.compile(r"Problem with given class_path '(?P<cls>[^']+)': (?P<problem>.+?)"
+                            r"(?: - |\s*Given value type|$)")
+
+
 def _plain_type_error(text: str) -> str:
     """``trainer.max_epochs: expected int or None, got 'abc'`` for jsonargparse's wrong-type refusal
-    (``Parser key "trainer.max_epochs": Does not validate against any of the Union subtypes ...``);
+    (``Parser key "trainer.max_epochs": Does not validate against any of the Union subtypes ...``),
+    with a ``Literal``'s values listed (``trainer.precision: expected one of 64, 32, 16, 16-mixed, ...``)
+    and a class given without an argument it requires named with that argument
+    (``lr_scheduler: torch.optim.lr_scheduler.StepLR needs step_size (--lr_scheduler.step_size VALUE)``);
     any other text as it is."""
     wrong = _WRONG_TYPE.match(text)
     if wrong is None:
         return text
-    names = re.findall(r"<class '([\w.]+)'>", wrong["type"] or wrong["types"])
-    wanted = " or ".join("None" if name == "NoneType" else name for name in names)
-    return f"{wrong['key']}: expected {wanted}, got {wrong['value']!r}"
+    key = wrong["key"]
+    problem = _CLASS_PROBLEM.search(text)
+    if problem is not None:
+        required = re.fullmatch(r"the following arguments are required: (.+)", problem["problem"].strip())
+        if required is not None:
+            names = [name.strip() for name in required[1].split(",")]
+            flags = ", ".join(f"--{key}.{name} VALUE" for name in names)
+            return f"{key}: {problem['cls']} needs {' and '.join(names)} ({flags})"
+        detail = problem["problem"].strip()
+        if detail.startswith('Parser key "'):  # an argument of the class, of the wrong type
+            plain = _plain_type_error(detail.replace('Parser key "', f'Parser key "{key}.', 1))
+            if not plain.startswith("Parser key"):
+                return plain
+        return f"{key}: {problem['cls']}: {detail}"
+    types = text.split(" Errors:")[0] if wrong["types"] is not None else wrong["type"]  # Literal[...] holds "]"
+    names = ["None" if name == "NoneType" else name for name in re.findall(r"<class '([\w.]+)'>", types)]
+    values = list(dict.fromkeys(value.strip().strip("'\"") for literal in re.findall(r"Literal\[([^\]]*)\]", types)
+                                for value in literal.split(",")))
+    wanted = " or ".join([f"one of {', '.join(values)}"] * bool(values) + names)
+    return f"{key}: expected {wanted}, got {wrong['value']!r}"
 
 
 class _OneLineErrors(LightningArgumentParser):

@@ -60,13 +60,20 @@ def test_recipe_typo_gets_lightningclis_error(tmp_path):
     (["--trainer.max_epoch", "3"], "unrecognized arguments: --trainer.max_epoch 3; did you mean --trainer.max_epochs?"),
     (["--trainer.max_epochs", "abc"], "trainer.max_epochs: expected int or None, got 'abc'"),
     (["--model.lr", "x"], "model.lr: expected float, got 'x'"),
-], ids=["an abbreviation (it set max_epochs)", "a union type (jsonargparse's 5-part dump)", "one type"])
+    (["--trainer.precision", "13"], "trainer.precision: expected one of 64, 32, 16, transformer-engine, "
+                                    "transformer-engine-float16, 16-true, 16-mixed, bf16-true, bf16-mixed, 32-true, "
+                                    "64-true, bf16 or None, got '13'"),
+    (["--lr_scheduler", "StepLR", "--trainer.max_epochs", "1"],  # --print_config would not check it: it runs
+     "lr_scheduler: torch.optim.lr_scheduler.StepLR needs step_size (--lr_scheduler.step_size VALUE)"),
+    (["--lr_scheduler", "StepLR", "--lr_scheduler.step_size", "x"], "lr_scheduler.step_size: expected int, got 'x'"),
+], ids=["an abbreviation (it set max_epochs)", "a union type (jsonargparse's 5-part dump)", "one type",
+        "literals (it said 'expected , got')", "a class without a required argument", "a class's argument"])
 def test_a_misspelt_or_mistyped_setting_is_one_plain_line(argv, line, tmp_path, monkeypatch, capsys):
     from gnnkit.run import run
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as done:
-        run(str(QUICKSTART), [*argv, "--print_config"])
+        run(str(QUICKSTART), [*argv, *["--print_config"] * ("--trainer.max_epochs" not in argv)])
     assert done.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1] == f"gnnkit: error: {line} (gnnkit run RECIPE --help lists the settings)"
 
