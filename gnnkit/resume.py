@@ -205,8 +205,9 @@ CHECKPOINT_FORM = "a Lightning checkpoint, a torch zip file such as a run's chec
 
 def check_checkpoint(ckpt_path: str, option: str) -> None:
     """Refuse a file that is no checkpoint ``fit`` can start from before anything is written: not a
-    zip file (told without importing torch), one ``torch.load(weights_only=True)`` cannot read, or a
-    torch file that holds no ``state_dict`` (a bare ``model.state_dict()``, say). Left to ``fit``,
+    zip file (told without importing torch), one ``torch.load(weights_only=True)`` cannot read, a
+    torch file that holds no ``state_dict`` (a bare ``model.state_dict()``, say), or one of the
+    weights only (no optimizer state). Left to ``fit``,
     torch's unpickler failed on it with ``IndexError: pop from empty list`` (or another traceback)
     after the run folder was made.
 
@@ -227,6 +228,10 @@ def check_checkpoint(ckpt_path: str, option: str) -> None:
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise ResumeError(f"gnnkit run {option}: a torch file but not a checkpoint (it holds no state_dict; "
                           f"expected {CHECKPOINT_FORM})")
+    if "optimizer_states" not in checkpoint:  # Lightning's KeyError in fit, a traceback
+        raise ResumeError(f"gnnkit run {option}: the checkpoint holds the weights only (a ModelCheckpoint with "
+                          "save_weights_only), and fit continues a training from its optimizer and loop state too; "
+                          f"expected {CHECKPOINT_FORM}")
 
 
 def epochs_done(ckpt_path: Path) -> int:

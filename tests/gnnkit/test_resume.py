@@ -198,9 +198,11 @@ def test_a_file_that_is_no_checkpoint_is_refused_before_the_run_starts(tmp_path,
     with zipfile.ZipFile("other.zip", "w") as archive:
         archive.writestr("a.txt", "a")
     _torch_file(tmp_path / "weights.pt", {"w": torch.zeros(2)})
+    _torch_file(tmp_path / "only.ckpt", {"state_dict": {"w": torch.zeros(2)}, "epoch": 0})
     for name, what in [("some.txt", r"not a checkpoint \(not a zip file; expected a Lightning checkpoint"),
                        ("other.zip", r"not a checkpoint torch can read \(.+; expected a Lightning checkpoint"),
-                       ("weights.pt", r"a torch file but not a checkpoint \(it holds no state_dict")]:
+                       ("weights.pt", r"a torch file but not a checkpoint \(it holds no state_dict"),
+                       ("only.ckpt", r"the checkpoint holds the weights only \(a ModelCheckpoint with save_weights")]:
         with pytest.raises(ResumeError, match=rf"^gnnkit run --ckpt_path {name}: {what}"):
             plan_run(parse_run_args([QUICKSTART, "--ckpt_path", name]))
         with pytest.raises(ResumeError, match=rf"^gnnkit run --ckpt_path {name}: {what}"):
@@ -455,7 +457,7 @@ def test_a_fresh_run_in_a_used_folder_replaces_the_earlier_runs_checkpoints(tmp_
     (used / "checkpoints").mkdir(parents=True)
     (used / "config.yaml").write_text("model: {}\n")
     for name in ("best.ckpt", "best-v1.ckpt", "last.ckpt", "start.ckpt"):
-        _torch_file(used / "checkpoints" / name, {"state_dict": {}})  # what the plan checks a checkpoint for
+        _torch_file(used / "checkpoints" / name, {"state_dict": {}, "optimizer_states": []})  # what the plan checks
     prepare_metrics(plan_run(parse_run_args([QUICKSTART, "--run_dir", str(used),
                                              "--ckpt_path", str(used / "checkpoints" / "start.ckpt")])))
     assert [p.name for p in (used / "checkpoints").iterdir()] == ["start.ckpt"]
