@@ -142,7 +142,9 @@ class SparseGCNConv(SparseAggregation):
         ``adj`` that is ``normalized`` already (e.g. a partition's rows with whole-graph degrees,
         :func:`gnnkit.partitioned.local_graph.gcn_local_normalized`)."""
         self.check_inputs(x, adj)
-        out = self.message_and_aggregate(adj if normalized else gcn_normalized(adj), self.lin(x))
+        if not normalized:  # float64 features get float64 weights (PyG's are in x's dtype)
+            adj = gcn_normalized(adj, dtype=torch.float64 if x.dtype == torch.float64 else torch.float32)
+        out = self.message_and_aggregate(adj, self.lin(x))
         return out if self.bias is None else out + self.bias
 
     def from_aggregated(self, aggregated: Tensor) -> Tensor:

@@ -25,6 +25,7 @@ from torch import Tensor
 from gnnkit.partitioned.halo import HaloPlan, all_to_all_rows
 from gnnkit.partitioned.local_graph import gcn_local_normalized
 from gnnkit.sparse import Adjacency, spmm
+from gnnkit.sparse.spmm import mean_scale
 
 #: What each model's first layer aggregates: the GCN-normalised sum, or the row mean (SAGE).
 INPUT_AGGREGATIONS = ("gcn", "mean")
@@ -98,7 +99,7 @@ def aggregate_input(x: Tensor, adj: Adjacency, plan: HaloPlan, reduce: str = "su
         received = all_to_all_rows(x[_sent_in_round(plan, k, chunk_rows)], _in_round(plan.recv_counts, k, chunk_rows),
                                    _in_round(plan.send_counts, k, chunk_rows), plan.group)
         out += spmm(_entries(adj, rounds == k, slots, received.size(0)), received, format="csr")
-    return out * adj.inv_row_counts() if reduce == "mean" else out
+    return out * mean_scale(adj, out.dtype) if reduce == "mean" else out
 
 
 def largest_chunk_rows(plan: HaloPlan, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> int:

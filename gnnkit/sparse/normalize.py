@@ -7,7 +7,7 @@ import torch
 from gnnkit.sparse.adjacency import Adjacency, indptr_of
 
 
-def gcn_normalized(adj: Adjacency, add_self_loops: bool = True) -> Adjacency:
+def gcn_normalized(adj: Adjacency, add_self_loops: bool = True, dtype: torch.dtype = torch.float32) -> Adjacency:
     r"""The propagation matrix of Kipf & Welling's GCN <https://arxiv.org/abs/1609.02907>.
 
     ``\hat A = D^{-1/2} (A + I) D^{-1/2}`` with ``D`` the row sums (in-degrees) of ``A + I``,
@@ -18,6 +18,8 @@ def gcn_normalized(adj: Adjacency, add_self_loops: bool = True) -> Adjacency:
     Args:
         adj: Square adjacency.
         add_self_loops: Add the identity (otherwise only the degree scaling is applied).
+        dtype: The weights' dtype, in which the degrees and scales are computed too: float32, or
+            float64 for float64 features (float32's weights rounded up are 1e-7 off PyG's there).
 
     Returns:
         A weighted :class:`Adjacency` with the same rows and columns.
@@ -27,7 +29,7 @@ def gcn_normalized(adj: Adjacency, add_self_loops: bool = True) -> Adjacency:
 
     def build() -> Adjacency:
         n = adj.num_rows
-        rows, cols, weights = adj.rows(), adj.indices, adj.weights()
+        rows, cols, weights = adj.rows(), adj.indices, adj.weights().to(dtype)
         if add_self_loops:
             loops = rows == cols
             loop_weight = torch.ones(n + 1, dtype=weights.dtype, device=adj.device)  # [n]: a slot for the rest
@@ -47,4 +49,5 @@ def gcn_normalized(adj: Adjacency, add_self_loops: bool = True) -> Adjacency:
         return Adjacency(indptr_of(rows, n), cols, num_cols=n, values=inv_sqrt[rows] * weights * inv_sqrt[cols],
                          validate=False, single_use=adj.single_use)
 
-    return adj.cached(f"gcn_normalized:{add_self_loops}", build)
+    key = f"gcn_normalized:{add_self_loops}" + ("" if dtype == torch.float32 else f":{dtype}")
+    return adj.cached(key, build)

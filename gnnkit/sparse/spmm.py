@@ -79,8 +79,12 @@ def plan(adj: Adjacency, width: int, format: str = "auto", backward_format: str 
     return adj.cached(f"plan:{width}:{format}:{backward_format}:{shared}:{dtype}", build)
 
 
-def _scale(adj: Adjacency, dtype: torch.dtype) -> Tensor:
-    """``reduce="mean"``'s row scale in ``dtype``."""
+def mean_scale(adj: Adjacency, dtype: torch.dtype) -> Tensor:
+    """``reduce="mean"``'s row scale in ``dtype``: float64 computed in float64 (float32's reciprocal
+    rounded up is 3e-8 off), the others rounded from float32's."""
+    if dtype == torch.float64:
+        return adj.cached("inv_row_counts:float64",
+                          lambda: adj.row_counts().clamp(min=1).to(torch.float64).reciprocal_().unsqueeze(1))
     scale = adj.inv_row_counts()
     return scale if scale.dtype == dtype else scale.to(dtype)
 
@@ -92,7 +96,7 @@ class SpMM(torch.autograd.Function):
     def forward(ctx: Any, x: Tensor, adj: Adjacency, reduce: str, fwd: str, bwd: str) -> Tensor:
         out = FORMATS[fwd](adj, x)
         if reduce == "mean":
-            out = out * _scale(adj, out.dtype)
+            out = out * mean_scale(adj, out.dtype)
         ctx.adj, ctx.reduce, ctx.bwd = adj, reduce, bwd
         return out
 
@@ -103,7 +107,7 @@ class SpMM(torch.autograd.Function):
             return None, None, None, None, None
         adj: Adjacency = ctx.adj
         if ctx.reduce == "mean":
-            grad = grad * _scale(adj, grad.dtype)
+            grad = grad * mean_scale(adj, grad.dtype)
         fmt = FORMATS[ctx.bwd]
         if fmt.transpose_free and adj.single_use:  # building A^T for one product would cost a sort
             return fmt.transposed(adj, grad), None, None, None, None
