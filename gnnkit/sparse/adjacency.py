@@ -139,6 +139,9 @@ class Adjacency:
             if count is not None and not is_whole(count, 0):
                 raise ValueError(f"Adjacency.from_edge_index: {name} must be an integer >= 0, got {count!r}")
         src, dst = edge_index[0].to(torch.int64), edge_index[1].to(torch.int64)
+        if values is not None and not isinstance(values, Tensor):
+            raise TypeError(f"Adjacency.from_edge_index: values must be a torch.Tensor of edge weights, got "
+                            f"{type(values).__name__}")
         if values is not None and values.shape != (src.numel(),):
             raise ValueError(f"Adjacency.from_edge_index: values must have shape ({src.numel()},), "
                              f"got {tuple(values.shape)}")
@@ -149,7 +152,8 @@ class Adjacency:
                                (dst[1:] >= dst[:-1]).all().to(torch.int64).view(1)])
             lo_src, lo_dst, hi_src, hi_dst, sorted_flag = facts.tolist()
             low, high, ordered = (lo_src, lo_dst), (hi_src, hi_dst), bool(sorted_flag)
-        if num_nodes is None:
+        inferred = num_nodes is None
+        if inferred:
             num_nodes = max(high) + 1
         num_dst = num_nodes if num_dst is None else num_dst
         if min(low) < 0 or high[0] >= num_nodes or high[1] >= num_dst:
@@ -159,7 +163,14 @@ class Adjacency:
             order = torch.argsort(dst, stable=True)
             src, dst = src[order], dst[order]
             values = None if values is None else values[order]
-        indptr = indptr_of(dst, num_dst)
+        try:
+            indptr = indptr_of(dst, num_dst)
+        except RuntimeError as err:  # torch's allocator (OutOfMemoryError on a GPU): ids far beyond the edges'
+            if not inferred or "allocate" not in str(err):
+                raise
+            raise ValueError(f"Adjacency.from_edge_index: the largest node id, {num_nodes - 1:,}, makes a row pointer "
+                             f"of {num_dst + 1:,} entries that cannot be allocated; pass num_nodes, or relabel the ids "
+                             "to 0..N-1") from None
         # well-formed by construction (ids checked above, indptr a cumulative count): no second pass
         return cls(indptr, src, num_cols=num_nodes, values=values, single_use=single_use, validate=False)
 

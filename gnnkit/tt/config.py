@@ -11,12 +11,12 @@ INITS = ("orthogonal", "normal")
 
 
 def _positive_ints(name: str, values: tuple[int, ...]) -> tuple[int, ...]:
+    """``values`` as a tuple of Python ints (numpy's integers too), each ``>= 1``."""
     if not isinstance(values, (tuple, list)):
         raise ValueError(f"TTConfig.{name}: expected a list of positive integers, got {values!r}")
-    out = tuple(values)
-    if not out or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in out):
+    if not values or not all(setting_checks.is_whole(v, 1) for v in values):
         raise ValueError(f"TTConfig.{name}: expected positive integers, got {values!r}")
-    return out
+    return tuple(int(v) for v in values)
 
 
 @dataclass(frozen=True)

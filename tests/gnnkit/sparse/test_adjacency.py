@@ -147,3 +147,14 @@ def test_ids_and_features_of_the_wrong_kind_are_refused(build, message):
     formats on random integers and fail inside torch."""
     with pytest.raises((TypeError, ValueError), match=message):
         build()
+
+
+def test_weights_that_are_no_tensor_and_ids_too_large_to_hold_are_one_line():
+    """A list of weights was an AttributeError; an id of 2**40 without num_nodes asked the allocator
+    for 8.8 TB and said only that."""
+    edges = torch.tensor([[0, 1, 2], [1, 2, 0]])
+    with pytest.raises(TypeError, match="values must be a torch.Tensor of edge weights, got list"):
+        Adjacency.from_edge_index(edges, values=[1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match=r"the largest node id, 1,099,511,627,776, makes a row pointer .* pass "
+                                         r"num_nodes, or relabel the ids"):
+        Adjacency.from_edge_index(torch.tensor([[0], [2**40]]))
