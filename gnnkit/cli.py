@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(argv).parse_args(argv)
     ctrl_c: list[int] = []  # the Ctrl-Cs the command got
     try:
-        with _noting(ctrl_c):
+        with _noting_ctrl_c(ctrl_c):
             return args.func(args)
     except KeyboardInterrupt:  # Ctrl-C: what was being written is a temp, removed on the way out
         print("gnnkit: interrupted", file=sys.stderr)
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 @contextmanager
-def _noting(ctrl_c: list[int]) -> Iterator[None]:
+def _noting_ctrl_c(ctrl_c: list[int]) -> Iterator[None]:
     """Note each Ctrl-C (SIGINT) in ``ctrl_c`` before Python raises ``KeyboardInterrupt`` for it, as
     it would: Lightning catches that in a fit, shuts down and exits with status 1, which then reads
     as the interruption it was. Only where Python's own handler is installed, in the main thread."""
