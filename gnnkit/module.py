@@ -15,6 +15,7 @@ from gnnkit.models.node_gnn import NodeGNN, NodeGNNOptions, resolve_model, resol
 from gnnkit.optim import module_optimizer, with_scheduler
 from gnnkit.partitioned.batch_norm import partition_batch_norms
 from gnnkit.pseudo_labels import pseudo_label_loss, pseudo_label_weight
+from gnnkit.setting_checks import SettingRefused
 from gnnkit.task_module import STAGES, RunLengthHooks, TaskModule
 from gnnkit.tt import TTEmbedding, auto_config
 
@@ -247,7 +248,14 @@ class NodeClassifier(RunLengthHooks, TaskModule):
     def setup(self, stage: str) -> None:
         """Partition-parallel runs: batch statistics over every partition (sampled ones too: a rank's
         batches come from its own cluster of the graph). TT tables: give them the dataset's node
-        order and hot (highest-degree) nodes."""
+        order and hot (highest-degree) nodes. A setting that cannot work with the data or the ranks
+        is refused with :class:`~gnnkit.setting_checks.SettingRefused` (one line from ``gnnkit run``)."""
+        try:
+            self._setup(stage)
+        except ValueError as err:
+            raise SettingRefused(str(err)) from err
+
+    def _setup(self, stage: str) -> None:
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         partitioned = getattr(datamodule, "partitions", None) is not None
         if self.hparams.get("pseudo_label_gamma") is not None:

@@ -49,6 +49,7 @@ from gnnkit.resume import (CHECKPOINTS, LAST, RUN_DIR_ENV, ResumeError, RunPlan,
                            claimed_run_dir, plan_command, prepare_metrics, wants_help)
 from gnnkit.run_command import USAGE
 from gnnkit.saved_config import AtomicSaveConfig
+from gnnkit.setting_checks import SettingRefused
 from gnnkit.tasks import DEFAULT_TASK, SHARED_LINKS, TaskFamily, add_task_argument, recipe_task, task_family
 from pipeline import log, setup_logging
 
@@ -453,6 +454,8 @@ def _train_and_test(plan: RunPlan, cli: GnnkitCLI, task: str) -> dict[str, Any]:
             trainer.fit(model, datamodule=data, ckpt_path=plan.ckpt_path)
         except ForeignOptimizerState as err:  # one line, as a refused resume request
             raise ResumeError(f"{plan.ckpt_path}: {err}") from None
+        except SettingRefused as err:  # a setting the data or the ranks rule out, found in setup: one line
+            raise ResumeError(str(err)) from None
     ckpt = "best" if trainer.checkpoint_callback and trainer.checkpoint_callback.best_model_path else None
     results = trainer.test(model, datamodule=data, ckpt_path=ckpt, verbose=False)
     test = results[0]["test_metric"]

@@ -15,6 +15,11 @@ from collections.abc import Sequence
 from typing import Any
 
 
+class SettingRefused(ValueError):
+    """A setting refused only once the run knows its data and ranks (a module's ``setup``): ``gnnkit
+    run`` says it in one line and removes the run folder it made, as for a refusal at parse time."""
+
+
 def is_whole(value: Any, low: float = -math.inf) -> bool:
     """An integer (numpy's too, not a bool) ``>= low``."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= low

@@ -419,3 +419,17 @@ def test_every_recipe_s_model_settings_pass_the_early_check(recipe):
     module, _ = task_family(config.get("task", DEFAULT_TASK)).classes()
     settings = module.check_settings(config.get("model") or {})
     assert settings["lr"] > 0
+
+
+def test_a_setting_refused_in_setup_is_one_line_and_leaves_no_folder(tmp_path, monkeypatch):
+    """model.tt_reorder on a dataset without a node order is found in the module's setup, once the
+    data is read: it was a 41-line traceback, exit 1, with the run folder holding config.yaml."""
+    from gnnkit.resume import ResumeError
+    from gnnkit.run import run
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ResumeError, match=r"^model\.tt_reorder: the dataset has no node order"):
+        run(str(QUICKSTART.parent / "tt_synthetic_arxiv.yaml"),
+            ["--data.dataset", "synthetic-tiny", "--data.reorder", "none", "--trainer.max_epochs", "1",
+             "--run_dir", str(tmp_path / "runs" / "t")])
+    assert not (tmp_path / "runs").exists()
