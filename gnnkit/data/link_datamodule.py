@@ -37,7 +37,7 @@ from gnnkit.data.batch_precision import PrecisionBatches
 from gnnkit.data.preprocessing import PreprocessOverrides, describe_line, graph_facts, resolve_options
 from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats
 from gnnkit.data.stages import SPLIT_OF_STAGE
-from gnnkit.rank_state import fitting
+from gnnkit.rank_state import fitting, gather_ranks, my_rank_state
 from gnnkit.sparse import Adjacency
 from gnnkit.tasks import resolve_dataset
 from pipeline import log
@@ -234,6 +234,8 @@ class LinkDataModule(PrecisionBatches):
         self.num_neighbors = list(num_neighbors) if num_neighbors is not None else None
         self._full: Data | None = None
         self._samplers: dict[str, Any] = {}
+        self._sampler_states: dict[str, Any] = {}  # restored from a checkpoint, applied when a sampler is built
+        self._before_sanity_check: dict[str, Any] | None = None  # the validation sampler's, for the rewind
         self._generators = {stage: torch.Generator().manual_seed(seed + i) for i, stage in enumerate(SPLIT_OF_STAGE)}
 
     # -- what the model needs to know (linked into the model by `gnnkit run`) --
@@ -286,18 +288,26 @@ class LinkDataModule(PrecisionBatches):
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to continue exactly, saved in checkpoints: the graph's cache key
         (:func:`gnnkit.resume.check_same_graph`), the generators of the shuffles and negatives (every
-        rank draws the same) and the reuse counters (so the report covers the whole schedule)."""
+        rank draws the same), every rank's neighbour samplers of training and validation (their
+        next draws) and the reuse counters (so the report covers the whole schedule). Collective in
+        distributed runs (every rank calls it)."""
         state: dict[str, Any] = {"graph": self.entry.key,
                                  "generators": {stage: g.get_state() for stage, g in self._generators.items()}}
+        if not self.full_batch:
+            state["samplers"] = gather_ranks({stage: sampler.state_dict() for stage, sampler in self._samplers.items()
+                                              if stage in ("train", "val")})
         return {**state, "reuse_stats": self.reuse_stats.state_dict()} if self.reuse is not None else state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore them when resuming a fit (not when testing a checkpoint): fresh generators drew the
-        first epochs' shuffles and negatives again."""
+        first epochs' shuffles and negatives again, and fresh samplers other neighbours (the samplers'
+        states reach them when they are built)."""
         if not fitting(self.trainer):
             return
         for stage, state in state_dict.get("generators", {}).items():
             self._generators[stage].set_state(state)
+        if "samplers" in state_dict:
+            self._sampler_states = dict(my_rank_state(state_dict["samplers"], "the sampler state") or {})
         if "reuse_stats" in state_dict:
             self.reuse_stats.load_state_dict(state_dict["reuse_stats"])
 
@@ -319,6 +329,8 @@ class LinkDataModule(PrecisionBatches):
                 else list(self.hparams.eval_num_neighbors)
             seed = self.hparams.seed + 10 + list(SPLIT_OF_STAGE).index(stage)
             self._samplers[stage] = CSRNeighborSampler(self.graph.indptr, self.graph.indices, fanout, seed=seed)
+            if stage in self._sampler_states:  # a resumed fit: where the checkpointed run's sampler was
+                self._samplers[stage].load_state_dict(self._sampler_states.pop(stage))
         return self._samplers[stage]
 
     def make_batch(self, pos: Tensor, neg: Tensor, neg_per_pos: int, stage: str) -> Data:
@@ -386,7 +398,18 @@ class LinkDataModule(PrecisionBatches):
                     self.hparams.batch_size, held, max(1, share // 10))
 
     def val_dataloader(self) -> LinkBatches:
+        if not self.full_batch and self.trainer is not None and self.trainer.sanity_checking:
+            self._before_sanity_check = self.sampler("val").state_dict()  # what the check draws is given back
         return self._loader("val")
+
+    def rewind_sanity_check(self) -> None:
+        """Put the validation sampler back to where it was before Lightning's sanity check, so the
+        check draws nothing from it: the validation batches of a run, and of a resumed run (which
+        checks again), are then those of the run alone (called by
+        :class:`~gnnkit.last_checkpoint.LastCheckpoint` when the check ends)."""
+        if self._before_sanity_check is not None:
+            self._samplers["val"].load_state_dict(self._before_sanity_check)
+            self._before_sanity_check = None
 
     def test_dataloader(self) -> LinkBatches:
         return self._loader("test")
