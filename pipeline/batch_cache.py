@@ -21,7 +21,9 @@ that holds them, and restored to their original dtype, so a replayed batch is bi
 cached one; features may be stored as float16 to halve the disk (restored to float32).
 
 The folder is written under a temporary name and renamed into place when complete, like the graph
-cache; a killed writer leaves only a ``.tmp-*`` folder that is never opened.
+cache; a killed writer leaves only a temp folder named for its process
+(:mod:`pipeline.temp_paths`), never opened, and removed as stale by the next recording beside it and
+by ``gnnkit cache clear``.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ import json
 import os
 import shutil
 import struct
-import tempfile
 import time
 import zlib
 from collections.abc import Iterator
@@ -44,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeline import paths
+from pipeline import paths, temp_paths
 from pipeline.errors import DatasetError
 
 if TYPE_CHECKING:  # torch where batches are written or decoded; verifying a cache needs none
@@ -293,7 +294,7 @@ class BatchCacheWriter:
         free -= disk_headroom(free)
         self.budget = max(0, min(free, int(budget_mb * 2**20) if budget_mb is not None else free))
         self.lossy = dict(lossy or {})
-        self.tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{self.path.name}-", dir=self.path.parent))
+        self.tmp = temp_paths.make_temp_dir(self.path)  # owned: a killed recorder's is stale at once
         self.shards: list[dict[str, Any]] = []
         self.seeds: list[np.ndarray] = []
         self.pending: list[BatchRecord] = []
@@ -417,7 +418,7 @@ class BatchCacheWriter:
     def _publish(self) -> None:
         old = None
         if self.path.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".tmp-old-{self.path.name}-", dir=self.path.parent))
+            old = temp_paths.make_temp_dir(self.path)
             os.rename(self.path, old / "entry")
         os.rename(self.tmp, self.path)
         if old is not None:

@@ -221,3 +221,21 @@ def test_gpu_arrays_are_copied_after_the_work_that_made_them_off_the_default_str
     got = [r.arrays["x"] for s in range(len(cache.shards)) for r in cache.decode(s, cache.read_shard(s))]
     assert [float(x.min()) for x in got] == [1.0, 2.0, 3.0] and [float(x.max()) for x in got] == [1.0, 2.0, 3.0]
     assert set(writer._streams) == {torch.device("cuda", torch.cuda.current_device())}
+
+
+def test_a_recording_s_temp_names_its_process_so_a_killed_one_is_stale_at_once(tmp_path):
+    """It was `.tmp-<key>-<random>`, with no owner: a reuse run killed while recording left its shards
+    (31 MB on a tiny graph) hidden for two days, unlisted by `cache list`, kept by `cache clear`."""
+    import os
+
+    from pipeline import temp_paths
+
+    dead = tmp_path / f".c{temp_paths.MARK}999999999@{temp_paths._host()}.x"  # a killed recorder's
+    dead.mkdir()
+    writer = BatchCacheWriter(tmp_path / "c", INPUTS)
+    try:
+        assert temp_paths.owner_of(writer.tmp).pid == os.getpid() and writer.tmp.parent == tmp_path
+        assert not dead.exists()  # removed as stale by the next recording beside it
+    finally:
+        writer.abort()
+    assert temp_paths.stale_temps(tmp_path) == []
