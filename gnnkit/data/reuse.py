@@ -348,8 +348,11 @@ class ReuseLoader:
             return
         self.stats.cache_bytes = cache.num_bytes
         if writer.full:
-            log.info("reuse: disk budget reached; %d of %d batches cached", cache.num_batches,
-                     cache.num_batches + writer.refused)
+            total = cache.num_batches + writer.refused
+            log.warning("reuse: disk budget reached; %d of %d batches cached, so each replay epoch trains %d "
+                        "batches cycling through those %d (%.1f times each): a larger data.reuse.disk_budget_mb "
+                        "keeps more", cache.num_batches, total, total, cache.num_batches,
+                        total / max(cache.num_batches, 1))
 
     def _replay(self, cache: BatchCache, epoch: int) -> Iterator[Data]:
         steps = len(self)

@@ -213,12 +213,16 @@ def test_verify_once_checks_each_shard_in_the_first_replay_only(tmp_path, monkey
     assert len(checked) - written == shards
 
 
-def test_fresh_fraction_and_budget_cycling(tmp_path):
+def test_fresh_fraction_and_budget_cycling(tmp_path, gnnkit_log):
     dm = _datamodule(tmp_path, "c", fresh_fraction=0.25, disk_budget_mb=0.5)
     loader = dm.train_dataloader()
     list(loader)
     cached = dm.reuse_stats.batches["recorded"]
     assert 0 < cached < len(loader)  # the budget held only part of the epoch
+    warned = {r.getMessage() for r in gnnkit_log.records if "disk budget reached" in r.getMessage()}
+    assert warned == {f"reuse: disk budget reached; {cached} of {len(loader)} batches cached, so each replay epoch "
+                      f"trains {len(loader)} batches cycling through those {cached} ({len(loader) / cached:.1f} "
+                      "times each): a larger data.reuse.disk_budget_mb keeps more"}
     replay = list(loader)
     fresh = round(0.25 * len(loader))
     assert len(replay) == len(loader)
