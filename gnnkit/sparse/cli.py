@@ -93,7 +93,9 @@ def _explain(args: argparse.Namespace) -> int:
     device = args.device
     name, adj = _load_adjacency(args.dataset)
     adj = adj.to(device)
-    run = RunLength(args.epochs, args.calls_per_epoch) if args.epochs else current_run_length()
+    assumed = current_run_length()
+    calls = args.calls_per_epoch or (2 if args.epochs else assumed.calls_per_epoch)  # a given one counts alone too
+    run = RunLength(args.epochs or assumed.epochs, calls)
     print(f"{name}: {adj} on {device}\nmodel: {_model_line(device_kind(device))}\n"
           f"run: {run.epochs} epochs x {run.calls_per_epoch} "
           f"products per epoch = {run.products} products per pass and width\n\nfeatures (A, forward pass):")
@@ -169,8 +171,8 @@ def add_parser(subparsers: Any) -> None:
                    help="where the matrix lives and is timed: cpu or cuda (that device kind's model speaks)")
     q.add_argument("--epochs", type=in_range(int, 1), help="the run's epochs (default: as auto assumes, "
                    "the length set by a fitting model or 100 products)")
-    q.add_argument("--calls-per-epoch", type=in_range(int, 1), default=2, help="products per epoch and width (default 2: "
-                   "one training step and one evaluation of a full graph)")
+    q.add_argument("--calls-per-epoch", type=in_range(int, 1), help="products per epoch and width (default with "
+                   "--epochs 2: one training step and one evaluation of a full graph; else as auto assumes)")
     q.set_defaults(func=_explain)
     q = sub.add_parser("calibrate", help="re-measure a small corpus on this machine and retrain the selector "
                        "of one device kind")

@@ -41,6 +41,18 @@ def test_explain_prints_features_prediction_and_measured_times(capsys, make_ogb_
     assert f"cost = spmm + convert / {products} (conversion amortised over the run's products)" in out
 
 
+def test_explain_takes_products_per_epoch_with_or_without_epochs(capsys, make_ogb_folder):
+    """--calls-per-epoch alone was ignored: the run stayed auto's assumed 1 product an epoch."""
+    from gnnkit.sparse.decision import current_run_length
+
+    folder, assumed = make_ogb_folder(), current_run_length()
+    for extra, run in ((["--calls-per-epoch", "5"], f"{assumed.epochs} epochs x 5 "),
+                       (["--epochs", "10"], "10 epochs x 2 "),
+                       ([], f"{assumed.epochs} epochs x {assumed.calls_per_epoch} ")):
+        assert main(["formats", "explain", str(folder), "--width", "8", "--no-measure", *extra]) == 0
+        assert f"run: {run}products per epoch" in capsys.readouterr().out
+
+
 def test_calibrate_writes_a_model_that_is_used_from_then_on(capsys):
     assert not calibrated_path().exists()
     try:
