@@ -27,6 +27,8 @@ new entries and an unchanged one is a cache hit.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -48,6 +50,11 @@ PARTITION_VERSION = 2
 def part_name(dataset: str, part: int, parts: int) -> str:
     """The cache dataset name of one partition entry."""
     return f"{dataset}.part{part}of{parts}"
+
+
+def is_part_of(name: str, dataset: str) -> bool:
+    """Whether the cache dataset ``name`` is one of ``dataset``'s partition entries (:func:`part_name`)."""
+    return re.fullmatch(rf"{re.escape(dataset)}\.part\d+of\d+", name) is not None
 
 
 def _inputs(entry: cache.CacheEntry, part: int, parts: int, seed: int) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from gnnkit.tasks import read_recipe
 from pipeline import (CacheEntry, DatasetError, cache, load_registry, paths, peak_rss_mb, preprocess, resolve,
                       temp_paths, tree_size)
 from pipeline.ogb_layout import EVAL_METRICS
+from pipeline.partitioned import is_part_of
 from pipeline.registry import looks_like_path, spec_family
 from pipeline.batch_cache import find_batch_caches, read_manifest, verify_batch_cache
 
@@ -218,11 +219,20 @@ def _cache_target(dataset: str | None) -> tuple[str | None, Path | None]:
     return spec.name, spec.path
 
 
+def _partition_names(root: Path, dataset: str | None) -> list[str]:
+    """The cache names of ``dataset``'s partition entries (``<dataset>.part<p>of<P>``) under ``root``."""
+    if dataset is None or not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and is_part_of(p.name, dataset))
+
+
 def _cache(args: argparse.Namespace) -> int:
     root = paths.cache_root()
     args.dataset, folder = _cache_target(args.dataset)
     if args.action == "clear":
         removed = cache.clear(root, args.dataset, folder)
+        for part in _partition_names(root, args.dataset):  # built from the dataset's entry: cleared with it
+            removed += cache.clear(root, part)
         _batch_caches(args)
         print(f"removed {removed} cache folder(s) from {root} and the batch caches in {paths.batch_root()}")
         for stale in _stale_temps():
@@ -231,7 +241,8 @@ def _cache(args: argparse.Namespace) -> int:
         return 0
     bad = 0
     for item in cache.entries(root):
-        if args.dataset and (item.parent.name if isinstance(item, Path) else item.dataset) != args.dataset:
+        name = item.parent.name if isinstance(item, Path) else item.dataset
+        if args.dataset and name != args.dataset and not is_part_of(name, args.dataset):
             continue
         if isinstance(item, Path):
             bad += 1

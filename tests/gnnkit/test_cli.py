@@ -282,6 +282,20 @@ def test_partition_command_writes_and_then_finds_the_parts(capsys, make_ogb_fold
     assert "gnnkit: error: parts: expected 1 to 200" in capsys.readouterr().err
 
 
+def test_a_dataset_s_cache_commands_cover_its_partition_entries(capsys, make_ogb_folder):
+    """`cache list NAME` did not show NAME.part0of2 and `cache clear NAME` left the partitions behind."""
+    from pipeline import paths
+
+    folder = make_ogb_folder()
+    assert main(["partition", str(folder), "--parts", "2"]) == 0
+    capsys.readouterr()
+    assert main(["cache", "list", str(folder)]) == 0
+    listed = capsys.readouterr().out
+    assert f"{folder.name}.part0of2" in listed and f"{folder.name}.part1of2" in listed
+    assert main(["cache", "clear", str(folder)]) == 0
+    assert not any(p.name.startswith(f"{folder.name}.part") for p in paths.cache_root().iterdir())
+
+
 def test_ctrl_c_is_one_line_and_the_shells_status(capsys, monkeypatch):
     """Ctrl-C during a command: no KeyboardInterrupt traceback (the temps it was writing are removed
     as the exception unwinds); exit 130 as a shell reports it."""

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from pipeline import PreprocessOptions, preprocess
-from pipeline.partitioned import open_partition, owner_dtype, part_name, partition_entry
+from pipeline.partitioned import is_part_of, open_partition, owner_dtype, part_name, partition_entry
 
 
 @pytest.fixture
@@ -77,3 +77,8 @@ def test_bad_part_counts_are_one_line(entry):
 
 def test_owner_arrays_take_the_smallest_type():
     assert owner_dtype(2) == np.int16 and owner_dtype(32_768) == np.int16 and owner_dtype(32_769) == np.int32
+
+
+def test_partition_entry_names_are_told_from_other_datasets():
+    assert is_part_of(part_name("cora", 1, 4), "cora") and is_part_of("a.b.part0of2", "a.b")
+    assert not any(is_part_of(name, "cora") for name in ("cora", "cora2.part0of2", "cora.part0", "coraXpart0of2"))
