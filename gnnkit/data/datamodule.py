@@ -233,6 +233,8 @@ class GraphDataModule(PrecisionBatches):
                                  and boundary_sampling != 1.0 else None)
         self._partition: Any = None  # this rank's Partition, opened in setup
         self._remote: RemoteFeatures | None = None  # its remote rows (sampled partition-parallel runs)
+        self._restored_fetches: dict[str, int] | None = None  # a checkpoint's fetch counts, added to _remote's
+        self._fetches_before_sanity_check: dict[str, int] | None = None  # put back when the check ends
         self.reuse_stats = ReuseStats()
         self._reuse_folder: Path | None = None
         self._samplers: dict[str, Any] = {}  # stage -> the neighbour sampler of its current loader
@@ -348,6 +350,7 @@ class GraphDataModule(PrecisionBatches):
             if not self.full_batch:
                 self._remote = RemoteFeatures(self._partition, self.hparams.remote_cache,
                                               dtype=self.hparams.remote_dtype)
+                self._add_restored_fetches()
                 log.info("partition %d of %d: %d nodes, %d halo nodes, cache of %d remote rows (%.1f MB)",
                          self._partition.part, self.partitions, self._partition.owned.numel(),
                          self._partition.halo.numel(), self._remote.stats.cache_rows, self._remote.stats.cache_bytes / 2**20,
@@ -355,8 +358,9 @@ class GraphDataModule(PrecisionBatches):
 
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to continue exactly, saved in checkpoints: the graph's cache key
-        (:func:`gnnkit.resume.check_same_graph`), the reuse counters (so the report covers the whole
-        schedule) and, for sampled training, every rank's sampler
+        (:func:`gnnkit.resume.check_same_graph`), the reuse counters and the remote fetch counts of
+        sampled partition-parallel runs (so the report covers the whole run) and, for sampled training,
+        every rank's sampler
         generators of the training and validation loaders (so the next batches are those an
         uninterrupted run would draw). Collective in distributed runs (every rank calls it)."""
         state: dict[str, Any] = {"graph": self.entry.key}
@@ -365,7 +369,15 @@ class GraphDataModule(PrecisionBatches):
         if not self.full_batch:
             state["samplers"] = gather_ranks({stage: self._sampler_state(stage) for stage in self._samplers
                                               if stage in ("train", "val")})
+        if self._remote is not None:  # sampled partition-parallel: what the remote fetches did so far
+            state["fetches"] = gather_ranks(self._remote.stats.batch_counts())
         return state
+
+    def _add_restored_fetches(self) -> None:
+        """Add a checkpoint's remote fetch counts to this process's, once both are there."""
+        if self._remote is not None and self._restored_fetches is not None:
+            self._remote.stats.add_batch_counts(self._restored_fetches)
+            self._restored_fetches = None
 
     def _sampler_state(self, stage: str) -> dict[str, Any]:
         """The stage's sampler state as of the last batch the trainer got (not of those made ahead)."""
@@ -383,6 +395,9 @@ class GraphDataModule(PrecisionBatches):
         if "samplers" in state_dict:
             mine = my_rank_state(state_dict["samplers"], "the sampler state")
             self._sampler_states = dict(mine or {})
+        if "fetches" in state_dict:
+            self._restored_fetches = my_rank_state(state_dict["fetches"], "the remote fetch counts")
+            self._add_restored_fetches()
 
     # -- loaders --
     def _full_graph(self) -> Data:
@@ -489,6 +504,8 @@ class GraphDataModule(PrecisionBatches):
         self._samplers[stage] = loader.node_sampler
         if self.trainer is not None and self.trainer.sanity_checking:
             self._before_sanity_check[stage] = loader.node_sampler.state_dict()
+            if self._remote is not None and self._fetches_before_sanity_check is None:
+                self._fetches_before_sanity_check = self._remote.stats.batch_counts()
         return loader
 
     def _partition_loader(self, stage: str, fanout: list[int], batch_size: int) -> PartitionNodeLoader:
@@ -512,6 +529,10 @@ class GraphDataModule(PrecisionBatches):
                 self._prefetchers[stage].stop()  # its thread draws no more
             self._samplers[stage].load_state_dict(state)
         self._before_sanity_check = {}
+        if self._remote is not None and self._fetches_before_sanity_check is not None:  # nor count its fetches
+            stats, before = self._remote.stats, self._fetches_before_sanity_check
+            stats.add_batch_counts({name: before[name] - now for name, now in stats.batch_counts().items()})
+            self._fetches_before_sanity_check = None
 
     def reuse_inputs(self) -> dict[str, Any]:
         """What cached training batches depend on: the graph and every sampler setting."""

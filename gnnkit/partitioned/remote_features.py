@@ -30,6 +30,10 @@ from gnnkit.partitioned.owner_requests import OwnerRequests, world_and_rank
 from pipeline.partitioned import Partition
 
 
+#: The :class:`FetchStats` that count what the batches did (a checkpoint carries them across a resume).
+BATCH_COUNTS = ("remote_rows", "cache_hits", "fetched_rows", "fetched_bytes", "served_rows")
+
+
 @dataclass
 class FetchStats:
     """What a rank's feature fetches did (batches since setup; the cache fill apart).
@@ -56,6 +60,15 @@ class FetchStats:
 
     def state_dict(self) -> dict[str, int]:
         return asdict(self)
+
+    def batch_counts(self) -> dict[str, int]:
+        """The counts that add up over the batches (:data:`BATCH_COUNTS`; not the cache's size or fill)."""
+        return {name: getattr(self, name) for name in BATCH_COUNTS}
+
+    def add_batch_counts(self, counts: dict[str, int]) -> None:
+        """Add an earlier process's :meth:`batch_counts` (a resumed run's report covers every batch)."""
+        for name in BATCH_COUNTS:
+            setattr(self, name, getattr(self, name) + int(counts.get(name, 0)))
 
     def summed(self, group: dist.ProcessGroup | None = None) -> FetchStats:
         """These counts summed over the ranks (a collective; themselves outside distributed runs)."""

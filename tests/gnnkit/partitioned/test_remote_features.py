@@ -64,3 +64,27 @@ def test_the_cache_takes_the_most_referenced_halo_nodes():
     assert hot_halo(part, 3).tolist() == [7, 9, 11]  # ascending ids of the 3 hottest
     assert hot_halo(part, 1).tolist() == [7]  # ties: the lower id
     assert hot_halo(part, 10).tolist() == [5, 7, 9, 11] and hot_halo(part, 0).numel() == 0
+
+
+def test_fetch_counts_carry_over_a_resume_and_a_sanity_check_counts_none():
+    """A resumed run's report counted only the fetches after the resume (15,266 remote rows against
+    41,866 uninterrupted); with the checkpoint's counts added, it also must not count the fetches of
+    the sanity check it makes again, which the uninterrupted run gives back too."""
+    from types import SimpleNamespace
+
+    from gnnkit.data.datamodule import GraphDataModule
+    from gnnkit.partitioned.remote_features import BATCH_COUNTS, FetchStats
+
+    earlier = FetchStats(remote_rows=10, cache_hits=4, fetched_rows=6, fetched_bytes=96, served_rows=7, cache_rows=3)
+    assert set(earlier.batch_counts()) == set(BATCH_COUNTS) and "cache_rows" not in earlier.batch_counts()
+    dm = GraphDataModule.__new__(GraphDataModule)  # only the fetch bookkeeping is exercised
+    dm._restored_fetches, dm._fetches_before_sanity_check, dm._remote = earlier.batch_counts(), None, None
+    dm._add_restored_fetches()  # no remote features yet (the checkpoint restored before setup made them)
+    dm._remote = SimpleNamespace(stats=FetchStats(cache_rows=5))
+    dm._add_restored_fetches()
+    assert dm._remote.stats.remote_rows == 10 and dm._remote.stats.served_rows == 7 and dm._remote.stats.cache_rows == 5
+    dm._before_sanity_check, dm._prefetchers = {}, {}
+    dm._fetches_before_sanity_check = dm._remote.stats.batch_counts()
+    dm._remote.stats.add_batch_counts({"remote_rows": 3, "fetched_rows": 3})  # the check's own fetches
+    dm.rewind_sanity_check()
+    assert dm._remote.stats.batch_counts() == earlier.batch_counts()
