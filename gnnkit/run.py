@@ -32,6 +32,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, LRSched
 from gnnkit.accelerator_check import check_accelerator, torch_sees
 from gnnkit.allocator import retain_freed_memory
 from gnnkit.best_checkpoint import BestCheckpoint
+from gnnkit.checkpoint_fit import check_weights_fit
 from gnnkit.checkpoint_io import AtomicCheckpointIO
 from gnnkit.comm.peer_watch import PeerWatch
 from gnnkit.csv_logger import RunCSVLogger
@@ -45,8 +46,8 @@ from gnnkit.optim.foreign_state import ForeignOptimizerState
 from gnnkit.partitioned.rank_data import check_rank_count
 from gnnkit.quiet import quietly, resuming, unvalidated
 from gnnkit.report import EpochTimer, write_report
-from gnnkit.resume import (CHECKPOINTS, LAST, RUN_DIR_ENV, ResumeError, RunPlan, check_same_graph, check_weights_fit,
-                           claimed_run_dir, plan_command, prepare_metrics, wants_help)
+from gnnkit.resume import (CHECKPOINTS, LAST, RUN_DIR_ENV, ResumeError, RunPlan, check_same_graph, claimed_run_dir,
+                           plan_command, prepare_metrics, wants_help)
 from gnnkit.run_command import USAGE
 from gnnkit.saved_config import AtomicSaveConfig
 from gnnkit.setting_checks import SettingRefused
