@@ -26,4 +26,5 @@ def test_the_settings_that_differ_are_named_as_a_recipe_writes_them():
 
     checkpoint = {"hyper_parameters": {"model": "sage", "in_channels": 32, "dropout": 0.5, "optimizer": "adam",
                                        "layers": (2, 3)}}
-    assert _settings_differ(checkpoint, Module(), None) == "model.model sage (here gcn), the data's in_channels 32 (here 8)"
+    differ = _settings_differ(checkpoint, Module(), None)
+    assert differ == "model.model sage (here gcn), the data's in_channels 32 (here 8)"
