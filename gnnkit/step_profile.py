@@ -27,6 +27,7 @@ folder ``step_profile.txt`` (the profiler's table).
 from __future__ import annotations
 
 import functools
+import os
 import statistics
 import sys
 import threading
@@ -54,14 +55,15 @@ SYNC_WARNING = "called a synchronizing"
 SYNC_SITES = 8
 _ROOT = Path(__file__).resolve().parents[1]  # the repository (gnnkit/ and pipeline/)
 _SKIPPED = (str(Path(warnings.__file__).resolve()), str(Path(__file__).resolve()),
-            str(Path(torch.__file__).resolve().parent))  # the warning's machinery, this file, torch's Python
+            str(Path(torch.__file__).resolve().parent) + os.sep)  # the warning's machinery, this file, torch's
+# Python (its folder with the separator: torch_geometric's files are not torch's)
 
 
 def sync_site(frame: FrameType | None) -> str:
     """Where a host sync was asked for: the innermost Python frame from ``frame`` outwards that is
     not the warning's machinery, this module or torch's own Python (``path:line function``, the
-    path relative to the repository, or to ``site-packages`` for an installed package), or ``"(no Python frame)"`` for a sync
-    inside a C++ autograd kernel."""
+    path relative to the repository, or to ``site-packages`` for an installed package), or
+    ``"(no Python frame)"`` for a sync inside a C++ autograd kernel."""
     while frame is not None:
         shown = _shown_path(frame.f_code.co_filename)
         if shown is not None:

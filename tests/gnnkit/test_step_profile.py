@@ -255,4 +255,7 @@ def test_a_sync_site_looks_past_torch_and_the_warning_machinery():
     assert _shown_path(torch.__file__) is None and _shown_path(warnings.__file__) is None
     assert _shown_path(torch.nn.functional.__file__) is None
     assert _shown_path(pl.__file__) == "lightning/pytorch/__init__.py"
+    import torch_geometric.nn.conv.sage_conv as sage  # its folder's name starts with torch's: a site of its own
+
+    assert _shown_path(sage.__file__) == "torch_geometric/nn/conv/sage_conv.py"
     assert sync_site(None) == "(no Python frame)"
