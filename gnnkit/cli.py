@@ -75,14 +75,15 @@ def main(argv: list[str] | None = None) -> int:
         print("gnnkit: interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
     except SystemExit as stop:  # Lightning's SIGTERMException exits without a code: status 0, a success
-        stopped = {"SIGTERMException": ("stopped by SIGTERM", signal.SIGTERM)}.get(type(stop).__name__)
-        if stopped is None and ctrl_c and stop.code == 1:  # Lightning's exit(1) after its Ctrl-C shutdown
-            stopped = ("interrupted", signal.SIGINT)
-        if stopped is None:
+        if type(stop).__name__ == "SIGTERMException":
+            what, signum = "stopped by SIGTERM", signal.SIGTERM
+        elif ctrl_c and stop.code == 1:  # Lightning's exit(1) after its Ctrl-C shutdown
+            what, signum = "interrupted", signal.SIGINT
+        else:
             raise
         if is_rank_zero():  # every rank of a run gets the signal; one line says it
-            print(f"gnnkit: {stopped[0]} (gnnkit run --resume RUN_DIR continues a run)", file=sys.stderr)
-        return 128 + stopped[1]
+            print(f"gnnkit: {what} (gnnkit run --resume RUN_DIR continues a run)", file=sys.stderr)
+        return 128 + signum
     except BrokenPipeError:  # `gnnkit datasets | head`: the reader left, as for any Unix tool
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
         return 128 + signal.SIGPIPE

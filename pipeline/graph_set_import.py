@@ -200,9 +200,9 @@ def _same_width(values: list[np.ndarray], name: str, where: str) -> int:
         DatasetError: A graph of another width, in one line naming the first that differs.
     """
     widths = [int(np.prod(v.shape[1:])) if name != "y" else v.size for v in values]
-    first = next((i for i, v in enumerate(values) if len(v)), next((i for i, v in enumerate(values) if v.ndim > 1), 0))
-    other = next((i for i, (v, w) in enumerate(zip(values, widths)) if w != widths[first] and (len(v) or v.ndim > 1)),
-                 None)
+    telling = [i for i, v in enumerate(values) if len(v) or v.ndim > 1]  # those whose width is known
+    first = next((i for i in telling if len(values[i])), telling[0] if telling else 0)
+    other = next((i for i in telling if widths[i] != widths[first]), None)
     if other is not None:
         reference = "the first graph" if first == 0 else f"graph {first}"
         raise DatasetError(f"{where}: graph {other}: {name}", f"{widths[other]} columns, expected {widths[first]} as "
