@@ -53,6 +53,7 @@ SYNC_WARNING = "called a synchronizing"
 
 #: Sync sites kept in the summary, the most frequent first.
 SYNC_SITES = 8
+NAME_WIDTH_CAP = 120  # the table shows operator names whole up to this width (CUDA kernel names run longer)
 _ROOT = Path(__file__).resolve().parents[1]  # the repository (gnnkit/ and pipeline/)
 _SKIPPED = (str(Path(warnings.__file__).resolve()), str(Path(__file__).resolve()),
             str(Path(torch.__file__).resolve().parent) + os.sep)  # the warning's machinery, this file, torch's
@@ -288,8 +289,9 @@ class StepProfile(pl.Callback):
             log.warning("step profile: torch.profiler failed (%s); phase times only", err)
             return
         sort = "self_device_time_total" if self._cuda is not None else "self_cpu_time_total"
-        self.table = averages.table(sort_by=sort, row_limit=self.top)
         ranked = sorted(averages, key=lambda e: getattr(e, sort), reverse=True)[:self.top]
+        width = min(max([55, *(len(e.key) + 4 for e in ranked)]), NAME_WIDTH_CAP)  # torch cuts at width - 3
+        self.table = averages.table(sort_by=sort, row_limit=self.top, max_name_column_width=width)
         self.operators = [{"name": e.key, "calls": e.count, "self_ms": round(getattr(e, sort) / 1e3, 3)}
                           for e in ranked]
         if trainer.is_global_zero:
