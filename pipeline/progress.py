@@ -153,10 +153,27 @@ class _RankLines(logging.Filter):
         return zero or record.levelno >= logging.WARNING or getattr(record, "every_rank", False)
 
 
+class _CurrentStderr(logging.StreamHandler):
+    """A handler writing to whatever ``sys.stderr`` is at each line, as :data:`logging.lastResort`
+    does: a handler holding the stream of its first call wrote into a closed one once a notebook
+    or pytest's capture had swapped ``sys.stderr`` and closed its own ("I/O operation on closed file")."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):  # noqa: D102 - logging.StreamHandler's attribute, read at each line
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
 def setup_logging(level: int = logging.INFO) -> None:
     """Send gnnkit's log lines to stderr (idempotent), info lines from rank 0 only (:class:`_RankLines`)."""
     if not log.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _CurrentStderr()
         handler.setFormatter(logging.Formatter("%(gnnkit_prefix)s %(message)s"))
         handler.addFilter(_RankLines())
         log.addHandler(handler)

@@ -1,10 +1,13 @@
 """gnnkit's log lines: info from rank 0 only, a line every rank tells marked with its rank."""
 
+import io
 import os
 import subprocess
 import sys
 
 import pytest
+
+from pipeline import log, setup_logging
 
 SCRIPT = """
 from pipeline import EVERY_RANK, log, setup_logging
@@ -99,3 +102,17 @@ def test_anonymous_resident_memory_grows_with_the_heap_and_not_with_mapped_files
     out = subprocess.run([sys.executable, "-c", ANONYMOUS_PROBE, str(tmp_path / "f.bin")], capture_output=True,
                          text=True, check=True).stdout.split()
     assert 40 < int(out[0]) < 60 and int(out[1]) < 10 and out[2:] == ["True", "True"], out
+
+
+def test_log_lines_go_to_the_stderr_of_the_moment(monkeypatch):
+    """A notebook or pytest's capture swaps ``sys.stderr`` (and closes its own): CI once printed a
+    "Logging error ... I/O operation on closed file" from a handler that kept the first one."""
+    setup_logging()
+    first = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    log.warning("one")
+    first.close()
+    second = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", second)
+    log.warning("two")
+    assert second.getvalue() == "[gnnkit] two\n"
