@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gnnkit.import_gc import import_without_gc
+from gnnkit.set_aside import REWRITTEN_IN_FIT, SetAside
 from gnnkit.tasks import override_values
 from pipeline import is_rank_zero, log
 
@@ -451,27 +452,31 @@ def check_same_graph(run_dir: Path, ckpt: str, state_key: str, graph_key: str) -
                           f"(gnnkit run {run_dir / CONFIG} --run_dir NEW)")
 
 
-def prepare_metrics(plan: RunPlan) -> None:
+def prepare_metrics(plan: RunPlan, aside: SetAside) -> None:
     """Make ``metrics.csv`` and ``checkpoints/`` ready for the run (global rank 0 only): the metrics
     trimmed to the checkpoint's epochs when continuing a run in its folder; when a run starts from
     its first epoch in a used folder (afresh, or resumed before its first ``last.ckpt``), the metrics
     removed and so are the earlier run's or attempt's checkpoints (Lightning saved ``best-v1.ckpt``
     beside a stale ``best.ckpt``, which ``--ckpt_path best`` then took), but for one the run starts
-    from."""
+    from. What it removes or changes, and the files ``fit`` rewrites before it can refuse the run, go
+    to ``aside`` first (put back if ``fit`` refuses the run)."""
     if not is_rank_zero():
         return
+    for name in REWRITTEN_IN_FIT:
+        aside.copy(plan.run_dir / name)
     metrics = plan.run_dir / METRICS
     if plan.resumed and plan.ckpt_path is not None:
         epochs = epochs_done(Path(plan.ckpt_path))
+        aside.copy(metrics)
         dropped = trim_metrics(metrics, epochs)
         if dropped:
             log.info("resume: %s continues after epoch %d; its %d later row(s) (the test's, or those of "
                      "epochs the checkpoint does not hold) are logged anew", metrics, epochs, dropped)
         return
-    metrics.unlink(missing_ok=True)
+    aside.move(metrics)
     if not (plan.run_dir / CONFIG).is_file():  # checkpoints only of an earlier gnnkit run (or attempt)
         return
     start = Path(plan.ckpt_path).resolve() if plan.ckpt_path is not None else None
     for checkpoint in sorted((plan.run_dir / CHECKPOINTS).glob("*.ckpt")):
         if checkpoint.resolve() != start:
-            checkpoint.unlink()
+            aside.move(checkpoint)

@@ -50,6 +50,7 @@ from gnnkit.resume import (CHECKPOINTS, LAST, RUN_DIR_ENV, ResumeError, RunPlan,
                            plan_command, prepare_metrics, wants_help)
 from gnnkit.run_command import USAGE
 from gnnkit.saved_config import AtomicSaveConfig
+from gnnkit.set_aside import SetAside
 from gnnkit.setting_checks import SettingRefused
 from gnnkit.tasks import DEFAULT_TASK, SHARED_LINKS, TaskFamily, add_task_argument, recipe_task, task_family
 from pipeline import log, setup_logging
@@ -349,8 +350,8 @@ def run(recipe: str, overrides: list[str], plan: RunPlan | None = None) -> dict[
     run_dir.mkdir(parents=True, exist_ok=True)  # only now: a run that only parses writes nothing
     made = [run_dir, *new_parents] if new_folder else []
     with (_environment(RUN_DIR_ENV, str(run_dir)),  # the ranks Lightning starts use this folder too
-          _removed_if_refused(made)):
-        return _train_and_test(plan, cli, task)
+          _undone_if_refused(run_dir, made) as aside):
+        return _train_and_test(plan, cli, task, aside)
 
 
 def _ckpt_option(plan: RunPlan) -> str:
@@ -372,21 +373,28 @@ def _new_folders(path: Path) -> list[Path]:
 
 
 @contextlib.contextmanager
-def _removed_if_refused(made: list[Path]) -> Iterator[None]:
-    """Remove the folders this run made (``made``: the run folder, then the parents made for it) if
-    the block refuses the run (:class:`ResumeError`: raised in ``fit`` before training starts, such
-    as another optimizer's state in the checkpoint), so that a refused run leaves no folder holding
-    only its ``config.yaml``. A folder that was there before the run (``--resume``, a given
-    ``--run_dir``) is kept, and so is a parent another run has put a folder in since."""
+def _undone_if_refused(run_dir: Path, made: list[Path]) -> Iterator[SetAside]:
+    """Undo what the run did to the disk if the block refuses it (:class:`ResumeError`: raised in
+    ``fit`` before training starts, such as another optimizer's state in the checkpoint): remove the
+    folders it made (``made``: the run folder, then the parents made for it), so that a refused run
+    leaves no folder holding only its ``config.yaml``; in a folder that was there before the run
+    (``--resume``, a given ``--run_dir``), put back the files it set aside (:class:`SetAside`: the
+    earlier run's metrics, checkpoints and config). A parent another run has put a folder in since
+    is kept."""
+    aside = SetAside(run_dir)
     try:
-        yield
+        yield aside
     except ResumeError:
         if made:
             shutil.rmtree(made[0], ignore_errors=True)
             for parent in made[1:]:
                 with contextlib.suppress(OSError):  # not empty: another run's folder is there too
                     parent.rmdir()
+        elif restored := aside.restore():
+            log.info("run refused: %s has its earlier %s back", run_dir, ", ".join(restored))
         raise
+    finally:
+        aside.drop()
 
 
 def _refused(err: Exception) -> str:
@@ -429,10 +437,11 @@ def _hints(recipe: Path, cli: GnnkitCLI, model: str, facts: dict[str, Any], task
     return [hint for hint in hints if hint]
 
 
-def _train_and_test(plan: RunPlan, cli: GnnkitCLI, task: str) -> dict[str, Any]:
-    """Fit and test the parsed run in ``plan.run_dir``; the report."""
+def _train_and_test(plan: RunPlan, cli: GnnkitCLI, task: str, aside: SetAside) -> dict[str, Any]:
+    """Fit and test the parsed run in ``plan.run_dir`` (the earlier run's files it replaces go to
+    ``aside`` first); the report."""
     run_dir = plan.run_dir
-    prepare_metrics(plan)
+    prepare_metrics(plan, aside)
     trainer, model, data = cli.trainer, cli.model, cli.datamodule
     ranks = f", {trainer.world_size} ranks ({trainer.strategy.__class__.__name__})" if trainer.world_size > 1 else ""
     facts = data.describe()

@@ -27,6 +27,7 @@ from gnnkit.fault_injection import EXIT_CODE, FAULT_ENV, InjectedFault
 from gnnkit.resume import (RUN_DIR_ENV, ResumeError, claimed_run_dir, epochs_done, parse_run_args, plan_run,
                            trim_metrics)
 from gnnkit.run import run
+from gnnkit.set_aside import SetAside
 
 REPO = Path(__file__).parents[2]
 QUICKSTART = str(REPO / "recipes" / "quickstart.yaml")
@@ -178,9 +179,14 @@ def test_a_run_refused_inside_fit_leaves_no_folder_but_keeps_one_that_was_there(
     with pytest.raises(ResumeError, match="which SGD does not take"):
         run(QUICKSTART, [*sgd, "--run_dir", str(kept)])
     assert (kept / "notes.txt").read_text() == "mine"
+    earlier = _folder_bytes(run_dir)
     with pytest.raises(ResumeError, match="which SGD does not take"):
         run(QUICKSTART, [*sgd, "--run_dir", str(run_dir)])
-    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+    assert _folder_bytes(run_dir) == earlier  # its metrics and best.ckpt were lost, config.yaml rewritten
+
+
+def _folder_bytes(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def _torch_file(path: Path, value: object) -> Path:
@@ -452,22 +458,28 @@ def test_a_fresh_run_in_a_used_folder_replaces_the_earlier_runs_checkpoints(tmp_
     keep theirs."""
     from gnnkit.resume import prepare_metrics
 
+    def prepare_metrics_and_train(args: list[str]) -> None:
+        plan = plan_run(parse_run_args(args))
+        aside = SetAside(plan.run_dir)
+        prepare_metrics(plan, aside)
+        aside.drop()  # what a run that trains does
+
     monkeypatch.chdir(tmp_path)
     used = tmp_path / "used"
     (used / "checkpoints").mkdir(parents=True)
     (used / "config.yaml").write_text("model: {}\n")
     for name in ("best.ckpt", "best-v1.ckpt", "last.ckpt", "start.ckpt"):
         _torch_file(used / "checkpoints" / name, {"state_dict": {}, "optimizer_states": []})  # what the plan checks
-    prepare_metrics(plan_run(parse_run_args([QUICKSTART, "--run_dir", str(used),
-                                             "--ckpt_path", str(used / "checkpoints" / "start.ckpt")])))
+    prepare_metrics_and_train([QUICKSTART, "--run_dir", str(used), "--ckpt_path", str(used / "checkpoints" / "start.ckpt")])
     assert [p.name for p in (used / "checkpoints").iterdir()] == ["start.ckpt"]
     (used / "checkpoints" / "best.ckpt").write_text("")  # a killed attempt's, saved before its first last.ckpt
-    prepare_metrics(plan_run(parse_run_args(["--resume", str(used)])))
+    prepare_metrics_and_train(["--resume", str(used)])
     assert [p.name for p in (used / "checkpoints").iterdir()] == []
+    assert sorted(p.name for p in used.iterdir()) == ["checkpoints", "config.yaml"]  # nothing set aside is left
     mine = tmp_path / "mine"
     (mine / "checkpoints").mkdir(parents=True)
     (mine / "checkpoints" / "model.ckpt").write_text("")
-    prepare_metrics(plan_run(parse_run_args([QUICKSTART, "--run_dir", str(mine)])))
+    prepare_metrics_and_train([QUICKSTART, "--run_dir", str(mine)])
     assert (mine / "checkpoints" / "model.ckpt").is_file()
 
 
