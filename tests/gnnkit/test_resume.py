@@ -470,7 +470,8 @@ def test_a_fresh_run_in_a_used_folder_replaces_the_earlier_runs_checkpoints(tmp_
     (used / "config.yaml").write_text("model: {}\n")
     for name in ("best.ckpt", "best-v1.ckpt", "last.ckpt", "start.ckpt"):
         _torch_file(used / "checkpoints" / name, {"state_dict": {}, "optimizer_states": []})  # what the plan checks
-    prepare_metrics_and_train([QUICKSTART, "--run_dir", str(used), "--ckpt_path", str(used / "checkpoints" / "start.ckpt")])
+    prepare_metrics_and_train([QUICKSTART, "--run_dir", str(used),
+                               "--ckpt_path", str(used / "checkpoints" / "start.ckpt")])
     assert [p.name for p in (used / "checkpoints").iterdir()] == ["start.ckpt"]
     (used / "checkpoints" / "best.ckpt").write_text("")  # a killed attempt's, saved before its first last.ckpt
     prepare_metrics_and_train(["--resume", str(used)])
