@@ -13,7 +13,9 @@ Besides what Lightning saves (weights, optimizer, schedulers, loops, callbacks, 
 ``state_dict`` with its samplers, the strategy's communication state), the checkpoint holds every
 rank's global random state (torch, CUDA, numpy, Python), restored when the resumed run reaches the
 same point: dropout masks, shuffles and anything else drawn from the global generators continue as
-if the run had never stopped.
+if the run had never stopped. It also holds every rank's format-plan counts of gnnkit's aggregation
+layers (:func:`~gnnkit.models.sparse_conv.plan_counts`), so the report of a resumed run counts
+every epoch's products; the sanity check's products are left out of them (a resumed run checks again).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 
+from gnnkit.models.sparse_conv import plan_counts, set_plan_counts
 from gnnkit.rank_state import gather_ranks, my_rank_state
 from gnnkit.resume import LAST  # the checkpoint's file name in ``<run>/checkpoints/``
 
@@ -72,6 +75,8 @@ class LastCheckpoint(pl.Callback):
         self._fit_started = False
         self._skip_save = False
         self._at_epoch_start = False
+        self._module: pl.LightningModule | None = None
+        self._counts_before_check: dict[str, dict[str, int]] = {}
 
     @property
     def path(self) -> Path:
@@ -82,9 +87,14 @@ class LastCheckpoint(pl.Callback):
     def state_key(self) -> str:
         return "LastCheckpoint"
 
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._module = pl_module
+
     def state_dict(self) -> dict[str, Any]:
-        """Every rank's random state (collective: called on all ranks by ``dump_checkpoint``)."""
-        return {"random": gather_ranks(random_state())}
+        """Every rank's random state and format-plan counts (collective: called on all ranks by
+        ``dump_checkpoint``)."""
+        return {"random": gather_ranks(random_state()),
+                "plan_counts": gather_ranks(plan_counts(self._module) if self._module is not None else {})}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Keep the random state for the start of the resumed fit (or apply it at once when the
@@ -94,10 +104,13 @@ class LastCheckpoint(pl.Callback):
             self._apply_restored()
 
     def _apply_restored(self) -> None:
-        saved, self._restored = self._restored, None
-        mine = my_rank_state((saved or {}).get("random", []), "the random state")
+        saved, self._restored = self._restored or {}, None
+        mine = my_rank_state(saved.get("random", []), "the random state")
         if mine is not None:
             set_random_state(mine)
+        counts = my_rank_state(saved.get("plan_counts", []), "the format-plan counts")
+        if counts is not None and self._module is not None:
+            set_plan_counts(self._module, counts)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Restore the random state of the checkpoint, if resuming.
@@ -111,12 +124,17 @@ class LastCheckpoint(pl.Callback):
             self._apply_restored()
             self._skip_save = True
 
+    def on_sanity_check_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._counts_before_check = plan_counts(pl_module)
+
     def on_sanity_check_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Undo what the sanity check drew from the datamodule's samplers (Lightning isolates only the
-        global generators), so a resumed run, which checks again, validates on the same batches."""
+        global generators), so a resumed run, which checks again, validates on the same batches; and
+        leave its products out of the format-plan counts, which a resumed run would count twice."""
         rewind = getattr(trainer.datamodule, "rewind_sanity_check", None)
         if callable(rewind):
             rewind()
+        set_plan_counts(pl_module, self._counts_before_check)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._skip_save:  # the boundary this run resumed from: nothing new to save

@@ -113,6 +113,20 @@ class SparseAggregation(nn.Module):
         return {**self.last_plan.as_dict(), "counts": dict(self.plan_counts)}
 
 
+def plan_counts(model: nn.Module) -> dict[str, dict[str, int]]:
+    """How often each ``forward/backward`` format pair ran, per :class:`SparseAggregation` of
+    ``model`` (by module name): what a resumed run's report carries over (:func:`set_plan_counts`)."""
+    return {name: dict(m.plan_counts) for name, m in model.named_modules() if isinstance(m, SparseAggregation)}
+
+
+def set_plan_counts(model: nn.Module, counts: dict[str, dict[str, int]]) -> None:
+    """Give ``model``'s :class:`SparseAggregation` layers the counts :func:`plan_counts` returned
+    (a layer not named there starts from none)."""
+    for name, m in model.named_modules():
+        if isinstance(m, SparseAggregation):
+            m.plan_counts = Counter(counts.get(name, {}))
+
+
 class SparseGCNConv(SparseAggregation):
     """The graph convolution of Kipf & Welling, "Semi-Supervised Classification with Graph
     Convolutional Networks" <https://arxiv.org/abs/1609.02907>: ``\\hat A (X W^T) + b`` with

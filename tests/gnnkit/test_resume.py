@@ -39,6 +39,7 @@ CASES = {
     "reuse": [*SAMPLED, "--data.reuse.epochs", "2", "--data.reuse.loader", "torch", "--data.reuse.feature_dtype",
               "float32"],
     "tt": ["--model.embedding", "tt", "--model.embedding_dim", "16", "--model.tt_hot_rows", "64"],
+    "gnnkit_aggregation": [*SAMPLED, "--model.aggregation", "gnnkit"],
 }
 
 
@@ -102,6 +103,10 @@ def test_a_resumed_gpu_run_with_prefetched_batches_has_the_uninterrupted_runs_lo
     torch.testing.assert_close(losses(plain), losses(tmp_path / "straight"), rtol=1e-3, atol=1e-6)
 
 
+def _format_counts(report: dict) -> dict[str, dict[str, int]]:
+    return {layer: plan["counts"] for layer, plan in (report.get("formats") or {}).items()}
+
+
 def _check_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str, extra: list[str],
                   rtol: float = 1e-5, test_atol: float = 0.0) -> None:
     args = [*CASES[case], *extra]
@@ -114,8 +119,12 @@ def _check_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str, ex
     resumed = interrupted_and_resumed(tmp_path, monkeypatch, args)
     torch.testing.assert_close(losses(resumed), losses(straight), rtol=rtol, atol=1e-6)
     report = json.loads((resumed / "report.json").read_text())
-    straight_test = json.loads((straight / "report.json").read_text())["test"]
-    assert report["epochs"] == EPOCHS and abs(report["test"] - straight_test) <= test_atol
+    straight_report = json.loads((straight / "report.json").read_text())
+    assert report["epochs"] == EPOCHS and abs(report["test"] - straight_report["test"]) <= test_atol
+    # the products of every epoch, not of the last process's (nor the sanity check it ran again)
+    assert _format_counts(report) == _format_counts(straight_report)
+    if case == "gnnkit_aggregation":
+        assert sum(_format_counts(report)["layer0"].values()) > 0
     if case == "reuse":  # the whole schedule: recorded in epoch 0 (before the stop), replayed in 1, fresh in 2
         assert report["reuse"]["epochs"] == {"record": 1, "replay": 1, "fresh": 1}
     assert (resumed / "curves.png").read_bytes()[:4] == b"\x89PNG"
