@@ -443,6 +443,7 @@ def _train_and_test(plan: RunPlan, cli: GnnkitCLI, task: str, aside: SetAside) -
     run_dir = plan.run_dir
     prepare_metrics(plan, aside)
     trainer, model, data = cli.trainer, cli.model, cli.datamodule
+    trainer.callbacks.append(_DropAtTrainStart(aside))
     ranks = f", {trainer.world_size} ranks ({trainer.strategy.__class__.__name__})" if trainer.world_size > 1 else ""
     facts = data.describe()
     log.info("run %s: %s on %s (%s), %d parameters%s", run_dir, getattr(model, "gnn", type(model).__name__),
@@ -476,6 +477,17 @@ def _train_and_test(plan: RunPlan, cli: GnnkitCLI, task: str, aside: SetAside) -
         print(run_dir)
     _release_process_group()
     return report
+
+
+class _DropAtTrainStart(pl.Callback):
+    """Delete the earlier run's files set aside once training starts: ``fit`` can no longer refuse
+    the run then, and a run killed later leaves no copy of them in its folder."""
+
+    def __init__(self, aside: SetAside) -> None:
+        self.aside = aside
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.aside.drop()
 
 
 def _release_process_group() -> None:

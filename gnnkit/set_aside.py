@@ -6,7 +6,7 @@ A run into a used folder (``--run_dir OLD``, or ``--resume``) clears or trims th
 optimizer's state in the checkpoint, a setting the data rule out): the refused run then had already
 cost the earlier run its metrics and best checkpoint. :class:`SetAside` moves or copies those files
 into a temp folder inside the run folder first, puts them back if the run is refused, and deletes
-them otherwise. Its temp folder carries its owner (:mod:`pipeline.temp_paths`), so one left by a
+them once training starts. Its temp folder carries its owner (:mod:`pipeline.temp_paths`), so one left by a
 killed run is removed by the next temp made there.
 """
 

@@ -397,6 +397,24 @@ def test_a_run_killed_with_sigkill_resumes_with_the_same_losses(tmp_path):
     assert json.loads((killed / "report.json").read_text())["epochs"] == EPOCHS
 
 
+@pytest.mark.slow
+def test_a_run_killed_in_training_leaves_nothing_set_aside(tmp_path):
+    """A run into an earlier run's folder set its files aside until it had finished testing, so one
+    killed mid-training left a hidden copy of them there (gnnkit.set_aside)."""
+    used = tmp_path / "used"
+    run(QUICKSTART, ["--trainer.max_epochs", "2", "--run_dir", str(used)])  # its last.ckpt covers 2 epochs
+    env = {**os.environ, "GNNKIT_NATIVE": "0", FAULT_ENV: "stall@1"}  # stalls in epoch 1's first batch
+    with open(tmp_path / "killed.log", "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "gnnkit.cli", "run", QUICKSTART, "--trainer.max_epochs",
+                                 str(EPOCHS), "--run_dir", str(used)], stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            _wait_for_checkpoint(proc, used / "checkpoints" / "last.ckpt", 1)
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    assert [p.name for p in used.iterdir() if p.name.startswith(".")] == []
+
+
 TWO_RANKS = [*SAMPLED, "--trainer.devices", "2", "--trainer.strategy.class_path", "gnnkit.comm.GnnkitStrategy",
              "--trainer.strategy.init_args.warmup_steps", "1"]
 SIGNUM = ["--trainer.strategy.init_args.comm", "signsgd", "--trainer.strategy.init_args.sign_momentum", "0.9",
