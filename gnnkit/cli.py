@@ -62,7 +62,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``gnnkit`` console script."""
-    from pipeline import DatasetError, is_rank_zero, setup_logging
+    from pipeline import DatasetError, setup_logging
 
     setup_logging()
     argv = sys.argv[1:] if argv is None else argv
@@ -76,14 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + signal.SIGINT
     except SystemExit as stop:  # Lightning's SIGTERMException exits without a code: status 0, a success
         if type(stop).__name__ == "SIGTERMException":
-            what, signum = "stopped by SIGTERM", signal.SIGTERM
-        elif ctrl_c and stop.code == 1:  # Lightning's exit(1) after its Ctrl-C shutdown
-            what, signum = "interrupted", signal.SIGINT
-        else:
-            raise
-        if is_rank_zero():  # every rank of a run gets the signal; one line says it
-            print(f"gnnkit: {what} (gnnkit run --resume RUN_DIR continues a run)", file=sys.stderr)
-        return 128 + signum
+            return _stopped_by_signal("stopped by SIGTERM", signal.SIGTERM, stop)
+        if ctrl_c and stop.code == 1:  # Lightning's exit(1) after its Ctrl-C shutdown
+            return _stopped_by_signal("interrupted", signal.SIGINT, stop)
+        raise
     except BrokenPipeError:  # `gnnkit datasets | head`: the reader left, as for any Unix tool
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
         return 128 + signal.SIGPIPE
@@ -101,6 +97,19 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"gnnkit: error: {err}", file=sys.stderr)
         return 1
+
+
+def _stopped_by_signal(what: str, signum: int, err: BaseException) -> int:
+    """One line for a command a signal stopped, naming the run folder to continue where the run
+    noted it on ``err`` (:func:`gnnkit.run.run`); the status a shell gives such a stop."""
+    from pipeline import is_rank_zero
+
+    if is_rank_zero():  # every rank of a run gets the signal; one line says it
+        run_dir = getattr(err, "gnnkit_run_dir", None)
+        hint = f"gnnkit run --resume {run_dir} continues it" if run_dir else \
+            "gnnkit run --resume RUN_DIR continues a run"
+        print(f"gnnkit: {what} ({hint})", file=sys.stderr)
+    return 128 + signum
 
 
 @contextmanager

@@ -33,18 +33,21 @@ from typing import ParamSpec, TypeVar
 #: Loggers Lightning's ``rank_zero_info`` writes through (pytorch and fabric flavours), and those of
 #: its seeding and of its process group's start (on every rank).
 LIGHTNING_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero",
-                     "lightning.fabric.utilities.seed", "lightning.fabric.utilities.distributed")
+                     "lightning.fabric.utilities.seed", "lightning.fabric.utilities.distributed",
+                     "lightning.pytorch.trainer.connectors.signal_connector")
 #: Log lines dropped: hardware availability (the run log names the device), the litlogger tip, the
 #: end of a fit at ``max_epochs`` or ``max_steps`` (it came before gnnkit's line of the last epoch,
 #: "epoch N/M ...", which says the same: ``; stopped: max_steps=S reached``; a stop for want of
 #: batches is still told), the seed (config.yaml holds it), the checkpoint restored for a resume or
-#: a test (gnnkit's "resume: ... continues from ..." says the first) and the process group's banners
-#: (the run line names the ranks).
+#: a test (gnnkit's "resume: ... continues from ..." says the first), the process group's banners
+#: (the run line names the ranks) and the notices of a SIGTERM or a Ctrl-C received (gnnkit's line
+#: at the exit says so, and how to continue).
 LOG_LINES = re.compile(r"(GPU|TPU|HPU) available: |💡 Tip: .*litlogger|"
                        r"`Trainer.fit` stopped: `max_(epochs|steps)=\d+` reached|"
                        r"(\[rank: \d+\] )?Seed set to |Restoring states from the checkpoint path |"
                        r"(Loaded model weights|Restored all states) from the checkpoint |"
-                       r"(\[rank: \d+\] )?Initializing distributed: GLOBAL_RANK: |-{20,}\ndistributed_backend=")
+                       r"(\[rank: \d+\] )?Initializing distributed: GLOBAL_RANK: |-{20,}\ndistributed_backend=|"
+                       r"(\[rank: \d+\] )?Received SIGTERM: |\n?Detected KeyboardInterrupt, attempting graceful")
 #: Warning messages dropped (regexes matched at the start of the message) and their categories.
 WARNINGS: tuple[tuple[str, type[Warning]], ...] = (
     (r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning),

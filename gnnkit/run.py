@@ -24,6 +24,7 @@ from typing import Any, NoReturn, Union
 import lightning.pytorch as pl
 import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcessingLauncher
 from jsonargparse import DefaultHelpFormatter
@@ -393,6 +394,9 @@ def _undone_if_refused(run_dir: Path, made: list[Path]) -> Iterator[SetAside]:
         elif restored := aside.restore():
             log.info("run refused: %s has its earlier %s back", run_dir, ", ".join(restored))
         raise
+    except BaseException as err:  # a signal, an error: the CLI's line names the folder to continue
+        err.gnnkit_run_dir = str(run_dir)  # type: ignore[attr-defined]
+        raise
     finally:
         aside.drop()
 
@@ -462,13 +466,15 @@ def _train_and_test(plan: RunPlan, cli: GnnkitCLI, task: str, aside: SetAside) -
     with (resuming() if plan.ckpt_path is not None else contextlib.nullcontext(),
           contextlib.nullcontext() if validating else unvalidated()):
         try:
-            trainer.fit(model, datamodule=data, ckpt_path=plan.ckpt_path)
+            with _sigterm_outlasting_workers(trainer):
+                trainer.fit(model, datamodule=data, ckpt_path=plan.ckpt_path)
         except ForeignOptimizerState as err:  # one line, as a refused resume request
             raise ResumeError(f"{plan.ckpt_path}: {err}") from None
         except SettingRefused as err:  # a setting the data or the ranks rule out, found in setup: one line
             raise ResumeError(str(err)) from None
     ckpt = "best" if trainer.checkpoint_callback and trainer.checkpoint_callback.best_model_path else None
-    results = trainer.test(model, datamodule=data, ckpt_path=ckpt, verbose=False)
+    with _sigterm_outlasting_workers(trainer):
+        results = trainer.test(model, datamodule=data, ckpt_path=ckpt, verbose=False)
     test = results[0]["test_metric"]
     report = write_report(run_dir, trainer=trainer, model=model, datamodule=data, test=test, timer=cli.timer)
     if trainer.is_global_zero:
@@ -477,6 +483,20 @@ def _train_and_test(plan: RunPlan, cli: GnnkitCLI, task: str, aside: SetAside) -
         print(run_dir)
     _release_process_group()
     return report
+
+
+@contextlib.contextmanager
+def _sigterm_outlasting_workers(trainer: pl.Trainer) -> Iterator[None]:
+    """Make an error after a SIGTERM the stop it is: a ``timeout``, ``docker stop`` or a scheduler
+    signals the whole process group, the loader's workers die of it, and torch raised
+    "DataLoader worker (pid N) is killed by signal: Terminated" before Lightning's own
+    ``SIGTERMException`` (a traceback and status 1; the CLI says one line for the latter)."""
+    try:
+        yield
+    except RuntimeError as err:
+        if trainer.received_sigterm:
+            raise SIGTERMException from err
+        raise
 
 
 class _DropAtTrainStart(pl.Callback):

@@ -412,6 +412,21 @@ def test_sigterm_is_a_failure_status(capsys, monkeypatch):
     assert capsys.readouterr().err == "gnnkit: stopped by SIGTERM (gnnkit run --resume RUN_DIR continues a run)\n"
 
 
+def test_sigterm_names_the_run_folder_the_run_noted(capsys, monkeypatch):
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    import gnnkit.data.cli as data_cli
+
+    def noted(args):
+        stop = SIGTERMException()
+        stop.gnnkit_run_dir = "/r/quickstart-1"  # as gnnkit.run.run notes it
+        raise stop
+
+    monkeypatch.setattr(data_cli, "_datasets", noted)
+    assert main(["datasets"]) == 143
+    assert capsys.readouterr().err == "gnnkit: stopped by SIGTERM (gnnkit run --resume /r/quickstart-1 continues it)\n"
+
+
 def test_gnnkit_home_that_is_a_file_is_one_line(tmp_path, monkeypatch, capsys):
     """It was NotADirectoryError from deep in preprocess, and an empty listing from `cache list`."""
     home = tmp_path / "home"

@@ -52,7 +52,8 @@ def test_lightnings_hardware_lines_tip_and_max_epochs_or_steps_stop_are_dropped_
 
 def test_seed_checkpoint_restore_and_process_group_lines_are_dropped_inside_only(monkeypatch):
     """Lightning's lines without gnnkit's prefix in every run: the seed, the checkpoint restored for
-    a resume or a test, and, on several ranks, each rank's process-group banner."""
+    a resume or a test, on several ranks each rank's process-group banner, and the notices of a
+    SIGTERM or Ctrl-C (gnnkit's exit line says it)."""
     from lightning.fabric.utilities.seed import seed_everything
 
     from tests.conftest import RANK_VARIABLES
@@ -75,6 +76,8 @@ def test_seed_checkpoint_restore_and_process_group_lines_are_dropped_inside_only
             rank_zero_info("Restored all states from the checkpoint at /r/checkpoints/last.ckpt")
             logging.getLogger(LIGHTNING_LOGGERS[3]).info("Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2")
             rank_zero_info(f"{'-' * 100}\ndistributed_backend=gloo\nAll distributed processes registered.")
+            logging.getLogger(LIGHTNING_LOGGERS[4]).info("[rank: 0] Received SIGTERM: 15")
+            rank_zero_info("\nDetected KeyboardInterrupt, attempting graceful shutdown ...")
             rank_zero_info("Restoring states is a user's line")
         seed_everything(3)
     finally:

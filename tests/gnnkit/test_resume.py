@@ -415,6 +415,31 @@ def test_a_run_killed_in_training_leaves_nothing_set_aside(tmp_path):
     assert [p.name for p in used.iterdir() if p.name.startswith(".")] == []
 
 
+@pytest.mark.slow
+def test_a_sigterm_to_the_process_group_with_loader_workers_is_one_line(tmp_path):
+    """`timeout`, `docker stop` and schedulers signal the whole group: the loader's workers died of
+    it first, and torch's "DataLoader worker ... is killed by signal: Terminated" came out as a
+    traceback with status 1."""
+    run_dir = tmp_path / "r"
+    with open(tmp_path / "run.log", "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "gnnkit.cli", "run", QUICKSTART, *SAMPLED,
+                                 "--data.num_workers", "2", "--trainer.max_epochs", "1000", "--run_dir", str(run_dir)],
+                                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "GNNKIT_NATIVE": "0"},
+                                start_new_session=True)
+        try:
+            deadline = time.monotonic() + 120
+            while not (run_dir / "checkpoints" / "last.ckpt").is_file() and time.monotonic() < deadline:
+                assert proc.poll() is None, (tmp_path / "run.log").read_text()[-3000:]
+                time.sleep(0.2)
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=60)
+    log = (tmp_path / "run.log").read_text()
+    assert proc.returncode == 128 + signal.SIGTERM, log[-3000:]
+    assert log.splitlines()[-1] == f"gnnkit: stopped by SIGTERM (gnnkit run --resume {run_dir} continues it)"
+    assert "Traceback" not in log and "Received SIGTERM" not in log
+
+
 TWO_RANKS = [*SAMPLED, "--trainer.devices", "2", "--trainer.strategy.class_path", "gnnkit.comm.GnnkitStrategy",
              "--trainer.strategy.init_args.warmup_steps", "1"]
 SIGNUM = ["--trainer.strategy.init_args.comm", "signsgd", "--trainer.strategy.init_args.sign_momentum", "0.9",
