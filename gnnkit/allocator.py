@@ -23,8 +23,9 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-import os
 from typing import Any
+
+from pipeline.env_switch import switch
 
 # mallopt() parameters, from glibc's <malloc.h>.
 M_TRIM_THRESHOLD = -1
@@ -61,7 +62,7 @@ def retain_freed_memory(mmap_threshold: int = 1 << 30, top_pad: int = 64 << 20) 
         Whether every setting was accepted.
     """
     global _retaining
-    if os.environ.get(DISABLE_ENV, "1") == "0":
+    if not switch(DISABLE_ENV, True):
         return False
     mallopt = _libc_function("mallopt")
     if mallopt is None:

@@ -8,6 +8,7 @@ import re
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(argv).parse_args(argv)
     ctrl_c: list[int] = []  # the Ctrl-Cs the command got
     try:
-        with _noting_ctrl_c(ctrl_c):
+        with _noting_ctrl_c(ctrl_c), _gnnkit_warnings_in_one_line():
             return args.func(args)
     except KeyboardInterrupt:  # Ctrl-C: what was being written is a temp, removed on the way out
         print("gnnkit: interrupted", file=sys.stderr)
@@ -110,6 +111,25 @@ def _stopped_by_signal(what: str, signum: int, err: BaseException) -> int:
             "gnnkit run --resume RUN_DIR continues a run"
         print(f"gnnkit: {what} ({hint})", file=sys.stderr)
     return 128 + signum
+
+
+@contextmanager
+def _gnnkit_warnings_in_one_line() -> Iterator[None]:
+    """Show gnnkit's own warnings (their text starts ``gnnkit: ``, as the native kernels' fallback)
+    as that one line, not as Python's ``file:line: RuntimeWarning: ...`` and the source line after it."""
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001 - warnings' signature
+        if str(message).startswith("gnnkit: "):
+            print(message, file=sys.stderr if file is None else file)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
 
 
 @contextmanager

@@ -34,6 +34,9 @@ from types import ModuleType
 
 import torch
 
+from pipeline.env_switch import OFF, ON, switch
+from pipeline.errors import DatasetError
+
 __all__ = ["available", "build_dir", "build_seconds", "cuda_mode", "disabled", "enabled", "get", "kernels",
            "library_path", "reset", "source_dir", "status"]
 
@@ -61,19 +64,17 @@ def source_dir() -> Path:
     return Path(env).expanduser() if env else Path(__file__).resolve().parents[2] / "cuda"
 
 
-#: ``GNNKIT_NATIVE_CUDA``'s values: include the CUDA kernels when a GPU is visible, always, or never.
-CUDA_MODES = {"auto": "auto", "1": "on", "on": "on", "true": "on", "yes": "on", "0": "off", "off": "off",
-              "false": "off", "no": "off"}
-
-
 def cuda_mode() -> str:
     """``GNNKIT_NATIVE_CUDA``: ``auto`` (default: with a visible GPU), ``on`` (whenever torch has CUDA
     and nvcc is found, e.g. to build on a machine without a GPU, with ``TORCH_CUDA_ARCH_LIST`` naming
-    the GPUs) or ``off``."""
-    value = os.environ.get("GNNKIT_NATIVE_CUDA", "auto").strip().lower()
-    if value not in CUDA_MODES:
-        raise ValueError(f"GNNKIT_NATIVE_CUDA: expected auto, 1 or 0, got {value!r}")
-    return CUDA_MODES[value]
+    the GPUs) or ``off`` (the values of :func:`pipeline.env_switch.switch`)."""
+    value = os.environ.get("GNNKIT_NATIVE_CUDA", "").strip().lower()
+    if value in ("", "auto"):
+        return "auto"
+    if value not in ON + OFF:
+        raise DatasetError("GNNKIT_NATIVE_CUDA", f"expected auto, {', '.join(ON)} (on) or {', '.join(OFF)} (off), "
+                                                 f"got {os.environ['GNNKIT_NATIVE_CUDA']!r}")
+    return "on" if value in ON else "off"
 
 
 def with_cuda() -> bool:
@@ -155,7 +156,7 @@ def build_dir(cuda: bool | None = None) -> Path:
 
 def enabled() -> bool:
     """Whether native kernels may be used (``GNNKIT_NATIVE`` is not ``0`` and no :func:`disabled` is active)."""
-    return _off_depth == 0 and os.environ.get("GNNKIT_NATIVE", "1").strip().lower() not in ("0", "false", "off", "no")
+    return _off_depth == 0 and switch("GNNKIT_NATIVE", True)
 
 
 @contextlib.contextmanager
@@ -285,6 +286,7 @@ def get(verbose: bool = False) -> ModuleType | None:
         return None
     if _module is not None or _error is not None:
         return _module
+    cuda_mode()  # a bad GNNKIT_NATIVE_CUDA is the user's line to fix, not a failed build to fall back from
     with _lock:
         if _module is None and _error is None:
             try:

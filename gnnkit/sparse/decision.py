@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
@@ -63,6 +62,7 @@ from gnnkit.sparse.measure import (
     measure_backward,
     measure_formats,
 )
+from pipeline.env_switch import switch
 
 #: The check may run only when the runner-up's predicted cost is within this factor of the pick's.
 VERIFY_WITHIN = 1.5
@@ -237,10 +237,10 @@ def _order(name: str) -> int:
 
 
 def verify_enabled(verify: bool | None) -> bool:
-    """``verify`` if given, else on unless ``$GNNKIT_SPMM_VERIFY`` is ``0``."""
+    """``verify`` if given, else ``$GNNKIT_SPMM_VERIFY`` (on unless set off: :func:`pipeline.env_switch.switch`)."""
     if verify is not None:
         return verify
-    return os.environ.get(VERIFY_ENV, "1").strip() != "0"
+    return switch(VERIFY_ENV, True)
 
 
 #: Seconds of rounds (up to 10) the timing of a single-use size class takes at least: its products

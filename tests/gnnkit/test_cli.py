@@ -427,6 +427,28 @@ def test_sigterm_names_the_run_folder_the_run_noted(capsys, monkeypatch):
     assert capsys.readouterr().err == "gnnkit: stopped by SIGTERM (gnnkit run --resume /r/quickstart-1 continues it)\n"
 
 
+def test_gnnkit_warnings_are_their_own_line_and_others_pythons(capsys, monkeypatch):
+    """The native kernels' fallback came as `.../loader.py:318: RuntimeWarning: gnnkit: ...` and its
+    source line `  module = get()`, spliced into doctor's table."""
+    import warnings
+
+    import gnnkit.data.cli as data_cli
+
+    def warns(args):
+        warnings.warn("gnnkit: native kernels unavailable, using pure PyTorch (FileNotFoundError: x)", RuntimeWarning)
+        warnings.warn("a library's own", UserWarning)
+        return 0
+
+    monkeypatch.setattr(data_cli, "_datasets", warns)
+    others: list[str] = []
+    monkeypatch.setattr(warnings, "showwarning", lambda message, *args, **kwargs: others.append(str(message)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert main(["datasets"]) == 0
+    assert capsys.readouterr().err == "gnnkit: native kernels unavailable, using pure PyTorch (FileNotFoundError: x)\n"
+    assert others == ["a library's own"]  # shown as Python shows it
+
+
 def test_gnnkit_home_that_is_a_file_is_one_line(tmp_path, monkeypatch, capsys):
     """It was NotADirectoryError from deep in preprocess, and an empty listing from `cache list`."""
     home = tmp_path / "home"

@@ -131,7 +131,8 @@ def test_gnnkit_native_cuda_builds_the_cuda_kernels_without_a_gpu_or_never(monke
     assert loader.with_cuda() is built
     assert any(p.suffix == ".cu" for p in loader.sources()) is built
     monkeypatch.setenv("GNNKIT_NATIVE_CUDA", "maybe")
-    with pytest.raises(ValueError, match="GNNKIT_NATIVE_CUDA: expected auto, 1 or 0, got 'maybe'"):
+    with pytest.raises(ValueError, match=r"GNNKIT_NATIVE_CUDA: expected auto, 1, on, true, yes \(on\) or "
+                                         r"0, off, false, no \(off\), got 'maybe'"):
         loader.with_cuda()
 
 
@@ -140,7 +141,8 @@ def test_doctor_says_gnnkit_native_cuda_left_the_cuda_part_out_and_names_a_bad_v
     assert report(build=False)["native CUDA part"] == "no (GNNKIT_NATIVE_CUDA=0)"
     monkeypatch.setenv("GNNKIT_NATIVE_CUDA", "sometimes")
     assert main(["doctor", "--no-build"]) == 2
-    assert capsys.readouterr().err == "gnnkit: error: GNNKIT_NATIVE_CUDA: expected auto, 1 or 0, got 'sometimes'\n"
+    assert capsys.readouterr().err == ("gnnkit: error: GNNKIT_NATIVE_CUDA: expected auto, 1, on, true, yes (on) or "
+                                          "0, off, false, no (off), got 'sometimes'\n")
 
 
 @pytest.mark.parametrize("importer", ["torch", "gnnkit"])
