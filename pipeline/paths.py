@@ -20,7 +20,7 @@ def gnnkit_home() -> Path:
     Raises:
         DatasetError: ``GNNKIT_HOME`` names a file.
     """
-    if "GNNKIT_HOME" in os.environ:
+    if os.environ.get("GNNKIT_HOME", "").strip():  # empty is unset (it was the current folder)
         home = Path(os.environ["GNNKIT_HOME"]).expanduser()
         if home.exists() and not home.is_dir():
             raise DatasetError("GNNKIT_HOME", f"{home} is a file (expected a folder for gnnkit's data and caches)")

@@ -35,6 +35,7 @@ from gnnkit.sparse.features import (FEATURE_NAMES, feature_vector, matrix_featur
                                     transposed_features)
 from gnnkit.sparse.forest import TreeEnsemble
 from gnnkit.sparse.formats import FORMATS
+from pipeline.errors import DatasetError
 
 MODEL_KIND = "gnnkit-spmm-selector"
 MODEL_VERSION = 1
@@ -229,8 +230,8 @@ def current_selector(kind: str = "cpu") -> Selector | None:
     """The selector in use for a device kind (each model file loaded once); ``None`` if it has none.
 
     Raises:
-        FileNotFoundError: The environment names a model file that is not there.
-        ValueError: The model file was measured on another device kind.
+        DatasetError: The environment names a model file that is not there, that cannot be read, or
+            that was measured on another device kind (one line naming the variable).
     """
     kind = device_kind(kind)
     if kind in _override:
@@ -240,13 +241,16 @@ def current_selector(kind: str = "cpu") -> Selector | None:
         return None
     if path not in _loaded:
         if not path.is_file():
-            raise FileNotFoundError(f"selector model {path} not found; run 'gnnkit formats calibrate' "
-                                    f"or unset {MODEL_ENV[kind]}")
-        _loaded[path] = Selector.load(path)
+            raise DatasetError(MODEL_ENV[kind], f"selector model {path} not found; run 'gnnkit formats calibrate' "
+                                                f"or unset {MODEL_ENV[kind]}")
+        try:
+            _loaded[path] = Selector.load(path)
+        except ValueError as err:
+            raise DatasetError(MODEL_ENV[kind], f"{err} (expected a model 'gnnkit formats calibrate' wrote)") from None
     selector = _loaded[path]
     if selector.device != kind:
-        raise ValueError(f"selector model {path}: measured on {selector.device}, but it is set for {kind} "
-                         f"matrices; calibrate with 'gnnkit formats calibrate --device {kind}'")
+        raise DatasetError(MODEL_ENV[kind], f"selector model {path}: measured on {selector.device}, but it is set for "
+                                            f"{kind} matrices; calibrate with 'gnnkit formats calibrate --device {kind}'")
     return selector
 
 

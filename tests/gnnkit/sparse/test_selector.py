@@ -15,6 +15,7 @@ from gnnkit.sparse.forest import TreeEnsemble
 from gnnkit.sparse.measure import FormatTiming
 from gnnkit.sparse.selector import (SHIPPED_MODEL, Selector, calibrated_path, choose_format, current_selector,
                                     device_kind, model_path, set_selector)
+from pipeline import DatasetError
 
 
 def stump(feature: int, threshold: float, low: list[float], high: list[float]) -> dict:
@@ -143,7 +144,10 @@ def test_model_file_round_trip_and_environment_override(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="not a gnnkit selector model"):
         Selector.load(tmp_path / "bad.json")
     monkeypatch.setenv("GNNKIT_SELECTOR", str(tmp_path / "missing.json"))
-    with pytest.raises(FileNotFoundError, match="gnnkit formats calibrate"):
+    with pytest.raises(DatasetError, match="^GNNKIT_SELECTOR: selector model .* not found; run 'gnnkit formats calibrate"):
+        current_selector()
+    monkeypatch.setenv("GNNKIT_SELECTOR", str(tmp_path / "bad.json"))  # a traceback after `formats list`'s table
+    with pytest.raises(DatasetError, match="^GNNKIT_SELECTOR: .*not a gnnkit selector model.* calibrate' wrote\\)$"):
         current_selector()
     selector_module._loaded.clear()
 
