@@ -249,8 +249,9 @@ def current_selector(kind: str = "cpu") -> Selector | None:
             raise DatasetError(MODEL_ENV[kind], f"{err} (expected a model 'gnnkit formats calibrate' wrote)") from None
     selector = _loaded[path]
     if selector.device != kind:
-        raise DatasetError(MODEL_ENV[kind], f"selector model {path}: measured on {selector.device}, but it is set for "
-                                            f"{kind} matrices; calibrate with 'gnnkit formats calibrate --device {kind}'")
+        raise DatasetError(MODEL_ENV[kind], f"selector model {path}: measured on {selector.device}, but it is set "
+                                            f"for {kind} matrices; calibrate with 'gnnkit formats calibrate "
+                                            f"--device {kind}'")
     return selector
 
 

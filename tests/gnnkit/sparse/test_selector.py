@@ -144,7 +144,7 @@ def test_model_file_round_trip_and_environment_override(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="not a gnnkit selector model"):
         Selector.load(tmp_path / "bad.json")
     monkeypatch.setenv("GNNKIT_SELECTOR", str(tmp_path / "missing.json"))
-    with pytest.raises(DatasetError, match="^GNNKIT_SELECTOR: selector model .* not found; run 'gnnkit formats calibrate"):
+    with pytest.raises(DatasetError, match="^GNNKIT_SELECTOR: selector model .* not found; run 'gnnkit formats"):
         current_selector()
     monkeypatch.setenv("GNNKIT_SELECTOR", str(tmp_path / "bad.json"))  # a traceback after `formats list`'s table
     with pytest.raises(DatasetError, match="^GNNKIT_SELECTOR: .*not a gnnkit selector model.* calibrate' wrote\\)$"):
