@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import re
 import signal
@@ -30,6 +31,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "formats": ("gnnkit.sparse.cli", "SpMM formats: list, explain a dataset, calibrate the selector"),
     "doctor": ("gnnkit.doctor", "versions, threads and the native kernels of this installation"),
 }
+
+
+#: ``OSError`` numbers that say a path the user gave is wrong (status 2, as other bad input); others
+#: (a full disk, an I/O error) are the machine's (status 1).
+USER_PATH_ERRORS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.EACCES, errno.EPERM,
+                              errno.EROFS})
 
 
 #: What ``gnnkit --help`` says above the commands (plain text: argparse prints it as written).
@@ -87,6 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     except DatasetError as err:
         print(f"gnnkit: error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # a path the system refused: `--run_dir /proc/x`, `--out` under a file, a full disk
+        if err.filename is None:
+            raise
+        print(f"gnnkit: error: {err.filename}: {err.strerror or err}", file=sys.stderr)
+        return 2 if err.errno in USER_PATH_ERRORS else 1
     except MemoryError as err:  # an allocation the machine cannot hold: one line, not numpy's traceback
         print(f"gnnkit: error: out of memory: {str(err) or type(err).__name__}", file=sys.stderr)
         return 1

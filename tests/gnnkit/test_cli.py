@@ -449,6 +449,29 @@ def test_gnnkit_warnings_are_their_own_line_and_others_pythons(capsys, monkeypat
     assert others == ["a library's own"]  # shown as Python shows it
 
 
+def test_a_path_the_system_refuses_is_one_line(capsys, monkeypatch):
+    """`--run_dir /proc/gnn`, `GNNKIT_HOME=/proc/x`, `formats calibrate --out` under a file: tracebacks."""
+    import errno
+
+    import gnnkit.data.cli as data_cli
+
+    for error, status in [(FileNotFoundError(errno.ENOENT, "No such file or directory", "/proc/gnn"), 2),
+                          (OSError(errno.ENOSPC, "No space left on device", "/data/x.arrow"), 1)]:
+        def refused(args, error=error):
+            raise error
+
+        monkeypatch.setattr(data_cli, "_datasets", refused)
+        assert main(["datasets"]) == status
+        assert capsys.readouterr().err == f"gnnkit: error: {error.filename}: {error.strerror}\n"
+
+    def unnamed(args):
+        raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
+
+    monkeypatch.setattr(data_cli, "_datasets", unnamed)
+    with pytest.raises(ConnectionResetError):  # no path to name: as it is
+        main(["datasets"])
+
+
 def test_gnnkit_home_that_is_a_file_is_one_line(tmp_path, monkeypatch, capsys):
     """It was NotADirectoryError from deep in preprocess, and an empty listing from `cache list`."""
     home = tmp_path / "home"
