@@ -13,6 +13,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any, NoReturn
 
 from gnnkit.import_gc import import_without_gc
 
@@ -51,13 +52,27 @@ def _command(argv: list[str]) -> str | None:
     return first if first in COMMANDS else None
 
 
+class CommandParser(argparse.ArgumentParser):
+    """argparse's parser for gnnkit's commands (and theirs, which argparse makes of the same class):
+    a mistake is one line, ``gnnkit: error: ...`` and status 2, as ``gnnkit run``'s are (argparse
+    printed its usage block first), and options are not taken by their abbreviations (``preprocess
+    --forc`` rebuilt the entry; ``gnnkit run`` refuses them too)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"gnnkit: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The ``gnnkit`` parser, complete for the command ``argv`` names; the others are listed only.
 
     Args:
         argv: The arguments to be parsed (default ``sys.argv[1:]``); ``[]`` lists every command.
     """
-    parser = argparse.ArgumentParser(prog="gnnkit", description=DESCRIPTION)
+    parser = CommandParser(prog="gnnkit", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
     command = _command(sys.argv[1:] if argv is None else argv)
     if command is not None:

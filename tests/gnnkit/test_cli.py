@@ -449,6 +449,19 @@ def test_gnnkit_warnings_are_their_own_line_and_others_pythons(capsys, monkeypat
     assert others == ["a library's own"]  # shown as Python shows it
 
 
+@pytest.mark.parametrize(("argv", "line"), [
+    (["import", "g.pt", "out", "--task", "nodes"], "argument --task: invalid choice: 'nodes' (choose from 'node', "
+                                                   "'link', 'graph') (see gnnkit import --help)"),
+    (["preprocess", "--forc", "synthetic-tiny"], "unrecognized arguments: --forc (see gnnkit --help)"),
+])
+def test_a_commands_mistake_is_one_line_and_no_abbreviation_is_taken(capsys, argv, line):
+    """argparse printed its usage block before the error, and took `--forc` for `--force` (which
+    rebuilt the entry); `gnnkit run` already did neither."""
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2 and capsys.readouterr().err == f"gnnkit: error: {line}\n"
+
+
 def test_a_path_the_system_refuses_is_one_line(capsys, monkeypatch):
     """`--run_dir /proc/gnn`, `GNNKIT_HOME=/proc/x`, `formats calibrate --out` under a file: tracebacks."""
     import errno
