@@ -11,7 +11,7 @@ from gnnkit.sparse import Adjacency, spmm
 from gnnkit.sparse.formats import FORMATS
 from gnnkit.sparse.selector import usable
 
-from .conftest import GRAPHS, on_device
+from .conftest import GRAPHS, on_device, powerlaw_csr
 
 
 def dense(indptr: torch.Tensor, indices: torch.Tensor, num_cols: int, values=None, dtype=torch.float64):
@@ -66,6 +66,25 @@ def test_csr_float32_and_gradcheck(ext):
     xd = torch.randn(150, 3, dtype=torch.float64, requires_grad=True)
     at = ops.transpose(ops.CSR(indptr, indices, None, 150))
     assert torch.autograd.gradcheck(lambda t: ops.spmm(indptr, indices, t, reduce="mean", transposed=at), (xd,))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_products_large_enough_to_split_over_threads_match_dense(ext, threads):
+    """A product of thousands of rows, split in chunks over one or two threads, CSR and SELL alike
+    (the graphs above are small: every chunk of theirs holds a few rows)."""
+    indptr, indices = powerlaw_csr(3000, seed=5)
+    g = torch.Generator().manual_seed(3)
+    values = torch.rand(indices.numel(), generator=g, dtype=torch.float64)
+    x = torch.randn(3000, 48, generator=g, dtype=torch.float64)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        csr = ops.spmm(indptr, indices, x, values=values)
+        sell = ops.spmm_sell(ops.to_sell(ops.CSR(indptr, indices, values, 3000), torch.float64, 8, 64), x, True)
+    finally:
+        torch.set_num_threads(before)
+    torch.testing.assert_close(csr, reference(indptr, indices, 3000, x, values))
+    torch.testing.assert_close(sell, reference(indptr, indices, 3000, x, values, mean=True))
 
 
 @pytest.mark.parametrize("chunk,sigma", [(1, 1), (4, 1), (8, 256), (32, 64), (3, 1000)])
