@@ -271,7 +271,7 @@ def link_graph_parts(arrays: Mapping[str, np.ndarray], options: LinkImportOption
             "split": "given" if given else f"random{options.seed}", "additional node files": "None",
             "additional edge files": "None", "is hetero": "False", "version": 1}
     kind = "undirected" if undirected else f"directed ({_plural(unpaired, 'edge')} without the reverse)"
-    summary = (_summary(n, split, negatives, x, edges, pairs, kind, f"{source}; negatives {drawn}", metric)
+    summary = (_summary(n, split, negatives, x, edges, pairs, kind, source, drawn, metric)
                + unkept_note(arrays, "link"))
     return {"edges": split["train"], "num_nodes": n, "splits": splits, "meta": meta, "node_feat": x,
             "binary": not undirected,  # OGB's binary reader adds no reverses
@@ -279,16 +279,17 @@ def link_graph_parts(arrays: Mapping[str, np.ndarray], options: LinkImportOption
 
 
 def _summary(n: int, split: dict[str, np.ndarray], negatives: dict[str, np.ndarray], x: np.ndarray | None,
-             edges: np.ndarray, pairs: int, kind: str, source: str, metric: str) -> str:
+             edges: np.ndarray, pairs: int, kind: str, source: str, drawn: str, metric: str) -> str:
     """The line on what was read: sizes, what was left out of the graph's ``edges`` (which make
-    ``pairs`` positives), the task and the parts."""
+    ``pairs`` positives), the task and the parts, with their negatives ``drawn`` or ``given``
+    (training has none: they are drawn anew each epoch)."""
     loops = int((edges[0] == edges[1]).sum())
     left = [_plural(loops, "self loop")] if loops else []
     repeats = edges.shape[1] - loops - pairs * (2 if kind == "undirected" else 1)
     left += [_plural(repeats, "repeated edge")] if repeats > 0 else []
     dropped = f" ({' and '.join(left)} left out)" if left else ""
     features = _plural(x.shape[1], "feature") if x is not None else "no features"
-    sizes = ", ".join(f"{p} {len(split[p]):,}" + (f" (+{_plural(len(negatives[p]), 'negative')})"
+    sizes = ", ".join(f"{p} {len(split[p]):,}" + (f" (+{_plural(len(negatives[p]), f'{drawn} negative')})"
                                                    if p in negatives else "") for p in SPLITS)
     return (f"{n:,} nodes, {sum(map(len, split.values())):,} {kind} edges{dropped}, {features}; link prediction "
             f"({metric}); split {source}: {sizes}")

@@ -112,8 +112,8 @@ def test_import_of_a_link_task_names_a_link_recipe_and_refuses_node_options(caps
     assert main(["import", str(tmp_path / "g.npz"), str(tmp_path / "links"), "--task", "link", "--seed", "3"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == ("links: 300 nodes, 300 undirected edges, no features; link prediction (rocauc); split random "
-                      "85/5/10 of the pairs (seed 3); negatives drawn: train 255, valid 15 (+15 negatives), test 30 "
-                      "(+30 negatives)")
+                      "85/5/10 of the pairs (seed 3): train 255, valid 15 (+15 drawn negatives), test 30 "
+                      "(+30 drawn negatives)")
     assert out[1] == (f"train it: gnnkit run recipes/gae_citation.yaml --data.dataset {tmp_path / 'links'} "
                       "--model.embedding_dim 64   (set for Cora, 2,708 nodes)")
     assert main(["preprocess", str(tmp_path / "links")]) == 0
