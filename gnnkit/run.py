@@ -55,6 +55,7 @@ from gnnkit.set_aside import SetAside
 from gnnkit.setting_checks import SettingRefused
 from gnnkit.tasks import DEFAULT_TASK, SHARED_LINKS, TaskFamily, add_task_argument, recipe_task, task_family
 from pipeline import log, setup_logging
+from pipeline.progress import draws_bars
 
 #: What ``gnnkit run --help`` says about gnnkit's own options (LightningCLI's follow).
 RUN_HELP = """\
@@ -159,7 +160,7 @@ class GnnkitCLI(LightningCLI):
                  family: TaskFamily | None = None, recipe_defaults: str | None = None) -> None:
         self.run_dir = run_dir
         self.family = family or task_family(DEFAULT_TASK)
-        self.timer = EpochTimer(log_lines=not sys.stderr.isatty())
+        self.timer = EpochTimer(log_lines=not draws_bars())
         fault = None if resumed else fault_from_env()
         module, datamodule = self.family.classes()
         super().__init__(
@@ -178,7 +179,7 @@ class GnnkitCLI(LightningCLI):
             parser_class=_OneLineErrors,
             trainer_defaults={
                 "default_root_dir": str(run_dir),
-                "enable_progress_bar": sys.stderr.isatty(),
+                "enable_progress_bar": draws_bars(),
                 "enable_model_summary": False,
                 "callbacks": [
                     BestCheckpoint(dirpath=run_dir / CHECKPOINTS, filename="best",

@@ -77,7 +77,7 @@ class Stages:
 
     def bar(self, items: Iterable[T], total: int, desc: str) -> Iterator[T]:
         """Iterate with a tqdm bar on a TTY, or a log line every ~10% otherwise."""
-        if sys.stderr.isatty():
+        if draws_bars():
             yield from tqdm(items, total=total, desc=f"{self.job}: {desc}", leave=False)
             return
         step = max(1, total // 10)
@@ -85,6 +85,18 @@ class Stages:
             yield item
             if i % step == 0 or i == total:
                 self(f"{desc} {i}/{total}")
+
+
+def draws_bars() -> bool:
+    """Whether progress is a bar: standard error is a terminal with a width. A pseudo-terminal of
+    no size (``script`` without ``stty cols``) showed blank lines for a whole run, neither a bar nor
+    the log lines given otherwise."""
+    if not sys.stderr.isatty():
+        return False
+    try:
+        return os.get_terminal_size(sys.stderr.fileno()).columns > 0
+    except (OSError, ValueError):  # no descriptor (a replaced stream), or not a terminal after all
+        return False
 
 
 #: Environment variables that give a process's rank in a multi-process job, in the order Lightning

@@ -116,3 +116,24 @@ def test_log_lines_go_to_the_stderr_of_the_moment(monkeypatch):
     monkeypatch.setattr(sys, "stderr", second)
     log.warning("two")
     assert second.getvalue() == "[gnnkit] two\n"
+
+
+def test_a_terminal_without_a_width_gets_log_lines_not_a_bar(monkeypatch):
+    """`script -qc "gnnkit run ..." /dev/null` without `stty cols`: a pseudo-terminal of 0 columns,
+    where the bar drew nothing and no epoch line was logged."""
+    from pipeline.progress import draws_bars
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+        def fileno(self) -> int:
+            return 2
+
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    monkeypatch.setattr(os, "get_terminal_size", lambda fd: os.terminal_size((0, 0)))
+    assert not draws_bars()
+    monkeypatch.setattr(os, "get_terminal_size", lambda fd: os.terminal_size((120, 40)))
+    assert draws_bars()
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    assert not draws_bars()
