@@ -23,10 +23,12 @@ def test_in_range_bounds_and_kinds():
 @pytest.mark.parametrize(("argv", "message"), [
     (["formats", "explain", "synthetic-tiny", "--width", "-3"], "argument --width: expected a value >= 1, got -3"),
     (["formats", "explain", "synthetic-tiny", "--epochs", "-1"], "argument --epochs: expected a value >= 1, got -1"),
-    (["formats", "calibrate", "--widths-per-matrix", "9"], "expected a value >= 1 and <= 5, got 9"),
+    (["formats", "calibrate", "--widths-per-matrix", "9"],
+     "argument --widths-per-matrix: expected a value >= 1 and <= 5, got 9"),
 ], ids=["negative width", "negative epochs", "more widths than there are"])
 def test_formats_flags_without_a_result_are_refused(capsys, argv, message):
     """They were tracebacks (a negative tensor dimension, RunLength's check) or ran to no purpose."""
     with pytest.raises(SystemExit) as done:
         main(argv)
-    assert done.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1].endswith(message)
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err == f"gnnkit: error: {message} (see gnnkit formats {argv[1]} --help)\n"

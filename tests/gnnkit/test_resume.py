@@ -377,20 +377,26 @@ def _gnnkit(args: list[str], env: dict[str, str], log: Path, timeout: float = 30
     assert rc == 0, log.read_text()[-3000:]
 
 
+def _killed_in_epoch(epoch: int, run_dir: Path, log: Path) -> int:
+    """Run quickstart into ``run_dir`` in another process, stalled at the first batch of ``epoch``
+    (its ``last.ckpt`` then covers the epochs before), kill it with SIGKILL; its return code."""
+    env = {**os.environ, "GNNKIT_NATIVE": "0", FAULT_ENV: f"stall@{epoch}"}
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "gnnkit.cli", "run", QUICKSTART, "--trainer.max_epochs",
+                                 str(EPOCHS), "--run_dir", str(run_dir)], stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            _wait_for_checkpoint(proc, run_dir / "checkpoints" / "last.ckpt", epoch)
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    return proc.returncode
+
+
 @pytest.mark.slow
 def test_a_run_killed_with_sigkill_resumes_with_the_same_losses(tmp_path):
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     run(QUICKSTART, ["--trainer.max_epochs", str(EPOCHS), "--run_dir", str(straight)])
-    env = {**os.environ, "GNNKIT_NATIVE": "0", FAULT_ENV: "stall@2"}  # stalls in epoch 2's first batch
-    with open(tmp_path / "killed.log", "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "gnnkit.cli", "run", QUICKSTART, "--trainer.max_epochs",
-                                 str(EPOCHS), "--run_dir", str(killed)], stdout=out, stderr=subprocess.STDOUT, env=env)
-        try:
-            _wait_for_checkpoint(proc, killed / "checkpoints" / "last.ckpt", 2)
-        finally:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-    assert proc.returncode == -signal.SIGKILL
+    assert _killed_in_epoch(2, killed, tmp_path / "killed.log") == -signal.SIGKILL
     _gnnkit(["run", "--resume", str(killed)], {"GNNKIT_NATIVE": "0"}, tmp_path / "resumed.log")
     assert "exists and is not empty" not in (tmp_path / "resumed.log").read_text()  # resuming there is the point
     torch.testing.assert_close(losses(killed), losses(straight), rtol=1e-5, atol=1e-6)
@@ -403,15 +409,7 @@ def test_a_run_killed_in_training_leaves_nothing_set_aside(tmp_path):
     killed mid-training left a hidden copy of them there (gnnkit.set_aside)."""
     used = tmp_path / "used"
     run(QUICKSTART, ["--trainer.max_epochs", "2", "--run_dir", str(used)])  # its last.ckpt covers 2 epochs
-    env = {**os.environ, "GNNKIT_NATIVE": "0", FAULT_ENV: "stall@1"}  # stalls in epoch 1's first batch
-    with open(tmp_path / "killed.log", "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "gnnkit.cli", "run", QUICKSTART, "--trainer.max_epochs",
-                                 str(EPOCHS), "--run_dir", str(used)], stdout=out, stderr=subprocess.STDOUT, env=env)
-        try:
-            _wait_for_checkpoint(proc, used / "checkpoints" / "last.ckpt", 1)
-        finally:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+    assert _killed_in_epoch(1, used, tmp_path / "killed.log") == -signal.SIGKILL
     assert [p.name for p in used.iterdir() if p.name.startswith(".")] == []
 
 
