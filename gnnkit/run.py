@@ -50,6 +50,7 @@ from gnnkit.report import EpochTimer, write_report
 from gnnkit.resume import (CHECKPOINTS, LAST, RUN_DIR_ENV, ResumeError, RunPlan, check_same_graph, claimed_run_dir,
                            plan_command, prepare_metrics, wants_help)
 from gnnkit.run_command import USAGE
+from gnnkit.run_lock import run_folder_lock
 from gnnkit.saved_config import AtomicSaveConfig
 from gnnkit.set_aside import SetAside
 from gnnkit.setting_checks import SettingRefused
@@ -352,6 +353,7 @@ def run(recipe: str, overrides: list[str], plan: RunPlan | None = None) -> dict[
     run_dir.mkdir(parents=True, exist_ok=True)  # only now: a run that only parses writes nothing
     made = [run_dir, *new_parents] if new_folder else []
     with (_environment(RUN_DIR_ENV, str(run_dir)),  # the ranks Lightning starts use this folder too
+          run_folder_lock(run_dir),  # before: a run refused for another's lock removes nothing
           _undone_if_refused(run_dir, made) as aside):
         return _train_and_test(plan, cli, task, aside)
 
