@@ -145,20 +145,36 @@ def size_hint(recipe: Path, reference: Reference | None, model: str, dataset: st
     return line + f"; {better.path} is set for {better.reference.graph} ({better.reference.nodes:,} nodes){other}"
 
 
-def homophily_hint(recipe: Path, reference: Reference | None, dataset: str, homophily: float | None) -> str | None:
+def homophily_hint(recipe: Path, reference: Reference | None, dataset: str, homophily: float | None,
+                   edges: int | None = None) -> str | None:
     """One line when ``dataset`` is heterophilous (adjusted homophily below
     :data:`~gnnkit.homophily.HETEROPHILOUS_BELOW`) and the recipe was set on a graph that is not,
-    naming the recipe beside it that was set on a heterophilous graph (``None`` otherwise).
+    naming the recipe beside it that was set on a heterophilous graph; or when its class labels are
+    too few to tell (fewer than :data:`~gnnkit.homophily.MIN_EDGES` edges join labelled training
+    nodes, as in a split of 20 labels a class), saying so and naming that recipe to compare
+    (``None`` otherwise).
 
     Args:
         recipe: The recipe's path (its folder is searched for a recipe set on a heterophilous graph).
         reference: The recipe's ``reference``; without one nothing is known to compare.
         dataset: The dataset's name, for the message.
         homophily: The dataset's adjusted homophily (:func:`gnnkit.homophily.adjusted_homophily`).
+        edges: The edges it was measured on (:func:`gnnkit.homophily.homophily_measure`; ``None``
+            without class labels).
     """
-    from gnnkit.homophily import HETEROPHILOUS_BELOW, is_heterophilous  # torch: not for gnnkit import's suggestion
+    from gnnkit.homophily import HETEROPHILOUS_BELOW, MIN_EDGES, is_heterophilous  # torch: not for gnnkit import
 
-    if reference is None or reference.heterophilous or not is_heterophilous(homophily):
+    if reference is None or reference.heterophilous:
+        return None
+    if homophily is None and edges is not None and edges < MIN_EDGES:
+        other = next((c for c in _candidates(recipe) if c.reference.heterophilous), None)
+        if other is None:
+            return None
+        return (f"hint: {dataset}'s homophily is not measured: {edges:,} edges join its labelled training nodes, "
+                f"fewer than {MIN_EDGES}; {recipe.name} is set for {reference.graph}, whose classes link within, so "
+                f"if {dataset}'s do not, {other.path} does better: compare the two by validation "
+                f"(README: Heterophilous graphs)")
+    if not is_heterophilous(homophily):
         return None
     shown = round(homophily, 2) + 0.0  # -0.0046 is "0.00", not "-0.00"
     line = (f"hint: {dataset} is heterophilous (adjusted homophily {shown:.2f} on its training labels, below "

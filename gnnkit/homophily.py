@@ -64,9 +64,16 @@ def adjusted_homophily(graph: CanonicalGraph, max_nodes: int = MAX_NODES, seed: 
         seed: The sample's seed.
         min_edges: Fewest edges that give a measure.
     """
+    return homophily_measure(graph, max_nodes, seed, min_edges)[0]
+
+
+def homophily_measure(graph: CanonicalGraph, max_nodes: int = MAX_NODES, seed: int = 0,
+                      min_edges: int = MIN_EDGES) -> tuple[float | None, int | None]:
+    """:func:`adjusted_homophily` and the count of edges it read (``None`` without class labels):
+    with fewer than ``min_edges`` a run can say why it has no measure."""
     y = class_labels(graph)
     if y is None:
-        return None
+        return None, None
     train = graph.split["train"].to(torch.int64)
     train = train[y[train] >= 0]
     labelled = torch.zeros(graph.num_nodes, dtype=torch.bool)
@@ -80,9 +87,10 @@ def adjusted_homophily(graph: CanonicalGraph, max_nodes: int = MAX_NODES, seed: 
     neighbours, rows = graph.indices[positions].to(torch.int64), torch.repeat_interleave(train, degree)
     keep = labelled[neighbours] & (neighbours != rows)  # a self loop would count as an edge within a class
     ends = y[rows[keep]], y[neighbours[keep]]
-    if ends[0].numel() < max(min_edges, 1):
-        return None
+    edges = int(ends[0].numel())
+    if edges < max(min_edges, 1):
+        return None, edges
     same = float((ends[0] == ends[1]).double().mean())
-    share = torch.bincount(torch.cat(ends)).double() / (2 * ends[0].numel())
+    share = torch.bincount(torch.cat(ends)).double() / (2 * edges)
     chance = float((share**2).sum())
-    return None if chance >= 1.0 else (same - chance) / (1.0 - chance)
+    return (None if chance >= 1.0 else (same - chance) / (1.0 - chance)), edges

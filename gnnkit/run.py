@@ -54,7 +54,8 @@ from gnnkit.run_lock import run_folder_lock
 from gnnkit.saved_config import AtomicSaveConfig
 from gnnkit.set_aside import SetAside
 from gnnkit.setting_checks import SettingRefused
-from gnnkit.tasks import DEFAULT_TASK, SHARED_LINKS, TaskFamily, add_task_argument, recipe_task, task_family
+from gnnkit.tasks import (DEFAULT_TASK, SHARED_LINKS, TaskFamily, add_task_argument, override_values, recipe_task,
+                          task_family)
 from pipeline import log, setup_logging
 from pipeline.progress import draws_bars
 
@@ -434,13 +435,16 @@ def _environment(name: str, value: str) -> Iterator[None]:
 HINTED_TASKS = (DEFAULT_TASK, "link")
 
 
-def _hints(recipe: Path, cli: GnnkitCLI, model: str, facts: dict[str, Any], task: str) -> list[str]:
+def _hints(recipe: Path, cli: GnnkitCLI, model: str, facts: dict[str, Any], task: str, brought: bool) -> list[str]:
     """A node or link run's hints: the graph far smaller or larger than the recipe's reference, or
-    (nodes) heterophilous unlike it (:mod:`gnnkit.hints`)."""
+    (nodes) heterophilous unlike it, or, for a graph the user ``brought`` (``--data.dataset``), too
+    few training labels to tell (:mod:`gnnkit.hints`; the recipe's own graph, Cora's 140 labels,
+    would be told every run)."""
     reference, homophily = cli.config_init.get("reference"), facts.get("adjusted_homophily")
+    edges = facts.get("homophily_edges") if brought else None
     hints = (size_hint(recipe, reference, model, facts["name"], facts["num_nodes"], is_heterophilous(homophily),
                        task=task),
-             homophily_hint(recipe, reference, facts["name"], homophily))
+             homophily_hint(recipe, reference, facts["name"], homophily, edges))
     return [hint for hint in hints if hint]
 
 
@@ -458,7 +462,8 @@ def _train_and_test(plan: RunPlan, cli: GnnkitCLI, task: str, aside: SetAside) -
     if plan.ckpt_path is not None:  # log lines come from rank 0 alone (pipeline.progress)
         log.info("resume: %s continues from %s", run_dir, plan.ckpt_path)
     hinted = not plan.resumed and task in HINTED_TASKS
-    for hint in (_hints(Path(plan.config), cli, model.gnn.model, facts, task) if hinted else []):
+    brought = "data.dataset" in override_values(plan.overrides)
+    for hint in (_hints(Path(plan.config), cli, model.gnn.model, facts, task, brought) if hinted else []):
         log.info(hint)
     validating = trainer.limit_val_batches != 0
     if not trainer.checkpoint_callback:

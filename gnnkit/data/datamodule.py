@@ -23,7 +23,7 @@ from gnnkit.data.preprocessing import PreprocessOverrides, describe_line, graph_
 from gnnkit.data.prefetch import DEFAULT_DEPTH, DevicePrefetcher
 from gnnkit.data.reuse import ReuseConfig, ReuseLoader, ReuseStats
 from gnnkit.data.stages import SPLIT_OF_STAGE
-from gnnkit.homophily import adjusted_homophily
+from gnnkit.homophily import homophily_measure
 from gnnkit.partitioned.boundary_sampling import BoundarySampler
 from gnnkit.partitioned.rank_data import (
     describe_fetches,
@@ -277,13 +277,18 @@ class GraphDataModule(PrecisionBatches):
             "preprocess": self.entry.manifest["inputs"]["options"],
             **graph_facts(self.entry),
             "adjusted_homophily": self.adjusted_homophily,
+            "homophily_edges": self._homophily[1],
             "loader": self._loader_name(),
         }
 
     @functools.cached_property
+    def _homophily(self) -> tuple[float | None, int | None]:
+        return homophily_measure(self.graph)
+
+    @property
     def adjusted_homophily(self) -> float | None:
         """Of the training labels (:func:`gnnkit.homophily.adjusted_homophily`), rounded to 4 places."""
-        value = adjusted_homophily(self.graph)
+        value = self._homophily[0]
         return None if value is None else round(value, 4)
 
     def _loader_name(self) -> str:
