@@ -87,10 +87,20 @@ class CacheEntry:
             warnings.simplefilter("ignore", UserWarning)  # "non-writable tensor": documented above
             return torch.from_numpy(values)
 
+    def check_csr(self) -> None:
+        """Check the CSR's structure (:func:`_check_csr_arrays`): a damaged byte in it failed later,
+        deep in a run, with a traceback (``Adjacency: indices must lie in [0, N)``).
+
+        Raises:
+            DatasetError: Naming the entry and the commands that check and rebuild it.
+        """
+        _check_csr_arrays(self.path, self.numpy("indptr"), self.numpy("indices"))
+
     def open(self) -> CanonicalGraph:
-        """The cached canonical graph, every array memory-mapped."""
+        """The cached canonical graph, every array memory-mapped, its CSR checked (:meth:`check_csr`)."""
         arrays = self.manifest["arrays"]
         extra = {n.removeprefix("extra."): self.array(n) for n in arrays if n.startswith("extra.")}
+        self.check_csr()
         return CanonicalGraph(
             indptr=self.array("indptr"),
             indices=self.array("indices"),
@@ -100,6 +110,26 @@ class CacheEntry:
             meta=dict(self.manifest["meta"]),
             extra=extra,
         )
+
+
+#: Entries with more edges than this are not range-checked when opened (a scan of every index of
+#: papers100M's 1.6 billion would hold up each run's start); ``gnnkit cache verify`` checks them whole.
+CHECKED_EDGES = 1 << 28
+
+
+def _damaged(path: Path, problem: str) -> DatasetError:
+    return DatasetError(path, f"damaged entry: {problem}; 'gnnkit cache verify' checks it, 'gnnkit preprocess "
+                              f"--force' builds it again")
+
+
+def _check_csr_arrays(path: Path, indptr: np.ndarray, indices: np.ndarray) -> None:
+    """Raise :func:`_damaged` unless ``indptr`` runs from 0 to ``len(indices)`` without falling and
+    every index is a node (up to :data:`CHECKED_EDGES` of them)."""
+    nodes = len(indptr) - 1
+    if nodes < 0 or indptr[0] != 0 or indptr[-1] != len(indices) or (nodes and (np.diff(indptr) < 0).any()):
+        raise _damaged(path, f"its CSR row offsets do not run from 0 to {len(indices):,} edges")
+    if 0 < len(indices) <= CHECKED_EDGES and (int(indices.min()) < 0 or int(indices.max()) >= nodes):
+        raise _damaged(path, f"its CSR holds node ids outside [0, {nodes:,})")
 
 
 def _fsync_tree(path: Path) -> None:

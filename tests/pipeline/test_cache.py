@@ -170,6 +170,19 @@ def test_a_hit_with_an_array_gone_or_cut_short_is_damaged_and_an_unreadable_arra
                                            "arrays/x.arrow truncated (20 bytes, holds 48 of values)"]
 
 
+@pytest.mark.parametrize(("arrays", "problem"), [
+    ({"indices": np.array([2, 0, 7], dtype=np.int64)}, r"its CSR holds node ids outside \[0, 3\)"),
+    ({"indptr": np.array([0, 2, 1, 3], dtype=np.int64)}, "its CSR row offsets do not run from 0 to 3 edges"),
+])
+def test_a_csr_damaged_past_its_checksums_is_one_line_when_opened(tmp_path, arrays, problem):
+    """A byte flipped in indices.arrow came out of a run as a traceback from the adjacency's check
+    (`Adjacency: indices must lie in [0, 3000)`), with a run folder left behind."""
+    entry = _publish(tmp_path, **arrays)
+    with pytest.raises(DatasetError, match=f"k1: damaged entry: {problem}; 'gnnkit cache verify' checks it, "
+                                           "'gnnkit preprocess --force' builds it again$"):
+        entry.open()
+
+
 def test_a_folder_without_a_manifest_at_the_key_is_replaced_by_the_next_build(tmp_path):
     """Entries appear whole by a rename, so such a folder is debris; publishing failed on it
     (``Directory not empty``)."""
