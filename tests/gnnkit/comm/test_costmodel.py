@@ -95,7 +95,8 @@ def test_comm_plan_refuses_values_that_have_no_plan(capsys, args, message) -> No
     """They were tracebacks (ZeroDivisionError, ValueError) or tables of nan and negative times."""
     with pytest.raises(SystemExit) as done:
         main(["comm", "plan", "--params", "1e6", "--ranks", "4", *args])
-    assert done.value.code == 2 and capsys.readouterr().err == f"gnnkit: error: {message} (see gnnkit comm plan --help)\n"
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err == f"gnnkit: error: {message} (see gnnkit comm plan --help)\n"
 
 
 @pytest.mark.parametrize(("text", "message"), [
