@@ -85,6 +85,9 @@ def import_graph(source: Path | str | Any, folder: Path, read: Callable[[Any], t
     folder = Path(folder)
     if folder.exists():  # before reading a large source
         raise DatasetError(folder, "exists: expected a new folder to write the dataset into")
+    nearest = next((p for p in folder.parents if p.exists()), None)
+    if nearest is not None and not nearest.is_dir():  # makedirs said "exists" of the file in the way
+        raise DatasetError(folder, f"{nearest} is a file: expected a folder to write the dataset under")
     where, content = read(source)
     found = parts(content, where)
     summary = found.pop("summary")

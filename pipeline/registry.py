@@ -219,7 +219,6 @@ def resolve(name_or_path: str | Path, registry: dict[str, DatasetSpec] | None = 
             raise DatasetError(text, "no such folder (expected an OGB-format dataset folder with meta.json)")
         return DatasetSpec(name=path.name, source="ogb-dir", path=path, registry="<path>")
     close = difflib.get_close_matches(text, list(registry), n=1)
-    hint = f"; did you mean '{close[0]}'?" if close else ""
-    raise DatasetError(
-        "dataset", f"unknown dataset '{text}'{hint} Choices: {', '.join(sorted(registry))} (or an OGB-format folder path)"
-    )
+    choices = f"{', '.join(sorted(registry))}, or an OGB-format folder path"
+    hint = f"; did you mean '{close[0]}'? (choices: {choices})" if close else f"; choices: {choices}"
+    raise DatasetError("dataset", f"unknown dataset '{text}'{hint}")

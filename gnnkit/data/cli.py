@@ -8,6 +8,7 @@ they start in a fraction of a second.
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 import os
 import shlex
@@ -226,9 +227,23 @@ def _partition_names(root: Path, dataset: str | None) -> list[str]:
     return sorted(p.name for p in root.iterdir() if p.is_dir() and is_part_of(p.name, dataset))
 
 
+def _say_if_unknown(dataset: str | None, roots: tuple[Path, ...]) -> None:
+    """A line on stderr when ``dataset`` has nothing in the caches under ``roots`` (a typo listed,
+    verified and cleared nothing without a word), with the closest name that has."""
+    if dataset is None:
+        return
+    known = sorted({p.name for root in roots if root.is_dir() for p in root.iterdir() if p.is_dir()})
+    if any(name == dataset or is_part_of(name, dataset) for name in known):
+        return
+    close = difflib.get_close_matches(dataset, known, n=1)
+    print(f"gnnkit: no cache entry or batch cache of {dataset!r}" + (f"; did you mean {close[0]!r}?" if close else ""),
+          file=sys.stderr)
+
+
 def _cache(args: argparse.Namespace) -> int:
     root = paths.cache_root()
     args.dataset, folder = _cache_target(args.dataset)
+    _say_if_unknown(args.dataset, (root, paths.batch_root()))
     if args.action == "clear":
         removed = cache.clear(root, args.dataset, folder)
         for part in _partition_names(root, args.dataset):  # built from the dataset's entry: cleared with it

@@ -462,6 +462,20 @@ def test_a_commands_mistake_is_one_line_and_no_abbreviation_is_taken(capsys, arg
     assert stop.value.code == 2 and capsys.readouterr().err == f"gnnkit: error: {line}\n"
 
 
+def test_a_cache_command_for_a_name_with_nothing_cached_says_so(tmp_path, monkeypatch, capsys):
+    """`cache list/verify/clear synthetic-tinyy` printed nothing (or "removed 0") and exited 0."""
+    monkeypatch.setenv("GNNKIT_HOME", str(tmp_path))
+    monkeypatch.delenv("GNNKIT_CACHE", raising=False)
+    (tmp_path / "cache" / "synthetic-tiny" / "abc").mkdir(parents=True)
+    for action in ("list", "verify", "clear"):
+        assert main(["cache", action, "synthetic-tinyy"]) == 0
+        assert capsys.readouterr().err == ("gnnkit: no cache entry or batch cache of 'synthetic-tinyy'; did you "
+                                           "mean 'synthetic-tiny'?\n")
+    assert (tmp_path / "cache" / "synthetic-tiny" / "abc").is_dir()
+    main(["cache", "list", "synthetic-tiny"])
+    assert capsys.readouterr().err == ""
+
+
 def test_a_path_the_system_refuses_is_one_line(capsys, monkeypatch):
     """`--run_dir /proc/gnn`, `GNNKIT_HOME=/proc/x`, `formats calibrate --out` under a file: tracebacks."""
     import errno

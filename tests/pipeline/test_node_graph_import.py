@@ -222,6 +222,10 @@ def test_an_existing_folder_is_not_written_over(tmp_path):
     with pytest.raises(DatasetError, match="out: exists: expected a new folder"):
         import_node_graph(_graph(), tmp_path / "out")
     assert not any((tmp_path / "out").iterdir())
+    (tmp_path / "list.yaml").write_text("")
+    with pytest.raises(DatasetError, match=f"{tmp_path / 'list.yaml'} is a file: expected a folder to write the "
+                                           "dataset under$"):  # it said "exists: expected a new folder"
+        import_node_graph(_graph(), tmp_path / "list.yaml" / "g")
 
 
 def test_the_name_decides_a_two_by_two_edge_array_and_whole_float_ids_are_ids():
