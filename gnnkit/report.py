@@ -6,6 +6,7 @@ import csv
 import json
 import math
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,11 @@ def _clock(module: pl.LightningModule) -> float:
     full-batch training) would otherwise pass before its backward has run on a GPU, and validation
     would be charged for it."""
     return device_clock(getattr(module, "device", None))
+
+
+#: Seconds after which the next finished epoch gets a line, whatever the ~5% rule says: a run of long
+#: epochs (5 s a step, one step an epoch, 1000 epochs) printed nothing for its first four minutes.
+LINE_EVERY_S = 30.0
 
 
 class EpochTimer(pl.Callback):
@@ -49,6 +55,7 @@ class EpochTimer(pl.Callback):
         self._epochs_here = 0  # epochs this process trained (a resumed run's restored ones are not)
         self._restoring_fit = True  # whether the checkpoint being restored continues a fit
         self.peak_train_gpu_mb: float | None = None
+        self._last_line = time.monotonic()  # when an epoch line was last logged (or the timer made)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         build = loader.build_seconds() - self._built_before  # a first use's one-time build is no training
@@ -135,11 +142,14 @@ class EpochTimer(pl.Callback):
             log.info("training stopped at epoch %d/%s: %s", trainer.current_epoch, trainer.max_epochs, reason)
 
     def _log_epoch(self, trainer: pl.Trainer, epoch: int, force: bool = False) -> None:
-        """Log the metrics of the epoch just finished (every ~5% of the run, and the last, with why
-        training stopped before ``max_epochs``)."""
+        """Log the metrics of the epoch just finished (every ~5% of the run, or once
+        :data:`LINE_EVERY_S` have passed since the last line, and the last, with why training
+        stopped before ``max_epochs``)."""
         every = max(1, (trainer.max_epochs or 20) // 20)
-        if not self.log_lines or not self.times or not (force or epoch % every == 0):
+        due = force or epoch % every == 0 or time.monotonic() - self._last_line >= LINE_EVERY_S
+        if not self.log_lines or not self.times or not due:
             return
+        self._last_line = time.monotonic()
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.endswith(("_loss", "_metric"))}
         shown = " ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items()))
         reason = stop_reason(trainer) if force else None

@@ -137,6 +137,22 @@ def test_the_last_epoch_line_says_why_training_stopped_before_max_epochs():
                      "checks (patience 2)")]
 
 
+def test_long_epochs_get_a_line_every_half_minute_between_the_five_percent_ones(monkeypatch, gnnkit_log):
+    """sage_heterophilous on a modest graph: 5 s a step, one step an epoch, a line every 50 of its
+    1000 epochs, so nothing for four minutes."""
+    now = [0.0]
+    monkeypatch.setattr("gnnkit.report.time.monotonic", lambda: now[0])
+    gnnkit_log.set_level(logging.INFO, logger="gnnkit")
+    timer = EpochTimer(log_lines=True)
+    timer.times = [5.0]
+    trainer = SimpleNamespace(max_epochs=1000, callback_metrics={"train_loss": 0.5})
+    for epoch in range(1, 13):  # 5 s each
+        now[0] += 5.0
+        timer._log_epoch(trainer, epoch)
+    lines = dict.fromkeys(r.getMessage() for r in gnnkit_log.records)  # caplog may see a record twice
+    assert [line.split()[1] for line in lines] == ["6/1000", "12/1000"]
+
+
 def test_with_a_progress_bar_the_stop_reason_has_a_line_of_its_own(monkeypatch):
     """On a terminal (a progress bar, no epoch lines) the reason is still told, once training ends."""
     from gnnkit import report
