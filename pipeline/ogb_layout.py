@@ -635,6 +635,7 @@ def write_ogb_folder(
     node_feat: np.ndarray | None = None,
     binary: bool = False,
     extra: dict[str, np.ndarray] | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> Path:
     """Write a dataset in OGB's raw layout, atomically (owned temp folder, then rename).
 
@@ -650,13 +651,14 @@ def write_ogb_folder(
         binary: Write ``data.npz``/``node-label.npz`` instead of CSV files.
         extra: Additional node arrays (``node_year``: ``data.npz`` members, or ``raw/<name>.csv.gz``
             files; ``meta["additional node files"]`` should name them).
+        say: Progress callback, told each large CSV file before it is written (minutes for a twin).
 
     Returns:
         ``folder``.
     """
     folder = Path(folder)
     with published_folder(folder) as tmp:  # also removes stale temps of killed writers beside it
-        raw = write_raw_graph(tmp, edge_index, num_nodes, node_feat, binary, extra)
+        raw = write_raw_graph(tmp, edge_index, num_nodes, node_feat, binary, extra, say=say)
         labels = np.asarray(labels).reshape(num_nodes, -1)
         if binary:
             save_npz(raw / "node-label.npz", {"node_label": labels})
@@ -670,7 +672,7 @@ def write_raw_graph(folder: Path, edge_index: np.ndarray, num_nodes: int | np.nd
                     node_feat: np.ndarray | None = None, binary: bool = False,
                     extra: dict[str, np.ndarray] | None = None, float_format: str = "%.6g",
                     num_edges: np.ndarray | None = None, edge_feat: np.ndarray | None = None,
-                    compressed: bool = False) -> Path:
+                    compressed: bool = False, say: Callable[[str], None] | None = None) -> Path:
     """Write a graph's (or a set of graphs') ``raw/`` files into a dataset folder being written, as
     OGB's readers take them.
 
@@ -688,6 +690,7 @@ def write_raw_graph(folder: Path, edge_index: np.ndarray, num_nodes: int | np.nd
         compressed: Deflate ``data.npz``'s members (``numpy.savez_compressed``): for sets of small
             graphs, whose ids and one-hot features shrink ~35x and are read whole; a large graph's
             members stay stored, for reading in chunks.
+        say: Progress callback, told the edge and feature CSV files before each is written.
 
     Returns:
         The ``raw/`` folder.
@@ -703,12 +706,15 @@ def write_raw_graph(folder: Path, edge_index: np.ndarray, num_nodes: int | np.nd
                   **{name: values for name, values in features.items() if values is not None}}
         save_npz(raw / "data.npz", {**arrays, **(extra or {})}, compressed)
         return raw
+    tell = say or (lambda message: None)
+    tell(f"writing edge.csv.gz ({edge_index.shape[1]:,} rows)")
     to_csv_gz(raw / "edge.csv.gz", edge_index.T)
     to_csv_gz(raw / "num-node-list.csv.gz", num_nodes_list)
     to_csv_gz(raw / "num-edge-list.csv.gz", num_edges_list)
     for name, values in features.items():
         if values is not None:
             fmt = float_format if values.dtype.kind == "f" else None
+            tell(f"writing {name.replace('_', '-')}.csv.gz ({len(values):,} rows)")
             to_csv_gz(raw / f"{name.replace('_', '-')}.csv.gz", values, float_format=fmt)
     for name, values in (extra or {}).items():
         to_csv_gz(raw / f"{name}.csv.gz", values)

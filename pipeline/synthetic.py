@@ -776,6 +776,7 @@ def write(
             node_feat=graph["node_feat"] if spec.num_features > 0 else None,
             binary=spec.layout == "binary",
             extra=graph.get("extra"),
+            say=say,
         )
     except OSError as err:
         if os.path.lexists(folder) and not isinstance(err, FileExistsError):
