@@ -23,15 +23,10 @@ import torch
 from torch import Tensor
 
 from pipeline import CanonicalGraph
+from pipeline.homophily import HETEROPHILOUS_BELOW, MIN_EDGES, of_label_pairs
 
-#: Below this adjusted homophily a graph counts as heterophilous (the graphs above: 0.10 at most
-#: against 0.5 and more).
-HETEROPHILOUS_BELOW = 0.3
 #: Training nodes whose edges are read at most (a seeded sample beyond it).
 MAX_NODES = 100_000
-#: Fewer edges between labelled training nodes than this give no measure: on Cora's 140 training
-#: nodes a few dozen such edges put a graph of homophily 0.5 anywhere from 0.0 to 0.7.
-MIN_EDGES = 500
 
 
 def is_heterophilous(homophily: float | None) -> bool | None:
@@ -86,11 +81,4 @@ def homophily_measure(graph: CanonicalGraph, max_nodes: int = MAX_NODES, seed: i
     positions = torch.repeat_interleave(start - (torch.cumsum(degree, 0) - degree), degree) + torch.arange(total)
     neighbours, rows = graph.indices[positions].to(torch.int64), torch.repeat_interleave(train, degree)
     keep = labelled[neighbours] & (neighbours != rows)  # a self loop would count as an edge within a class
-    ends = y[rows[keep]], y[neighbours[keep]]
-    edges = int(ends[0].numel())
-    if edges < max(min_edges, 1):
-        return None, edges
-    same = float((ends[0] == ends[1]).double().mean())
-    share = torch.bincount(torch.cat(ends)).double() / (2 * edges)
-    chance = float((share**2).sum())
-    return (None if chance >= 1.0 else (same - chance) / (1.0 - chance)), edges
+    return of_label_pairs(y[rows[keep]].numpy(), y[neighbours[keep]].numpy(), min_edges)

@@ -34,12 +34,15 @@ class Imported:
         summary: A line on what was read (nodes, edges, features, task, split).
         num_nodes: N (of all graphs, for a set of graphs).
         has_features: Whether the graph has node features.
+        homophily: A node graph's adjusted homophily by its training labels
+            (:func:`pipeline.homophily.of_edge_list`; ``None``: not measured), for the recipe to suggest.
     """
 
     folder: Path
     summary: str
     num_nodes: int
     has_features: bool
+    homophily: float | None = None
 
 
 def shuffled_split(ids: np.ndarray, shares: dict[str, float], seed: int, at_least: int = 0) -> dict[str, np.ndarray]:
@@ -91,10 +94,11 @@ def import_graph(source: Path | str | Any, folder: Path, read: Callable[[Any], t
     where, content = read(source)
     found = parts(content, where)
     summary = found.pop("summary")
+    homophily = found.pop("homophily", None)
     try:
         written = write(folder, **found)
     except FileExistsError:  # made meanwhile by another process
         raise DatasetError(folder, "exists: expected a new folder to write the dataset into") from None
     except OSError as err:
         raise DatasetError(folder, f"cannot be written ({err.strerror or err})") from None
-    return Imported(written, summary, int(np.sum(found["num_nodes"])), found["node_feat"] is not None)
+    return Imported(written, summary, int(np.sum(found["num_nodes"])), found["node_feat"] is not None, homophily)

@@ -42,6 +42,7 @@ from pipeline.graph_import import (
     shuffled_split,
     unkept_note,
 )
+from pipeline.homophily import of_edge_list
 from pipeline.ogb_layout import EVAL_METRICS, SPLITS, write_ogb_folder
 from pipeline.safe_pt import as_ids
 
@@ -331,7 +332,8 @@ def node_graph_parts(arrays: Mapping[str, np.ndarray], options: ImportOptions = 
 
     Returns:
         ``edge_index``, ``num_nodes``, ``labels``, ``split``, ``meta``, ``node_feat`` and ``binary``,
-        with ``summary``: a line on what was read.
+        with ``summary``: a line on what was read, and ``homophily``: the adjusted homophily of the
+        training labels (:func:`pipeline.homophily.of_edge_list`), for the recipe to suggest.
 
     Raises:
         DatasetError: A missing or malformed array, in one line naming it.
@@ -359,7 +361,9 @@ def node_graph_parts(arrays: Mapping[str, np.ndarray], options: ImportOptions = 
     sizes = ", ".join(f"{p} {len(ids):,}" for p, ids in split.items())
     summary = (f"{n:,} nodes, {edges.shape[1]:,} edges, {features}, {kind} ({task['eval metric']}){labels.note}; "
                f"split {source}: {sizes}{unkept_note(arrays, 'node')}")
+    homophily = of_edge_list(edges, labels.values, split["train"], undirected=options.add_inverse_edge)
     return {"edge_index": edges, "num_nodes": n, "labels": labels.values, "split": split, "meta": meta,
+            "homophily": homophily,
             "node_feat": x, "binary": not options.add_inverse_edge,  # OGB's binary reader adds no reverses
             "summary": summary}
 

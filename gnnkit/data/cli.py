@@ -122,7 +122,7 @@ def _imported(args: argparse.Namespace) -> Any:
 def _import(args: argparse.Namespace) -> int:
     imported = _imported(args)
     print(f"{imported.folder.name}: {imported.summary}")
-    recipe, why = _recipe_for(imported.num_nodes, args.task)
+    recipe, why = _recipe_for(imported.num_nodes, args.task, imported.homophily)
     folder = str(imported.folder)
     if folder in load_registry():  # the registry's entry would be trained, not this folder
         folder = f".{os.sep}{folder}"
@@ -140,22 +140,28 @@ def _import(args: argparse.Namespace) -> int:
 FALLBACK_RECIPES = {"node": "quickstart.yaml", "link": "gae_citation.yaml", "graph": "gin_tu.yaml"}
 
 
-def _recipe_for(num_nodes: int, task: str = "node") -> tuple[str, str]:
+def _recipe_for(num_nodes: int, task: str = "node", homophily: float | None = None) -> tuple[str, str]:
     """The shipped ``task`` recipe set for a graph of ``num_nodes`` nodes (:func:`gnnkit.hints.suggest_recipe`,
-    GCN first: the baseline every paper reports) and a note naming its reference graph;
-    :data:`FALLBACK_RECIPES` when none is near in size or the recipes are not beside the package (an
-    installed wheel)."""
+    GCN first: the baseline every paper reports), and of the graph's kind when its ``homophily``
+    was measured (a heterophilous graph was pointed at gcn_citation: 0.48 where SAGE gave 0.75), with
+    a note naming its reference graph; :data:`FALLBACK_RECIPES` when none is near in size or the
+    recipes are not beside the package (an installed wheel)."""
     from gnnkit.hints import FAR, suggest_recipe
+    from pipeline.homophily import HETEROPHILOUS_BELOW
 
     recipes = Path(__file__).resolve().parents[2] / "recipes"
     if not recipes.is_dir():
         return f"recipes/{FALLBACK_RECIPES[task]}", ""
-    far = FAR if task == "node" else math.inf  # a link recipe of any size beats none
-    found = suggest_recipe(recipes / "quickstart.yaml", "gcn", num_nodes, task=task, far=far)
+    heterophilous = None if homophily is None else homophily < HETEROPHILOUS_BELOW
+    # a link recipe of any size beats none, and so does a heterophily recipe for a heterophilous graph
+    far = FAR if task == "node" and not heterophilous else math.inf
+    found = suggest_recipe(recipes / "quickstart.yaml", "gcn", num_nodes, heterophilous, task=task, far=far)
     path = found.path if found is not None else recipes / FALLBACK_RECIPES[task]
     shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path  # runs from anywhere
-    why = "" if found is None else f"   (set for {found.reference.graph}, {found.reference.nodes:,} nodes)"
-    return str(shown), why
+    why = "" if found is None else f"   (set for {found.reference.graph}, {found.reference.nodes:,} nodes"
+    if found is not None and heterophilous:
+        why += f"; heterophilous: adjusted homophily {round(homophily, 2) + 0.0:.2f} on its training labels"
+    return str(shown), why + ("" if found is None else ")")
 
 
 def _partition(args: argparse.Namespace) -> int:

@@ -106,6 +106,19 @@ def test_import_writes_a_folder_that_preprocess_takes_and_a_bad_file_is_one_line
     assert err == f"gnnkit: error: {tmp_path / 'mine'}: exists: expected a new folder to write the dataset into\n"
 
 
+def test_import_of_a_heterophilous_graph_names_the_heterophily_recipe(capsys, tmp_path):
+    """It named gcn_citation by size alone: 0.48 test accuracy on such a graph, where SAGE gave 0.75."""
+    n, g = 600, np.random.default_rng(0)
+    y = np.arange(n) % 2
+    src = np.repeat(np.arange(n), 5)
+    dst = (src + 2 * g.integers(0, n // 2, src.size) + 1) % n  # an odd step: always the other class
+    np.savez(tmp_path / "g.npz", x=g.normal(size=(n, 4)).astype(np.float32), edge_index=np.array([src, dst]), y=y)
+    assert main(["import", str(tmp_path / "g.npz"), str(tmp_path / "het")]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        f"train it: gnnkit run recipes/sage_heterophilous.yaml --data.dataset {tmp_path / 'het'}   (set for "
+        "minesweeper, 10,000 nodes; heterophilous: adjusted homophily -1.00 on its training labels)")
+
+
 def test_import_of_a_link_task_names_a_link_recipe_and_refuses_node_options(capsys, tmp_path):
     ring = np.array([np.arange(300), (np.arange(300) + 1) % 300])
     np.savez(tmp_path / "g.npz", edge_index=np.concatenate([ring, ring[::-1]], 1))
