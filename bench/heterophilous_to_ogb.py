@@ -56,7 +56,7 @@ def read_heterophilous(path: Path, split: int = 0) -> dict[str, Any]:
         parts = node_graph_parts(arrays, ImportOptions(split=split, add_inverse_edge=True), str(path))
     except DatasetError as err:
         raise SystemExit(str(err)) from None
-    del parts["summary"]
+    del parts["summary"], parts["homophily"]  # what the import tells, not the writer's arguments
     return parts
 
 
