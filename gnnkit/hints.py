@@ -34,7 +34,7 @@ class Reference:
         graph: Its name (``Cora``, ``ogbn-arxiv``).
         nodes: Its number of nodes.
         heterophilous: Its edges mostly join nodes of different classes (adjusted homophily below
-            :data:`~gnnkit.homophily.HETEROPHILOUS_BELOW`), as minesweeper's do.
+            :data:`~pipeline.homophily.HETEROPHILOUS_BELOW`), as minesweeper's do.
     """
 
     graph: str
@@ -148,9 +148,9 @@ def size_hint(recipe: Path, reference: Reference | None, model: str, dataset: st
 def homophily_hint(recipe: Path, reference: Reference | None, dataset: str, homophily: float | None,
                    edges: int | None = None) -> str | None:
     """One line when ``dataset`` is heterophilous (adjusted homophily below
-    :data:`~gnnkit.homophily.HETEROPHILOUS_BELOW`) and the recipe was set on a graph that is not,
+    :data:`~pipeline.homophily.HETEROPHILOUS_BELOW`) and the recipe was set on a graph that is not,
     naming the recipe beside it that was set on a heterophilous graph; or when its class labels are
-    too few to tell (fewer than :data:`~gnnkit.homophily.MIN_EDGES` edges join labelled training
+    too few to tell (fewer than :data:`~pipeline.homophily.MIN_EDGES` edges join labelled training
     nodes, as in a split of 20 labels a class), saying so and naming that recipe to compare
     (``None`` otherwise).
 
@@ -162,24 +162,23 @@ def homophily_hint(recipe: Path, reference: Reference | None, dataset: str, homo
         edges: The edges it was measured on (:func:`gnnkit.homophily.homophily_measure`; ``None``
             without class labels).
     """
-    from gnnkit.homophily import HETEROPHILOUS_BELOW, MIN_EDGES, is_heterophilous  # torch: not for gnnkit import
+    from pipeline.homophily import HETEROPHILOUS_BELOW, MIN_EDGES, homophily_text, is_heterophilous
 
     if reference is None or reference.heterophilous:
         return None
-    if homophily is None and edges is not None and edges < MIN_EDGES:
-        other = next((c for c in _candidates(recipe) if c.reference.heterophilous), None)
-        if other is None:
-            return None
-        return (f"hint: {dataset}'s homophily is not measured: {edges:,} edges join its labelled training nodes, "
-                f"fewer than {MIN_EDGES}; {recipe.name} is set for {reference.graph}, whose classes link within, so "
-                f"if {dataset}'s do not, {other.path} does better: compare the two by validation "
-                f"(README: Heterophilous graphs)")
-    if not is_heterophilous(homophily):
+    unmeasured = homophily is None and edges is not None and edges < MIN_EDGES
+    if not unmeasured and not is_heterophilous(homophily):
         return None
-    shown = round(homophily, 2) + 0.0  # -0.0046 is "0.00", not "-0.00"
-    line = (f"hint: {dataset} is heterophilous (adjusted homophily {shown:.2f} on its training labels, below "
-            f"{HETEROPHILOUS_BELOW:g}), unlike {reference.graph}, the graph {recipe.name}'s hyper-parameters come from")
     other = next((c for c in _candidates(recipe) if c.reference.heterophilous), None)
+    if unmeasured:
+        return None if other is None else (
+            f"hint: {dataset}'s homophily is not measured: {edges:,} edges join its labelled training nodes, "
+            f"fewer than {MIN_EDGES}; {recipe.name} is set for {reference.graph}, whose classes link within, so "
+            f"if {dataset}'s do not, {other.path} does better: compare the two by validation "
+            f"(README: Heterophilous graphs)")
+    line = (f"hint: {dataset} is heterophilous (adjusted homophily {homophily_text(homophily)} on its training "
+            f"labels, below {HETEROPHILOUS_BELOW:g}), unlike {reference.graph}, the graph {recipe.name}'s "
+            f"hyper-parameters come from")
     if other is None:
         return line + "; expect to tune them"
     return line + f"; compare {other.path} by validation (README: Heterophilous graphs)"

@@ -23,15 +23,10 @@ import torch
 from torch import Tensor
 
 from pipeline import CanonicalGraph
-from pipeline.homophily import HETEROPHILOUS_BELOW, MIN_EDGES, of_label_pairs
+from pipeline.homophily import MIN_EDGES, of_label_pairs
 
 #: Training nodes whose edges are read at most (a seeded sample beyond it).
 MAX_NODES = 100_000
-
-
-def is_heterophilous(homophily: float | None) -> bool | None:
-    """Whether an adjusted homophily is below :data:`HETEROPHILOUS_BELOW` (``None``: not measured)."""
-    return None if homophily is None else homophily < HETEROPHILOUS_BELOW
 
 
 def class_labels(graph: CanonicalGraph) -> Tensor | None:

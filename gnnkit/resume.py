@@ -29,6 +29,7 @@ from gnnkit.import_gc import import_without_gc
 from gnnkit.set_aside import REWRITTEN_IN_FIT, SetAside
 from gnnkit.tasks import override_values
 from pipeline import is_rank_zero, log
+from pipeline.paths import nearest_existing
 
 #: Environment variable naming the run folder (``gnnkit run`` sets it for the ranks Lightning starts,
 #: so they all use the parent's folder).
@@ -328,12 +329,6 @@ def _say_what_the_folder_holds(run_dir: Path) -> None:
         log.warning("%s is not empty and holds no run: the run's files are written among what is there", run_dir)
 
 
-def _nearest_existing(path: Path) -> Path | None:
-    """``path`` itself if it exists, else its closest parent that does (``.`` for a relative path of
-    new folders)."""
-    return next((candidate for candidate in (path, *path.parents) if candidate.exists()), None)
-
-
 def check_run_dir_path(run_dir: Path) -> None:
     """Refuse a run folder that cannot be one: a file, or a path under a file (``some_file/sub``,
     which ``mkdir`` failed on with ``NotADirectoryError`` once the run was set up).
@@ -341,7 +336,7 @@ def check_run_dir_path(run_dir: Path) -> None:
     Raises:
         ResumeError: Naming the folder and the file in the way.
     """
-    found = _nearest_existing(run_dir)
+    found = nearest_existing(run_dir)
     if found is None or found.is_dir():
         return
     if found == run_dir:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import itertools
 import os
 import re
 import shutil
@@ -39,7 +40,6 @@ from gnnkit.comm.peer_watch import PeerWatch
 from gnnkit.csv_logger import RunCSVLogger
 from gnnkit.fault_injection import FaultInjection, fault_from_env
 from gnnkit.hints import add_reference_argument, homophily_hint, size_hint
-from gnnkit.homophily import is_heterophilous
 from gnnkit.host_memory_guard import HostMemoryGuard
 from gnnkit.last_checkpoint import LastCheckpoint
 from gnnkit.optim import GaLoreAdamW  # noqa: F401  (a known Optimizer subclass: `--optimizer GaLoreAdamW`)
@@ -57,6 +57,8 @@ from gnnkit.setting_checks import SettingRefused
 from gnnkit.tasks import (DEFAULT_TASK, SHARED_LINKS, TaskFamily, add_task_argument, override_values, recipe_task,
                           task_family)
 from pipeline import log, setup_logging
+from pipeline.homophily import is_heterophilous
+from pipeline.paths import nearest_existing
 from pipeline.progress import draws_bars
 
 #: What ``gnnkit run --help`` says about gnnkit's own options (LightningCLI's follow).
@@ -370,11 +372,8 @@ def _ckpt_option(plan: RunPlan) -> str:
 def _new_folders(path: Path) -> list[Path]:
     """``path`` and its parents that do not exist yet, innermost first: what ``mkdir(parents=True)``
     of it makes."""
-    new = []
-    while not path.exists() and path != path.parent:
-        new.append(path)
-        path = path.parent
-    return new
+    found = nearest_existing(path)
+    return list(itertools.takewhile(lambda folder: folder != found, (path, *path.parents)))
 
 
 @contextlib.contextmanager

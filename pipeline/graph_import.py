@@ -18,6 +18,7 @@ import numpy as np
 
 from pipeline.array_source import named_arrays, read_arrays
 from pipeline.errors import DatasetError
+from pipeline.paths import nearest_existing
 
 
 #: Edge data a one-graph (node or link) import reads only to say it is not kept: gnnkit's recipes for
@@ -88,7 +89,7 @@ def import_graph(source: Path | str | Any, folder: Path, read: Callable[[Any], t
     folder = Path(folder)
     if folder.exists():  # before reading a large source
         raise DatasetError(folder, "exists: expected a new folder to write the dataset into")
-    nearest = next((p for p in folder.parents if p.exists()), None)
+    nearest = nearest_existing(folder)
     if nearest is not None and not nearest.is_dir():  # makedirs said "exists" of the file in the way
         raise DatasetError(folder, f"{nearest} is a file: expected a folder to write the dataset under")
     where, content = read(source)

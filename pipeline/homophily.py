@@ -16,6 +16,16 @@ HETEROPHILOUS_BELOW = 0.3
 MIN_EDGES = 500
 
 
+def is_heterophilous(homophily: float | None) -> bool | None:
+    """Whether an adjusted homophily is below :data:`HETEROPHILOUS_BELOW` (``None``: not measured)."""
+    return None if homophily is None else homophily < HETEROPHILOUS_BELOW
+
+
+def homophily_text(homophily: float) -> str:
+    """The measure as the hints print it, two places (-0.0046 is "0.00", not "-0.00")."""
+    return f"{round(homophily, 2) + 0.0:.2f}"
+
+
 def of_label_pairs(first: np.ndarray, second: np.ndarray, min_edges: int = MIN_EDGES) -> tuple[float | None, int]:
     """The adjusted homophily of edges whose ends have the classes ``first[i]`` and ``second[i]``
     (each direction of an undirected edge given once), and their count; ``None`` below

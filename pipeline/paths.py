@@ -59,3 +59,10 @@ def dataset_folder(root: Path, dataset: str) -> Path:
         raise ValueError(f"dataset: expected a dataset name as the cache files it ('gnnkit cache list'), "
                          f"not a path, got {dataset!r}")
     return root / dataset
+
+
+def nearest_existing(path: Path) -> Path | None:
+    """``path`` itself if it exists, else its closest parent that does (``.`` for a relative path of
+    new folders; ``None`` only if not even that exists): what a folder to make would be made in."""
+    path = Path(path)
+    return next((candidate for candidate in (path, *path.parents) if candidate.exists()), None)

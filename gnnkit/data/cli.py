@@ -147,21 +147,22 @@ def _recipe_for(num_nodes: int, task: str = "node", homophily: float | None = No
     a note naming its reference graph; :data:`FALLBACK_RECIPES` when none is near in size or the
     recipes are not beside the package (an installed wheel)."""
     from gnnkit.hints import FAR, suggest_recipe
-    from pipeline.homophily import HETEROPHILOUS_BELOW
+    from pipeline.homophily import homophily_text, is_heterophilous
 
     recipes = Path(__file__).resolve().parents[2] / "recipes"
     if not recipes.is_dir():
         return f"recipes/{FALLBACK_RECIPES[task]}", ""
-    heterophilous = None if homophily is None else homophily < HETEROPHILOUS_BELOW
+    heterophilous = is_heterophilous(homophily)
     # a link recipe of any size beats none, and so does a heterophily recipe for a heterophilous graph
     far = FAR if task == "node" and not heterophilous else math.inf
     found = suggest_recipe(recipes / "quickstart.yaml", "gcn", num_nodes, heterophilous, task=task, far=far)
     path = found.path if found is not None else recipes / FALLBACK_RECIPES[task]
     shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path  # runs from anywhere
-    why = "" if found is None else f"   (set for {found.reference.graph}, {found.reference.nodes:,} nodes"
-    if found is not None and heterophilous:
-        why += f"; heterophilous: adjusted homophily {round(homophily, 2) + 0.0:.2f} on its training labels"
-    return str(shown), why + ("" if found is None else ")")
+    if found is None:
+        return str(shown), ""
+    kind = f"; heterophilous: adjusted homophily {homophily_text(homophily)} on its training labels" \
+        if heterophilous else ""
+    return str(shown), f"   (set for {found.reference.graph}, {found.reference.nodes:,} nodes{kind})"
 
 
 def _partition(args: argparse.Namespace) -> int:
