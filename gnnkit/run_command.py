@@ -42,15 +42,33 @@ def _run_command(args: Any) -> int:
     if problem is not None:
         print(f"gnnkit: error: {problem}", file=sys.stderr)
         return 2
-    from gnnkit.resume import ResumeError, plan_command
+    from gnnkit.resume import ResumeError, plan_command, wants_help
 
     try:
         plan = plan_command(args.recipe, args.overrides)  # a refused request: one line before Lightning loads
-        import_without_gc("gnnkit.run").run(args.recipe, args.overrides, plan=plan)
+        if plan is None or wants_help(plan.overrides):
+            _print_help(args, plan)
+        else:
+            import_without_gc("gnnkit.run").run(args.recipe, args.overrides, plan=plan)
     except ResumeError as err:
         print(f"gnnkit: error: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def _print_help(args: Any, plan: Any) -> None:
+    """Print ``gnnkit run [RECIPE] --help``: the kept text (:mod:`gnnkit.help_cache`), or LightningCLI's,
+    then kept."""
+    from gnnkit.help_cache import help_key, keep_help, kept_help, printed_help
+
+    key = help_key([args.recipe, *args.overrides], plan.config if plan else None)
+    text = kept_help(key) if key else None
+    if text is None:
+        run = import_without_gc("gnnkit.run").run
+        text = printed_help(lambda: run(args.recipe, args.overrides, plan=plan))
+        if key:
+            keep_help(key, text)
+    sys.stdout.write(text)
 
 
 def add_parser(subparsers: Any) -> None:
