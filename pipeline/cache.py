@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import pyarrow as pa
 
-from pipeline import paths, temp_paths
+from pipeline import checked_stamps, paths, temp_paths
 from pipeline.arrow_file import StreamedArray, write_array
 from pipeline.errors import DatasetError
 from pipeline.graph import CanonicalGraph
@@ -207,6 +207,8 @@ class EntryBuilder:
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         (self.folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        files = [info["file"] for info in self.described.values()]  # their checksums were taken as they were written
+        checked_stamps.record(self.folder, {file: checked_stamps.stamp(self.folder / file) for file in files})
         _fsync_tree(self.folder)
         if self.final.exists() and (replace or not (self.final / MANIFEST).is_file()):
             _retire(self.final)  # a folder without a manifest is debris: entries appear whole by a rename
@@ -361,18 +363,36 @@ def damaged_arrays(entry: CacheEntry) -> list[str]:
     return problems
 
 
-def lookup(cache_root: Path, dataset: str, key: str) -> CacheEntry | None:
+def lookup(cache_root: Path, dataset: str, key: str, say: Callable[[str], None] | None = None) -> CacheEntry | None:
     """The published entry for ``(dataset, key)``, or ``None``.
+
+    The arrays written to, replaced or copied since their checksums were last compared
+    (:mod:`pipeline.checked_stamps`) are checksummed again: a flipped byte in an entry's features
+    was read as data.
+
+    Args:
+        cache_root: The cache folder.
+        dataset: The dataset's name.
+        key: The entry's fingerprint.
+        say: Told when arrays of :data:`PROGRESS_BYTES` or more are checksummed again.
 
     Raises:
         DatasetError: The entry is there but damaged: its manifest (:func:`load_entry`), or an array
-            file gone, truncated or unreadable (:func:`damaged_arrays`).
+            file gone, truncated or unreadable (:func:`damaged_arrays`), or changed (:func:`verify`).
     """
     path = paths.dataset_folder(cache_root, dataset) / key
     if not (path / MANIFEST).is_file():
         return None
     entry = load_entry(path)
     problems = damaged_arrays(entry)
+    arrays = entry.manifest["arrays"]
+    if not problems:
+        changed = set(checked_stamps.changed(path, [info["file"] for info in arrays.values()]))
+        names = [name for name, info in arrays.items() if info["file"] in changed]
+        size = sum(arrays[name]["bytes"] for name in names)
+        if say and size >= PROGRESS_BYTES:
+            say(f"checksumming {len(names)} arrays of {path} ({size / 2**20:,.0f} MB): changed since they were checked")
+        problems = verify(entry, names) if names else []
     if problems:
         raise DatasetError(path, "damaged entry: " + "; ".join(problems))
     return entry
@@ -392,11 +412,14 @@ def entries(cache_root: Path) -> list[CacheEntry | Path]:
     return found
 
 
-def verify(entry: CacheEntry) -> list[str]:
-    """Recompute every array's checksum; returns the problems found (empty = intact)."""
-    problems = []
-    for name, info in entry.manifest["arrays"].items():
+def verify(entry: CacheEntry, names: list[str] | None = None) -> list[str]:
+    """Recompute the checksums of ``names`` (default: every array); returns the problems found
+    (empty = intact). The arrays found intact are stamped as checked (:mod:`pipeline.checked_stamps`)."""
+    problems, intact = [], {}
+    for name in entry.manifest["arrays"] if names is None else names:
+        info = entry.manifest["arrays"][name]
         try:
+            before = checked_stamps.stamp(entry.path / info["file"])
             values = entry.numpy(name)
         except (OSError, pa.ArrowException, DatasetError, ValueError) as err:
             problems.append(f"{info['file']}: unreadable ({str(err).splitlines()[0]})")
@@ -404,6 +427,10 @@ def verify(entry: CacheEntry) -> list[str]:
         digest = hashlib.sha256(memoryview(values.reshape(-1)).cast("B")).hexdigest()
         if digest != info["sha256"]:
             problems.append(f"{info['file']}: checksum mismatch")
+        else:
+            intact[info["file"]] = before
+    if intact:
+        checked_stamps.record(entry.path, intact)
     return problems
 
 

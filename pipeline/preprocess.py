@@ -66,7 +66,7 @@ def preprocess(
     key = cache_key(inputs)
     if not force:
         try:
-            hit = cache.lookup(cache_root, spec.name, key)
+            hit = cache.lookup(cache_root, spec.name, key, say)
         except DatasetError as err:
             log.warning("%s; building it again", err)
             force = True  # replaces the damaged entry

@@ -1,11 +1,13 @@
 import json
+import os
+import shutil
 
 import numpy as np
 import pyarrow as pa
 import pytest
 import torch
 
-from pipeline import DatasetError, cache
+from pipeline import DatasetError, cache, checked_stamps
 
 
 def _publish(root, key="k1", dataset="g", **extra):
@@ -190,3 +192,47 @@ def test_a_folder_without_a_manifest_at_the_key_is_replaced_by_the_next_build(tm
     assert cache.lookup(tmp_path, "g", "k1") is None
     entry = _publish(tmp_path)
     assert entry.open().num_nodes == 3
+
+
+def _flip(path, value=5.0):
+    """Write another value over ``value`` in place, keeping the file's size and modification time."""
+    before = path.stat()
+    data = path.read_bytes()
+    with open(path, "r+b") as handle:
+        handle.seek(data.find(np.float32(value).tobytes()))
+        handle.write(np.float32(-value).tobytes())
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def test_a_hit_checksums_the_arrays_changed_since_they_were_checked(tmp_path):
+    """A flipped byte in the features was read as data: the hit checked sizes and footers only."""
+    entry = _publish(tmp_path)
+    assert checked_stamps.changed(entry.path, ["arrays/x.arrow", "arrays/y.arrow"]) == []  # stamped when published
+    _flip(entry.path / "arrays" / "x.arrow")
+    with pytest.raises(DatasetError, match=r"k1: damaged entry: arrays/x.arrow: checksum mismatch$"):
+        cache.lookup(tmp_path, "g", "k1")
+
+
+def test_a_hit_after_a_touch_or_a_copy_checksums_once_and_stamps_again(tmp_path, monkeypatch):
+    entry = _publish(tmp_path)
+    os.utime(entry.path / "arrays" / "y.arrow")
+    shutil.copytree(entry.path, tmp_path / "h" / "k1")  # another cache folder: every inode is new
+    checked = []
+    real = cache.verify
+    monkeypatch.setattr(cache, "verify", lambda entry, names=None: checked.append(names) or real(entry, names))
+    said = []
+    monkeypatch.setattr(cache, "PROGRESS_BYTES", 40)
+    assert cache.lookup(tmp_path, "g", "k1", said.append) is not None
+    assert cache.lookup(tmp_path, "h", "k1", said.append) is not None
+    assert cache.lookup(tmp_path, "h", "k1", said.append) is not None  # stamped: nothing to checksum
+    assert checked[0] == ["y"] and sorted(checked[1]) == sorted(entry.manifest["arrays"]) and len(checked) == 2
+    assert said == [f"checksumming 7 arrays of {tmp_path / 'h' / 'k1'} (0 MB): changed since they were checked"]
+
+
+def test_verify_stamps_only_the_intact_arrays(tmp_path):
+    entry = _publish(tmp_path)
+    (entry.path / checked_stamps.STAMPS).unlink()
+    _flip(entry.path / "arrays" / "x.arrow")
+    assert cache.verify(entry) == ["arrays/x.arrow: checksum mismatch"]
+    files = [info["file"] for info in entry.manifest["arrays"].values()]
+    assert checked_stamps.changed(entry.path, files) == ["arrays/x.arrow"]

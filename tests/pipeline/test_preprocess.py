@@ -40,6 +40,22 @@ def test_a_damaged_hit_is_built_again_not_served(make_ogb_folder, tmp_path, gnnk
     assert "building it again" in gnnkit_log.text
 
 
+def test_a_hit_whose_features_were_written_to_is_built_again(make_ogb_folder, tmp_path, gnnkit_log):
+    """A byte flipped in x.arrow after publishing was served as a cache hit, and trained on."""
+    folder = make_ogb_folder()
+    root = tmp_path / "cache"
+    first = preprocess(str(folder), cache_root=root)
+    x = first.open().x.clone()
+    path = first.path / "arrays" / "x.arrow"
+    offset = path.read_bytes().find(x[3, 1].numpy().tobytes())
+    with open(path, "r+b") as handle:
+        handle.seek(offset + 3)
+        handle.write(bytes([path.read_bytes()[offset + 3] ^ 0x40]))
+    again = preprocess(str(folder), cache_root=root)
+    assert "arrays/x.arrow: checksum mismatch; building it again" in gnnkit_log.text
+    assert np.array_equal(again.open().x.numpy(), x.numpy())
+
+
 def test_key_ignores_location_and_mtime_but_not_content_or_options(make_ogb_folder, tmp_path):
     folder = make_ogb_folder()
     root = tmp_path / "cache"
