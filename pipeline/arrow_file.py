@@ -14,6 +14,7 @@ is complete only when every value was written (:meth:`StreamedArray.sha256` chec
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import mmap
 import os
@@ -122,9 +123,10 @@ class StreamedArray:
                 with pa.PythonFile(sink, mode="w") as out, pa.ipc.new_file(out, batch.schema) as writer:
                     writer.write_batch(batch)
             self.hole_bytes = sink.skipped
-            del batch, zeros
         finally:
-            zeros_map.close()
+            batch = zeros = None
+            with contextlib.suppress(BufferError):  # still exported by a failed write's frames: freed with them
+                zeros_map.close()  # (raising here hid that failure: a full disk, a folder cleared under it)
         return self._data_offset()
 
     def _data_offset(self) -> int:

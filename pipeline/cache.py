@@ -206,6 +206,7 @@ class EntryBuilder:
             "stats": stats or {},
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
+        manifest["digest"] = manifest_digest(manifest)
         (self.folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         files = [info["file"] for info in self.described.values()]  # their checksums were taken as they were written
         checked_stamps.record(self.folder, {file: checked_stamps.stamp(self.folder / file) for file in files})
@@ -306,7 +307,20 @@ def load_entry(path: Path) -> CacheEntry:
     problem = _manifest_problem(manifest)
     if problem:
         raise DatasetError(file, f"malformed manifest: {problem}")
+    if manifest["inputs"]["dataset"] != path.parent.name:
+        raise DatasetError(file, f"the entry of dataset {manifest['inputs']['dataset']!r}, not of its folder's name "
+                                 f"{path.parent.name!r} (a moved or edited entry; gnnkit builds its own again)")
+    if "digest" in manifest and manifest["digest"] != manifest_digest(manifest):  # entries before it have none
+        raise DatasetError(file, "damaged manifest: it changed after it was written (its digest does not match); "
+                                 "'gnnkit preprocess --force' builds the entry again")
     return CacheEntry(path, manifest)
+
+
+def manifest_digest(manifest: dict[str, Any]) -> str:
+    """SHA-256 of the manifest's fields but ``digest`` (canonical JSON): an edit of its ``meta``
+    (``num_classes``) or of an array's dtype trained silently, or failed deep in a run."""
+    fields = {name: value for name, value in manifest.items() if name != "digest"}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
 def _identity_problem(manifest: dict[str, Any], key: str) -> str | None:
@@ -338,6 +352,15 @@ def _manifest_problem(manifest: dict[str, Any]) -> str | None:
         for field, kind in ARRAY_FIELDS.items():
             if not isinstance(info.get(field), kind):
                 return f"arrays.{name}.{field} must be a {kind.__name__}"
+        try:
+            dtype = np.dtype(info["dtype"])
+        except TypeError:
+            return f"arrays.{name}.dtype must name a numpy dtype, not {info['dtype']!r}"
+        shape = info["shape"]
+        if not all(isinstance(n, int) and n >= 0 for n in shape):
+            return f"arrays.{name}.shape must list sizes (integers >= 0), not {shape}"
+        if info["bytes"] != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
+            return f"arrays.{name}.bytes must be its shape's size times its dtype's ({info['bytes']} is not)"
     return None
 
 
@@ -391,7 +414,8 @@ def lookup(cache_root: Path, dataset: str, key: str, say: Callable[[str], None] 
         names = [name for name, info in arrays.items() if info["file"] in changed]
         size = sum(arrays[name]["bytes"] for name in names)
         if say and size >= PROGRESS_BYTES:
-            say(f"checksumming {len(names)} arrays of {path} ({size / 2**20:,.0f} MB): changed since they were checked")
+            say(f"checksumming {len(names)} arrays of {path} ({size / 2**20:,.0f} MB): unchecked since they last changed "
+                "(written to or copied, or an entry of an older gnnkit)")
         problems = verify(entry, names) if names else []
     if problems:
         raise DatasetError(path, "damaged entry: " + "; ".join(problems))
@@ -437,6 +461,9 @@ def verify(entry: CacheEntry, names: list[str] | None = None) -> list[str]:
 def clear(cache_root: Path, dataset: str | None = None, folder: Path | None = None) -> int:
     """Delete all entries (or one dataset's) and leftover temp folders; returns folders removed.
 
+    The temp folder of a build that still runs is left to it (deleting it failed that build with a
+    traceback): the build publishes its entry when it ends.
+
     Args:
         cache_root: The cache folder.
         dataset: Only this dataset's entries.
@@ -450,15 +477,17 @@ def clear(cache_root: Path, dataset: str | None = None, folder: Path | None = No
     for target in targets:
         if not target.is_dir():
             continue
-        if folder is None:
-            removed += sum(1 for p in target.iterdir() if p.is_dir())
-            shutil.rmtree(target)
-            continue
-        for entry in [p for p in target.iterdir() if p.is_dir()]:
-            if _built_from(entry) in (None, str(folder)):
-                shutil.rmtree(entry)
+        for child in list(target.iterdir()):
+            if temp_paths.is_temp(child):
+                if temp_paths.is_stale(child):
+                    temp_paths.remove(child)
+                    removed += 1
+            elif child.is_dir() and (folder is None or _built_from(child) in (None, str(folder))):
+                shutil.rmtree(child)
                 removed += 1
-        if not any(target.iterdir()):
+            elif folder is None:
+                child.unlink()
+        with contextlib.suppress(OSError):  # kept while a build runs in it
             target.rmdir()
     return removed
 

@@ -8,17 +8,21 @@ set back by a program (``touch -d`` or ``os.utime`` set the modification time, a
 time forward), so an edit is seen even when it keeps the modification time. What the stamp cannot
 see is a byte the disk itself flipped without a write; ``gnnkit cache verify`` checksums everything.
 
-The stamps live in ``checked.json`` beside the files (written whole by a rename); a folder gnnkit
-cannot write to keeps no stamp, and its files are checked each time they are looked up.
+The stamps live in ``checked.json`` beside the files (written whole by a rename); those of a folder
+gnnkit cannot write to (a shared read-only cache) in ``$GNNKIT_HOME/checked/``, named by a hash of
+the folder's path; where neither can be written, the files are checked at every look-up.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
 
 from pipeline.atomic import atomic_write_text
+from pipeline.errors import DatasetError
+from pipeline.paths import gnnkit_home
 
 #: The stamps' file, in the folder whose files it stamps.
 STAMPS = "checked.json"
@@ -30,12 +34,26 @@ def stamp(path: Path) -> list[int]:
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
-def _read(folder: Path) -> dict[str, list[int]]:
+def _kept_elsewhere(folder: Path) -> Path | None:
+    """Where the stamps of a folder gnnkit cannot write to are kept (``None``: no usable home)."""
     try:
-        stamps = json.loads((folder / STAMPS).read_text())
+        home = gnnkit_home()
+    except DatasetError:
+        return None
+    name = hashlib.sha256(str(Path(folder).resolve()).encode()).hexdigest()[:32]
+    return home / "checked" / f"{name}.json"
+
+
+def _read_file(path: Path | None) -> dict[str, list[int]]:
+    try:
+        stamps = json.loads(path.read_text()) if path is not None else {}
     except (OSError, ValueError):
         return {}
     return stamps if isinstance(stamps, dict) else {}
+
+
+def _read(folder: Path) -> dict[str, list[int]]:
+    return {**_read_file(_kept_elsewhere(folder)), **_read_file(folder / STAMPS)}
 
 
 def changed(folder: Path, files: list[str]) -> list[str]:
@@ -54,10 +72,20 @@ def _stamp_or_none(path: Path) -> list[int] | None:
 
 def record(folder: Path, stamps: dict[str, list[int]]) -> bool:
     """Keep ``stamps`` (file -> :func:`stamp`, taken before the file's checksum was taken or
-    compared) beside the folder's other stamps; ``False`` when the folder cannot be written (the
-    files are then checked at every look-up)."""
+    compared) beside the folder's other stamps, in the folder or else under ``$GNNKIT_HOME``;
+    ``False`` when neither can be written (the files are then checked at every look-up)."""
+    text = json.dumps({**_read(folder), **stamps}) + "\n"
     try:
-        atomic_write_text(folder / STAMPS, json.dumps({**_read(folder), **stamps}) + "\n")
+        atomic_write_text(folder / STAMPS, text)
+        return True
+    except OSError:
+        pass
+    elsewhere = _kept_elsewhere(folder)
+    try:
+        if elsewhere is None:
+            return False
+        elsewhere.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(elsewhere, text)
     except OSError:
         return False
     return True

@@ -234,23 +234,24 @@ def _partition_names(root: Path, dataset: str | None) -> list[str]:
     return sorted(p.name for p in root.iterdir() if p.is_dir() and is_part_of(p.name, dataset))
 
 
-def _say_if_unknown(dataset: str | None, roots: tuple[Path, ...]) -> None:
+def _say_if_unknown(dataset: str | None, roots: tuple[Path, ...]) -> bool:
     """A line on stderr when ``dataset`` has nothing in the caches under ``roots`` (a typo listed,
-    verified and cleared nothing without a word), with the closest name that has."""
+    verified and cleared nothing without a word), with the closest name that has; whether it did."""
     if dataset is None:
-        return
+        return False
     known = sorted({p.name for root in roots if root.is_dir() for p in root.iterdir() if p.is_dir()})
     if any(name == dataset or is_part_of(name, dataset) for name in known):
-        return
+        return False
     close = difflib.get_close_matches(dataset, known, n=1)
     print(f"gnnkit: no cache entry or batch cache of {dataset!r}" + (f"; did you mean {close[0]!r}?" if close else ""),
           file=sys.stderr)
+    return True
 
 
 def _cache(args: argparse.Namespace) -> int:
     root = paths.cache_root()
     args.dataset, folder = _cache_target(args.dataset)
-    _say_if_unknown(args.dataset, (root, paths.batch_root()))
+    unknown = _say_if_unknown(args.dataset, (root, paths.batch_root()))
     if args.action == "clear":
         removed = cache.clear(root, args.dataset, folder)
         for part in _partition_names(root, args.dataset):  # built from the dataset's entry: cleared with it
@@ -263,12 +264,12 @@ def _cache(args: argparse.Namespace) -> int:
         return 0
     bad = 0
     for item in cache.entries(root):
-        name = item.parent.name if isinstance(item, Path) else item.dataset
+        name = (item if isinstance(item, Path) else item.path).parent.name  # its folder's: a manifest can lie
         if args.dataset and name != args.dataset and not is_part_of(name, args.dataset):
             continue
         if isinstance(item, Path):
             bad += 1
-            print(f"CORRUPT  {item}: unreadable manifest")
+            print(f"CORRUPT  {item}: {_manifest_problem(item)}")
             continue
         problems = cache.verify(item) if args.action == "verify" else []
         bad += bool(problems)
@@ -279,7 +280,16 @@ def _cache(args: argparse.Namespace) -> int:
     for tmp in _stale_temps():
         print(f"STALE    {tmp} (left by an interrupted generation or batch recording; 'gnnkit cache clear' removes it)")
     bad += _batch_caches(args)
-    return 1 if bad else 0
+    return 2 if unknown and args.action == "verify" else 1 if bad else 0
+
+
+def _manifest_problem(entry: Path) -> str:
+    """Why the manifest of the entry folder ``entry`` cannot be read (:func:`pipeline.cache.load_entry`)."""
+    try:
+        cache.load_entry(entry)
+    except DatasetError as err:
+        return err.problem
+    return "unreadable manifest"
 
 
 def _entry_arguments(p: argparse.ArgumentParser) -> None:
@@ -339,7 +349,12 @@ def add_parser(subparsers: Any) -> None:
                    help="number of partitions (one per training rank; default: the recipe's data.partitions)")
     p.add_argument("--seed", type=int, default=None, help="METIS's seed (default: the recipe's data.seed, else 0)")
     p.set_defaults(func=_partition)
-    p = subparsers.add_parser("cache", help="inspect the preprocessed cache and the batch caches")
+    p = subparsers.add_parser("cache", help="inspect the preprocessed cache and the batch caches", description=(
+        "list: the cache entries and the sampled-batch caches of reuse runs, and what interrupted builds left; "
+        "verify: recompute every checksum and report damaged entries (status 1; 2 for a name with nothing "
+        "cached); clear: delete the entries and batch caches (all of them without a name; a build still "
+        "running keeps its own), which the next run or preprocess builds again"))
     p.add_argument("action", choices=["list", "verify", "clear"])
-    p.add_argument("dataset", nargs="?", help="limit to one dataset (a name, or the OGB-format folder it came from)")
+    p.add_argument("dataset", nargs="?", help="limit to one dataset (a name, or the OGB-format folder it came from; "
+                                              "its partition entries too)")
     p.set_defaults(func=_cache)

@@ -98,3 +98,11 @@ def test_a_gigabyte_array_is_written_in_little_memory(tmp_path):
                          capture_output=True, text=True, check=True, timeout=120)
     assert float(out.stdout) < 200  # MiB above the interpreter's own: chunks, not the 1 GiB array
     assert os.path.getsize(tmp_path / "big.arrow") > 1 << 30
+
+
+def test_a_failed_create_raises_its_own_error(tmp_path):
+    """A folder removed under the writer (`gnnkit cache clear` during a build) raised
+    `BufferError: cannot close exported pointers exist`, which hid the real error."""
+    with pytest.raises(FileNotFoundError):
+        with StreamedArray(tmp_path / "gone" / "a.arrow", (1000, 4), np.float32):
+            pass

@@ -92,7 +92,9 @@ def test_temp_folders_are_never_entries(tmp_path):
     assert cache.stale_temps(tmp_path) == []  # fresh, owners not known to be gone
     os.utime(legacy, (1.0, 1.0))
     assert cache.stale_temps(tmp_path) == [legacy]
-    assert cache.clear(tmp_path) == 2 and not (tmp_path / "g").exists()
+    assert cache.clear(tmp_path) == 1 and (tmp_path / "g").is_dir()  # another host's build may still run
+    os.utime(owned, (1.0, 1.0))
+    assert cache.clear(tmp_path) == 1 and not (tmp_path / "g").exists()
 
 
 def test_failed_write_leaves_nothing(tmp_path):
@@ -142,9 +144,24 @@ def test_builder_leaves_nothing_when_a_stream_is_incomplete(tmp_path):
     (lambda m: {**m, "inputs": ["g"]}, "malformed manifest: 'inputs' must be a mapping"),
     (lambda m: {**m, "arrays": {**m["arrays"], "x": {**m["arrays"]["x"], "shape": "3x4"}}},
      "malformed manifest: arrays.x.shape must be a list"),
-], ids=["a list", "no schema", "another schema", "another key", "no checksum", "no arrays", "inputs a list", "shape a string"])
+    (lambda m: {**m, "arrays": {**m["arrays"], "x": {**m["arrays"]["x"], "dtype": "float33"}}},
+     "malformed manifest: arrays.x.dtype must name a numpy dtype, not 'float33'"),
+    (lambda m: {**m, "arrays": {**m["arrays"], "x": {**m["arrays"]["x"], "dtype": "float64"}}},
+     r"malformed manifest: arrays.x.bytes must be its shape's size times its dtype's \(48 is not\)"),
+    (lambda m: {**m, "arrays": {**m["arrays"], "x": {**m["arrays"]["x"], "shape": [3, -4]}}},
+     r"malformed manifest: arrays.x.shape must list sizes \(integers >= 0\), not \[3, -4\]"),
+    (lambda m: {**m, "inputs": {**m["inputs"], "dataset": "h"}},
+     "the entry of dataset 'h', not of its folder's name 'g' \\(a moved or edited entry"),
+    (lambda m: {**m, "meta": {**m["meta"], "num_classes": 3}},
+     "damaged manifest: it changed after it was written \\(its digest does not match\\); 'gnnkit preprocess --force'"),
+    (lambda m: {**m, "arrays": {**m["arrays"], "x": {**m["arrays"]["x"], "dtype": "int32"}}},
+     "damaged manifest: it changed after it was written"),
+], ids=["a list", "no schema", "another schema", "another key", "no checksum", "no arrays", "inputs a list", "shape a string",
+        "no dtype", "bytes of another dtype", "negative size", "another dataset", "meta edited", "dtype of the same size"])
 def test_a_damaged_manifest_is_one_line_naming_it(tmp_path, edit, message):
-    """The cache commands list such an entry as CORRUPT; they raised AttributeError and KeyError."""
+    """The cache commands list such an entry as CORRUPT; they raised AttributeError and KeyError, and
+    `cache verify` a TypeError for a dtype numpy does not know (the entries after it went unchecked); an
+    edited num_classes trained silently, an edited dtype of the same size failed deep in the run."""
     entry = _publish(tmp_path)
     file = entry.path / "manifest.json"
     file.write_text(json.dumps(edit(json.loads(file.read_text()))))
@@ -216,17 +233,18 @@ def test_a_hit_checksums_the_arrays_changed_since_they_were_checked(tmp_path):
 def test_a_hit_after_a_touch_or_a_copy_checksums_once_and_stamps_again(tmp_path, monkeypatch):
     entry = _publish(tmp_path)
     os.utime(entry.path / "arrays" / "y.arrow")
-    shutil.copytree(entry.path, tmp_path / "h" / "k1")  # another cache folder: every inode is new
+    shutil.copytree(entry.path, tmp_path / "copy" / "g" / "k1")  # another cache: every inode is new
     checked = []
     real = cache.verify
     monkeypatch.setattr(cache, "verify", lambda entry, names=None: checked.append(names) or real(entry, names))
     said = []
     monkeypatch.setattr(cache, "PROGRESS_BYTES", 40)
     assert cache.lookup(tmp_path, "g", "k1", said.append) is not None
-    assert cache.lookup(tmp_path, "h", "k1", said.append) is not None
-    assert cache.lookup(tmp_path, "h", "k1", said.append) is not None  # stamped: nothing to checksum
+    assert cache.lookup(tmp_path / "copy", "g", "k1", said.append) is not None
+    assert cache.lookup(tmp_path / "copy", "g", "k1", said.append) is not None  # stamped: nothing to checksum
     assert checked[0] == ["y"] and sorted(checked[1]) == sorted(entry.manifest["arrays"]) and len(checked) == 2
-    assert said == [f"checksumming 7 arrays of {tmp_path / 'h' / 'k1'} (0 MB): changed since they were checked"]
+    assert said == [f"checksumming 7 arrays of {tmp_path / 'copy' / 'g' / 'k1'} (0 MB): unchecked since they last "
+                    "changed (written to or copied, or an entry of an older gnnkit)"]
 
 
 def test_verify_stamps_only_the_intact_arrays(tmp_path):
@@ -236,3 +254,25 @@ def test_verify_stamps_only_the_intact_arrays(tmp_path):
     assert cache.verify(entry) == ["arrays/x.arrow: checksum mismatch"]
     files = [info["file"] for info in entry.manifest["arrays"].values()]
     assert checked_stamps.changed(entry.path, files) == ["arrays/x.arrow"]
+
+
+def test_an_entry_of_an_older_gnnkit_without_a_manifest_digest_still_opens(tmp_path):
+    entry = _publish(tmp_path)
+    file = entry.path / "manifest.json"
+    file.write_text(json.dumps({k: v for k, v in json.loads(file.read_text()).items() if k != "digest"}))
+    assert cache.load_entry(entry.path).open().num_nodes == 3
+
+
+def test_clear_leaves_the_temp_of_a_build_that_still_runs(tmp_path):
+    """`gnnkit cache clear` during a preprocess deleted its temp folder: the build failed with a
+    46-line traceback (FileNotFoundError, masked by a BufferError)."""
+    from pipeline import temp_paths
+
+    _publish(tmp_path)
+    running = temp_paths.make_temp_dir(tmp_path / "g" / "k2")  # this process: alive
+    left = tmp_path / "g" / f".k3{temp_paths.MARK}999999999@{temp_paths._host()}.x"  # its owner is gone
+    left.mkdir()
+    assert cache.clear(tmp_path, "g") == 2
+    assert sorted(p.name for p in (tmp_path / "g").iterdir()) == [running.name]
+    temp_paths.remove(running)
+    assert cache.clear(tmp_path) == 0 and list(tmp_path.iterdir()) == []

@@ -8,6 +8,7 @@ from pipeline.checked_stamps import changed, record, stamp
 
 
 def _folder(tmp_path):
+    tmp_path.mkdir(exist_ok=True)
     for name in ("a.bin", "b.bin"):
         (tmp_path / name).write_bytes(bytes(range(64)))
     return tmp_path, ["a.bin", "b.bin"]
@@ -51,6 +52,7 @@ def test_recording_some_files_keeps_the_others_stamps(tmp_path):
 
 def test_unreadable_stamps_count_as_none_and_an_unwritable_folder_keeps_none(tmp_path, monkeypatch):
     folder, files = _folder(tmp_path)
+    monkeypatch.setenv("GNNKIT_HOME", str(tmp_path / "home"))
     (folder / checked_stamps.STAMPS).write_text("[1, 2")
     assert changed(folder, files) == files
     (folder / checked_stamps.STAMPS).write_text("[1, 2]")
@@ -61,3 +63,19 @@ def test_unreadable_stamps_count_as_none_and_an_unwritable_folder_keeps_none(tmp
 
     monkeypatch.setattr(checked_stamps, "atomic_write_text", refuse)
     assert not record(folder, {"a.bin": stamp(folder / "a.bin")})
+
+
+def test_the_stamps_of_a_folder_gnnkit_cannot_write_to_are_kept_in_its_home(tmp_path, monkeypatch):
+    folder, files = _folder(tmp_path / "shared")
+    monkeypatch.setenv("GNNKIT_HOME", str(tmp_path / "home"))
+    real = checked_stamps.atomic_write_text
+
+    def read_only(path, text):
+        if path.parent == folder:
+            raise OSError(30, "Read-only file system", str(path))
+        real(path, text)
+
+    monkeypatch.setattr(checked_stamps, "atomic_write_text", read_only)
+    assert record(folder, {name: stamp(folder / name) for name in files})
+    assert not (folder / checked_stamps.STAMPS).exists() and len(list((tmp_path / "home" / "checked").iterdir())) == 1
+    assert changed(folder, files) == []
