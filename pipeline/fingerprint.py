@@ -1,7 +1,8 @@
 """Cache keys from declared inputs: dataset id, source version, raw-file digests, options, schema.
 
 Raw files are hashed with SHA-256. Hashing gigabytes on every run would make a cache hit slow, so
-digests are memoised in ``<cache_root>/digests.json`` by (path, size, mtime); the memo only saves
+digests are memoised in ``<cache_root>/digests.json`` by path and stat (size, modification and change
+times, inode: :func:`pipeline.checked_stamps.stamp`); the memo only saves
 re-hashing, the key itself never contains a path or an mtime.
 """
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pipeline.atomic import atomic_write_text
+from pipeline.checked_stamps import stamp
 
 CHUNK = 8 << 20
 
@@ -27,7 +29,10 @@ def file_digest(path: Path) -> str:
 
 
 class DigestMemo:
-    """Remembers file digests by (path, size, mtime) so unchanged raw files are not re-hashed.
+    """Remembers file digests by path and :func:`~pipeline.checked_stamps.stamp` (size, modification
+    and change times, inode) so unchanged raw files are not re-hashed. The change time cannot be set
+    back: a same-size edit whose modification time was restored (``rsync -a``, ``cp -p``, ``touch -r``)
+    was taken for the file remembered, and the entry of the old content was a cache hit.
 
     Args:
         path: The JSON memo file.
@@ -39,17 +44,22 @@ class DigestMemo:
             self.entries: dict[str, Any] = json.loads(path.read_text())
         except (OSError, ValueError):
             self.entries = {}
+        if not isinstance(self.entries, dict):
+            self.entries = {}
         self.dirty = False
 
+    def knows(self, file: Path) -> bool:
+        """Whether ``file``'s digest is remembered for the file as it is now."""
+        seen = self.entries.get(str(file.resolve()))
+        return isinstance(seen, dict) and seen.get("stamp") == stamp(file)
+
     def digest(self, file: Path) -> str:
-        """Digest of ``file``, from the memo when its size and mtime are unchanged."""
-        stat = file.stat()
-        key = str(file.resolve())
-        seen = self.entries.get(key)
-        if seen and seen["size"] == stat.st_size and seen["mtime_ns"] == stat.st_mtime_ns:
-            return seen["sha256"]
+        """Digest of ``file``, from the memo when the file is unchanged (:meth:`knows`)."""
+        if self.knows(file):
+            return self.entries[str(file.resolve())]["sha256"]
+        now = stamp(file)  # before hashing: a write while it hashes makes the next look hash again
         value = file_digest(file)
-        self.entries[key] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": value}
+        self.entries[str(file.resolve())] = {"stamp": now, "sha256": value}
         self.dirty = True
         return value
 
@@ -66,7 +76,7 @@ def raw_digests(
     folder: Path, files: list[Path], memo: DigestMemo, progress: Callable[[str], None] | None = None
 ) -> dict[str, str]:
     """Digests of ``files`` keyed by their path relative to ``folder``."""
-    new = [f for f in files if str(f.resolve()) not in memo.entries]
+    new = [f for f in files if not memo.knows(f)]
     if progress and new:
         size = sum(f.stat().st_size for f in new)
         progress(f"hashing {len(new)} raw file(s), {size / 2**20:.0f} MiB")

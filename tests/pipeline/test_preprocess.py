@@ -56,6 +56,25 @@ def test_a_hit_whose_features_were_written_to_is_built_again(make_ogb_folder, tm
     assert np.array_equal(again.open().x.numpy(), x.numpy())
 
 
+def test_a_same_size_raw_edit_that_keeps_the_modification_time_is_a_new_key(make_ogb_folder, tmp_path):
+    """The digest memo knew files by size and mtime: such an edit (rsync -a, cp -p, touch -r) hit the
+    entry of the old content."""
+    folder = make_ogb_folder(binary=True)
+    root = tmp_path / "cache"
+    first = preprocess(str(folder), cache_root=root)
+    raw = folder / "raw" / "node-label.npz"
+    before = raw.stat()
+    with np.load(raw) as npz:
+        labels = {name: npz[name].copy() for name in npz.files}
+    name = next(iter(labels))
+    labels[name][0] = (labels[name][0] + 1) % 4
+    np.savez(raw, **labels)  # uncompressed: the same size
+    os.utime(raw, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert raw.stat().st_size == before.st_size
+    again = preprocess(str(folder), cache_root=root)
+    assert again.key != first.key and again.open().y[0] == labels[name].reshape(-1)[0]
+
+
 def test_key_ignores_location_and_mtime_but_not_content_or_options(make_ogb_folder, tmp_path):
     folder = make_ogb_folder()
     root = tmp_path / "cache"
