@@ -101,6 +101,7 @@ class CacheEntry:
         arrays = self.manifest["arrays"]
         extra = {n.removeprefix("extra."): self.array(n) for n in arrays if n.startswith("extra.")}
         self.check_csr()
+        self.check_labels_and_splits()
         return CanonicalGraph(
             indptr=self.array("indptr"),
             indices=self.array("indices"),
@@ -110,6 +111,25 @@ class CacheEntry:
             meta=dict(self.manifest["meta"]),
             extra=extra,
         )
+
+    def check_labels_and_splits(self) -> None:
+        """Check that class labels lie in ``[-1, num_classes)`` and split indices are nodes (one
+        pass over each): a byte flipped in them failed deep in a run (``IndexError: Target 69 is out
+        of bounds``), where the checksums are not compared (:func:`lookup` compares those of files
+        written to since).
+
+        Raises:
+            DatasetError: Naming the entry and the commands that check and rebuild it.
+        """
+        nodes = int(self.manifest["arrays"]["indptr"]["shape"][0]) - 1
+        y, classes = self.numpy("y"), self.manifest["meta"].get("num_classes")
+        if y.ndim == 1 and y.size and np.issubdtype(y.dtype, np.integer) and isinstance(classes, int) and \
+                (int(y.min()) < -1 or int(y.max()) >= classes):
+            raise _damaged(self.path, f"its class labels leave [-1, {classes})")
+        for name in ("train", "valid", "test"):
+            idx = self.numpy(f"split.{name}")
+            if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= nodes):
+                raise _damaged(self.path, f"its {name} split holds node ids outside [0, {nodes:,})")
 
 
 #: Entries with more edges than this are not range-checked when opened (a scan of every index of
@@ -317,9 +337,10 @@ def load_entry(path: Path) -> CacheEntry:
 
 
 def manifest_digest(manifest: dict[str, Any]) -> str:
-    """SHA-256 of the manifest's fields but ``digest`` (canonical JSON): an edit of its ``meta``
+    """SHA-256 of the manifest's fields but ``digest`` and the build's ``stats`` and ``created``
+    (canonical JSON; two builds of an entry have one digest): an edit of its ``meta``
     (``num_classes``) or of an array's dtype trained silently, or failed deep in a run."""
-    fields = {name: value for name, value in manifest.items() if name != "digest"}
+    fields = {name: value for name, value in manifest.items() if name not in ("digest", "stats", "created")}
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 

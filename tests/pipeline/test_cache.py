@@ -276,3 +276,17 @@ def test_clear_leaves_the_temp_of_a_build_that_still_runs(tmp_path):
     assert sorted(p.name for p in (tmp_path / "g").iterdir()) == [running.name]
     temp_paths.remove(running)
     assert cache.clear(tmp_path) == 0 and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("arrays", "problem"), [
+    ({"y": np.array([0, 7, -1], dtype=np.int64)}, r"its class labels leave \[-1, 2\)"),
+    ({"y": np.array([0, 1, -9], dtype=np.int64)}, r"its class labels leave \[-1, 2\)"),
+    ({"split.train": np.array([0, 3], dtype=np.int64)}, r"its train split holds node ids outside \[0, 3\)"),
+    ({"split.test": np.array([-2], dtype=np.int64)}, r"its test split holds node ids outside \[0, 3\)"),
+])
+def test_labels_and_splits_damaged_past_their_checksums_are_one_line_when_opened(tmp_path, arrays, problem):
+    """A flipped byte in y.arrow or split.train.arrow (a disk's, which no stamp sees) failed deep in a
+    run: `IndexError: Target 69 is out of bounds`, or an IndexError in the homophily measure."""
+    entry = _publish(tmp_path, **arrays)
+    with pytest.raises(DatasetError, match=f"k1: damaged entry: {problem}; 'gnnkit cache verify' checks it"):
+        entry.open()
