@@ -75,9 +75,14 @@ def _read_npz(path: Path, names: Collection[str]) -> dict[str, np.ndarray]:
     raise DatasetError(path, "one array (an .npy file): expected an .npz of named arrays (numpy.savez)")
 
 
-def load_weights_only(path: Path) -> Any:
+def load_weights_only(path: Path, save_as: str = "torch.save(data.to_dict(), path)") -> Any:
     """:func:`load_pt`, and once more with PyG's ``Data`` class allowed when a file names it (PyG's
-    processed files do); importing PyG takes 3 s, so a file of plain tensors goes without."""
+    processed files do); importing PyG takes 3 s, so a file of plain tensors goes without.
+
+    Args:
+        path: The file.
+        save_as: How the file should have been saved, said for pickled objects.
+    """
     try:
         return load_pt(path)
     except DatasetError as err:
@@ -95,7 +100,7 @@ def load_weights_only(path: Path) -> Any:
             hint = ("an OGB dataset's processed file; gnnkit reads OGB's datasets by name (--data.dataset "
                     "ogbn-arxiv), from their raw files")
         else:
-            hint = "a pickled Data? save the graph with torch.save(data.to_dict(), path)"
+            hint = f"a pickled Data? save it with {save_as}"
         raise DatasetError(path, f"{err.problem}: {hint}") from None
 
 

@@ -104,6 +104,10 @@ class Graphs:
 # -- reading --------------------------------------------------------------------------------------
 
 
+#: How a list of graphs is saved for ``gnnkit import --task graph``.
+SAVE_AS = "torch.save([data.to_dict() for data in dataset], path)"
+
+
 def read_graph_set(source: Path | str | Any) -> tuple[str, Graphs]:
     """A source's name (for errors) and its graphs: a ``.pt`` file (a PyG processed dataset, or a
     list of ``to_dict()`` graphs), a PyG dataset, a ``Batch`` or a sequence of graphs.
@@ -122,17 +126,18 @@ def read_graph_set(source: Path | str | Any) -> tuple[str, Graphs]:
             raise DatasetError(where, "expected a PyG dataset or a list of graphs")
         return where, _from_list([source[i] for i in range(len(source))], where)
     path = Path(source)
+    if not path.exists():
+        raise DatasetError(path, "no such file")
     if path.suffix.lower() not in (".pt", ".pth") or not path.is_file():
-        raise DatasetError(path, "expected a .pt file: a PyG dataset's processed/data.pt, or "
-                                 "torch.save([data.to_dict() for data in dataset], path)")
-    content = load_weights_only(path)
+        raise DatasetError(path, f"expected a .pt file: a PyG dataset's processed/data.pt, or {SAVE_AS}")
+    content = load_weights_only(path, SAVE_AS)
     if isinstance(content, (tuple, list)) and len(content) in (3, 4) and isinstance(content[0], Mapping) \
             and isinstance(content[1], Mapping):  # InMemoryDataset.save / TUDataset: (arrays, slices, [sizes,] cls)
         return str(path), _from_collated(content[0], content[1], str(path))
     if isinstance(content, (tuple, list)) and content and all(isinstance(g, Mapping) for g in content):
         return str(path), _from_list(list(content), str(path))
     raise DatasetError(path, f"a {type(content).__name__}: expected a PyG dataset's processed file or a list of "
-                             "graphs (torch.save([data.to_dict() for data in dataset], path))")
+                             f"graphs ({SAVE_AS})")
 
 
 def _from_collated(data: Mapping[str, Any], slices: Mapping[str, Any], where: str) -> Graphs:
@@ -172,6 +177,8 @@ def _from_list(graphs: list[Any], where: str) -> Graphs:
             first = next(i for i, g in enumerate(read) if name not in g)
             raise DatasetError(f"{where}: graph {first}", f"has no {name}, unlike others: expected it in all or none")
     for i, g in enumerate(read):
+        if "y" in g and g["y"].ndim == 0:  # y=torch.tensor(label): the graph's one label
+            g["y"] = g["y"].reshape(1)
         y = g["y"]
         if not y.size or (y.ndim == 1 and y.size != 1) or (y.ndim > 1 and y.shape[0] != 1):
             raise DatasetError(f"{where}: graph {i}: y", f"expected one label row per graph, got shape "
@@ -284,7 +291,10 @@ def _task(y: np.ndarray, metric: str | None, where: str) -> Labels:
         raise DatasetError(f"{where}: metric", f"binary tasks with missing labels ({y.shape[1]} of them) are scored "
                                                "by rocauc or ap, not acc")
     values = np.where(known, y, np.nan).astype(np.float32)
-    return Labels(values, binary_task(y.shape[1], metric or "rocauc"), known.any(axis=1))
+    empty = np.flatnonzero(~known.any(axis=0))  # the evaluators score no such task
+    note = (f"; y column {', '.join(map(str, empty))} has no labelled graph (that task is never scored)"
+            if empty.size else "")
+    return Labels(values, binary_task(y.shape[1], metric or "rocauc"), known.any(axis=1), note)
 
 
 def _classes(y: np.ndarray, metric: str | None, where: str, note: str = "") -> Labels:

@@ -127,8 +127,8 @@ def test_files_that_are_not_one_homogeneous_graph_are_refused(tmp_path):
     np.save(tmp_path / "one.npy", np.arange(3))
     (tmp_path / "one.npy").rename(tmp_path / "one.npz")
     cases = {"pickled.pt": r"cannot be read with weights_only=True \(UnpicklingError: torch_geometric\.data\.data\."
-                           r"DataEdgeAttr is not allowed\): a pickled Data\? save the "
-                           r"graph with torch.save\(data.to_dict\(\), path\)",
+                           r"DataEdgeAttr is not allowed\): a pickled Data\? save it "
+                           r"with torch.save\(data.to_dict\(\), path\)",
              "geometric_data_processed.pt": r".*\(UnpicklingError: torch_geometric[.\w]+ is not allowed\): an OGB "
                                             r"dataset's processed file; gnnkit reads "
                                             r"OGB's datasets by name \(--data.dataset ogbn-arxiv\)",

@@ -253,3 +253,30 @@ def test_each_graph_has_a_feature_row_per_edge(tmp_path):
         g.edge_attr = torch.ones(2, 2)
     with pytest.raises(DatasetError, match=r"graph 0: edge_attr: 1 rows, expected one per edge \(2\)$"):
         import_graph_set(graphs, tmp_path / "out")
+
+
+def test_a_label_given_as_a_zero_dimensional_tensor_is_the_graphs_class(tmp_path):
+    """y=torch.tensor(label), as many users write it: `TypeError: len() of unsized object`."""
+    graphs = [Data(edge_index=torch.tensor([[0, 1], [1, 0]]), x=torch.ones(2, 1), y=torch.tensor(i % 3))
+              for i in range(30)]
+    torch.save([g.to_dict() for g in graphs], tmp_path / "scalar.pt")
+    _, read = read_graph_set(tmp_path / "scalar.pt")
+    assert read.y.reshape(-1).tolist() == [i % 3 for i in range(30)]
+    assert graph_set_parts(read)["meta"]["num classes"] == 3
+
+
+def test_a_missing_file_and_pickled_graphs_say_what_to_do(tmp_path):
+    with pytest.raises(DatasetError, match=r"nothing.pt: no such file$"):
+        read_graph_set(tmp_path / "nothing.pt")
+    torch.save([Data(edge_index=torch.tensor([[0], [1]]), y=torch.tensor([0]))] * 12, tmp_path / "objects.pt")
+    with pytest.raises(DatasetError, match=r"a pickled Data\? save it with torch.save\(\[data.to_dict\(\) for data in "
+                                           r"dataset\], path\)$"):
+        read_graph_set(tmp_path / "objects.pt")
+
+
+def test_a_task_without_a_labelled_graph_is_named():
+    """OGB's evaluator leaves such a task out of the score without a word."""
+    nan = float("nan")
+    _, graphs = read_graph_set(_graphs([[[0.0, 1.0, nan]], [[1.0, 0.0, nan]], [[1.0, 1.0, nan]]], count=60))
+    summary = graph_set_parts(graphs)["summary"]
+    assert "3 binary tasks (rocauc); y column 2 has no labelled graph (that task is never scored);" in summary
