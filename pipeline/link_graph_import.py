@@ -122,9 +122,10 @@ def _num_nodes(arrays: Mapping[str, np.ndarray], edges: list[tuple[str, np.ndarr
 
 
 def _unpaired(edges: np.ndarray, n: int) -> int:
-    """How many ``[2, E]`` edges (self loops aside) lack their reverse; 0: an undirected graph."""
-    keys = edge_keys(edges.T, n, undirected=False)
-    return int((~np.isin(edge_keys(edges[::-1].T, n, undirected=False), keys) & (edges[0] != edges[1])).sum())
+    """How many distinct ``[2, E]`` edges (self loops aside) lack their reverse; 0: an undirected
+    graph (a repeated edge counted once: with repeats the count exceeded the edges kept)."""
+    keys = np.unique(edge_keys(edges[:, edges[0] != edges[1]].T, n, undirected=False))
+    return int((~np.isin(keys % n * n + keys // n, keys)).sum())
 
 
 def _positives(edges: np.ndarray, n: int, undirected: bool) -> np.ndarray:
@@ -263,6 +264,8 @@ def link_graph_parts(arrays: Mapping[str, np.ndarray], options: LinkImportOption
         drawn = "given"
     else:
         counts = {part: NEGATIVES_PER_POSITIVE * len(split[part]) for part in ("valid", "test")}
+        if hits_at(metric):  # ranked against the K-th best negative: as many in both parts (OGB's collab: 100,000)
+            counts = dict.fromkeys(counts, max(counts.values()))
         negatives, drawn = _negatives(n, counts, taken, options.seed, where), "drawn"
     _check_hits(metric, negatives, names)
     splits = {"train": {"edge": split["train"]},
@@ -270,8 +273,7 @@ def link_graph_parts(arrays: Mapping[str, np.ndarray], options: LinkImportOption
     meta = {"family": "link", "task type": TASK_TYPE, "eval metric": metric, "add_inverse_edge": str(undirected),
             "split": "given" if given else f"random{options.seed}", "additional node files": "None",
             "additional edge files": "None", "is hetero": "False", "version": 1}
-    kind = "undirected" if undirected else f"directed ({_plural(unpaired, 'edge')} without the reverse)"
-    summary = (_summary(n, split, negatives, x, edges, pairs, kind, source, drawn, metric)
+    summary = (_summary(n, split, negatives, x, edges, pairs, unpaired, source, drawn, metric)
                + unkept_note(arrays, "link"))
     return {"edges": split["train"], "num_nodes": n, "splits": splits, "meta": meta, "node_feat": x,
             "binary": not undirected,  # OGB's binary reader adds no reverses
@@ -279,15 +281,19 @@ def link_graph_parts(arrays: Mapping[str, np.ndarray], options: LinkImportOption
 
 
 def _summary(n: int, split: dict[str, np.ndarray], negatives: dict[str, np.ndarray], x: np.ndarray | None,
-             edges: np.ndarray, pairs: int, kind: str, source: str, drawn: str, metric: str) -> str:
-    """The line on what was read: sizes, what was left out of the graph's ``edges`` (which make
+             edges: np.ndarray, pairs: int, unpaired: int, source: str, drawn: str, metric: str) -> str:
+    """The line on what was read: sizes, the directed edges of them without their reverse
+    (``unpaired``; none: undirected), what was left out of the graph's ``edges`` (which make
     ``pairs`` positives), the task and the parts, with their negatives ``drawn`` or ``given``
     (training has none: they are drawn anew each epoch)."""
+    kind = "directed" if unpaired else "undirected"
     loops = int((edges[0] == edges[1]).sum())
     left = [_plural(loops, "self loop")] if loops else []
-    repeats = edges.shape[1] - loops - pairs * (2 if kind == "undirected" else 1)
+    repeats = edges.shape[1] - loops - pairs * (1 if unpaired else 2)
     left += [_plural(repeats, "repeated edge")] if repeats > 0 else []
-    dropped = f" ({' and '.join(left)} left out)" if left else ""
+    notes = [f"{unpaired:,} without their reverse"] if unpaired else []
+    notes += [f"{' and '.join(left)} left out"] if left else []
+    dropped = f" ({'; '.join(notes)})" if notes else ""
     features = _plural(x.shape[1], "feature") if x is not None else "no features"
     sizes = ", ".join(f"{p} {len(split[p]):,}" + (f" (+{_plural(len(negatives[p]), f'{drawn} negative')})"
                                                    if p in negatives else "") for p in SPLITS)
