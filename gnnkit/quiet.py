@@ -57,6 +57,9 @@ WARNINGS: tuple[tuple[str, type[Warning]], ...] = (
     # gnnkit's sampled and graph-batch loaders deal evaluation items without repeats (gnnkit.data.eval_shards);
     # a full-graph loader holds one item, the whole graph, which every rank evaluates alike
     (r"Using `DistributedSampler` with the dataloaders. During `trainer.test\(\)`", Warning),
+    # gnnkit's modules log per epoch, never per step: the logging interval is not theirs (a small dataset
+    # of the user's, fewer batches than its 50, warned on every run)
+    (r"The number of training batches \(\d+\) is smaller than the logging interval", Warning),
 )
 
 #: Lightning's warning when a run's checkpoint folder already holds checkpoints.

@@ -7,10 +7,13 @@ import warnings
 
 import pytest
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
+from lightning.pytorch.utilities.warnings import PossibleUserWarning
 
 from gnnkit.quiet import LIGHTNING_LOGGERS, quiet, quietly, resuming, unvalidated
 
 LEAF = "`isinstance(treespec, LeafSpec)` is deprecated, use `isinstance(treespec, TreeSpec) and treespec.is_leaf()` instead."
+INTERVAL = ("The number of training batches (5) is smaller than the logging interval Trainer(log_every_n_steps=50). "
+            "Set a lower value for log_every_n_steps if you want to see logs for the training epoch.")
 TIP = ("💡 Tip: For seamless cloud logging and experiment tracking, try installing "
        "[litlogger](https://pypi.org/project/litlogger/) to enable LitLogger")
 
@@ -23,6 +26,7 @@ def test_known_warnings_are_hidden_inside_only_and_the_filters_restored():
             warnings.warn(LEAF, FutureWarning)
             warnings.warn(LEAF, DeprecationWarning)
             warnings.warn("a user's own warning", FutureWarning)
+            warnings.warn(INTERVAL, PossibleUserWarning)
         warnings.warn(LEAF, FutureWarning)
     assert [(str(w.message), w.category) for w in caught] == [
         ("a user's own warning", FutureWarning), (LEAF, FutureWarning)]
