@@ -319,9 +319,14 @@ def _checkpoint(run_dir: Path, ckpt_path: str | None, resumed: bool) -> str | No
     return None
 
 
-def _say_what_the_folder_holds(run_dir: Path) -> None:
+def say_what_the_folder_holds(plan: RunPlan) -> None:
     """A line when a new run is given a folder that is not empty: an earlier run's (whose results the
-    new one replaces), or other files (among which the run's are written)."""
+    new one replaces), or other files (among which the run's are written). Said once the run's
+    settings are taken (a run refused for one left the earlier run as it was, after a line saying
+    it would replace it), by rank 0 (the others start after it wrote the folder)."""
+    run_dir = plan.run_dir
+    if plan.resumed or not is_rank_zero():
+        return
     if (run_dir / CONFIG).is_file():
         log.warning("%s holds an earlier run: this one starts afresh there and replaces its checkpoints, metrics, "
                     "report and plots (gnnkit run --resume %s continues it instead)", run_dir, run_dir)
@@ -356,8 +361,6 @@ def plan_run(args: RunArgs) -> RunPlan:
     run_dir, claim = choose_run_dir(args)
     check_run_dir_path(run_dir)
     resumed = args.resume is not None or (restart > 0 and (run_dir / CONFIG).is_file())
-    if not resumed and is_rank_zero():  # the other ranks start after rank 0 wrote the folder
-        _say_what_the_folder_holds(run_dir)
     if args.resume is not None and not (run_dir / CONFIG).is_file():
         raise ResumeError(f"gnnkit run --resume {run_dir}: no {CONFIG} there (expected a run folder written by "
                           "`gnnkit run`)")

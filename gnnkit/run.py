@@ -48,7 +48,7 @@ from gnnkit.partitioned.rank_data import check_rank_count
 from gnnkit.quiet import quietly, resuming, unvalidated
 from gnnkit.report import EpochTimer, write_report
 from gnnkit.resume import (CHECKPOINTS, LAST, RUN_DIR_ENV, ResumeError, RunPlan, check_same_graph, claimed_run_dir,
-                           plan_command, prepare_metrics, wants_help)
+                           plan_command, prepare_metrics, say_what_the_folder_holds, wants_help)
 from gnnkit.run_command import USAGE
 from gnnkit.run_lock import run_folder_lock
 from gnnkit.saved_config import AtomicSaveConfig
@@ -353,6 +353,7 @@ def run(recipe: str, overrides: list[str], plan: RunPlan | None = None) -> dict[
             raise
         except (ValueError, MisconfigurationException) as err:  # a setting the classes refused: one line
             raise ResumeError(_refused(err)) from err
+    say_what_the_folder_holds(plan)
     run_dir.mkdir(parents=True, exist_ok=True)  # only now: a run that only parses writes nothing
     made = [run_dir, *new_parents] if new_folder else []
     with (_environment(RUN_DIR_ENV, str(run_dir)),  # the ranks Lightning starts use this folder too

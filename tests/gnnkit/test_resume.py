@@ -25,7 +25,7 @@ import torch
 from gnnkit import resume
 from gnnkit.fault_injection import EXIT_CODE, FAULT_ENV, InjectedFault
 from gnnkit.resume import (RUN_DIR_ENV, ResumeError, claimed_run_dir, epochs_done, parse_run_args, plan_run,
-                           trim_metrics)
+                           say_what_the_folder_holds, trim_metrics)
 from gnnkit.run import run
 from gnnkit.set_aside import SetAside
 
@@ -297,17 +297,19 @@ def test_folders_that_cannot_hold_or_continue_a_run_are_one_line(tmp_path, monke
     bad.write_text("garbage")
     with pytest.raises(ResumeError, match=f"^gnnkit run: {bad}: unreadable checkpoint \\(.*\\); give another"):
         epochs_done(bad)
-    plan_run(parse_run_args([QUICKSTART, "--run_dir", str(done)]))
+    plan = plan_run(parse_run_args([QUICKSTART, "--run_dir", str(done)]))
+    assert "earlier run" not in gnnkit_log.text  # said once the run's settings are taken
+    say_what_the_folder_holds(plan)
     assert f"{done} holds an earlier run: this one starts afresh" in gnnkit_log.text
     gnnkit_log.clear()
     monkeypatch.setenv("RANK", "1")  # another rank of a new run finds the config.yaml rank 0 just wrote
-    plan_run(parse_run_args([QUICKSTART, "--run_dir", str(done)]))
+    say_what_the_folder_holds(plan_run(parse_run_args([QUICKSTART, "--run_dir", str(done)])))
     assert "earlier run" not in gnnkit_log.text
     monkeypatch.delenv("RANK")
     other = tmp_path / "other"
     other.mkdir()
     (other / "notes.txt").write_text("mine")
-    plan_run(parse_run_args([QUICKSTART, "--run_dir", str(other)]))
+    say_what_the_folder_holds(plan_run(parse_run_args([QUICKSTART, "--run_dir", str(other)])))
     assert f"{other} is not empty and holds no run: the run's files are written among what is there" in gnnkit_log.text
 
 

@@ -391,9 +391,10 @@ def test_a_run_without_checkpointing_writes_none_and_reports_the_last_epochs_val
     assert report["best_checkpoint"] is None and report["val"] == pytest.approx(last_val, abs=1e-4)
 
 
-def test_a_bad_model_setting_is_refused_before_the_data_is_read(tmp_path, monkeypatch):
+def test_a_bad_model_setting_is_refused_before_the_data_is_read(tmp_path, monkeypatch, gnnkit_log):
     """The datamodule reads (on first use preprocesses) the dataset when built: `--model.dropout 3`
-    waited for that, minutes on products, before its one-line error."""
+    waited for that, minutes on products, before its one-line error. Into an earlier run's folder,
+    that error came after a line saying the run would replace the earlier one (it leaves it)."""
     from gnnkit.resume import ResumeError
     from gnnkit.run import run
 
@@ -405,6 +406,10 @@ def test_a_bad_model_setting_is_refused_before_the_data_is_read(tmp_path, monkey
     assert not (tmp_path / "home" / "cache").exists() and not (tmp_path / "r").exists()
     run(str(QUICKSTART), ["--trainer.max_epochs", "1", "--run_dir", str(tmp_path / "r")])
     assert (tmp_path / "home" / "cache").is_dir()  # what a good setting builds
+    gnnkit_log.clear()
+    with pytest.raises(ResumeError, match=r"^model\.dropout: "):
+        run(str(QUICKSTART), ["--model.dropout", "3", "--run_dir", str(tmp_path / "r")])
+    assert "earlier run" not in gnnkit_log.text
 
 
 @pytest.mark.parametrize("recipe", sorted(p.name for p in (QUICKSTART.parent).glob("*.yaml")))
