@@ -110,9 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gnnkit: error: {err}", file=sys.stderr)
         return 2
     except OSError as err:  # a path the system refused: `--run_dir /proc/x`, `--out` under a file, a full disk
-        if err.filename is None:
+        where = err.filename if err.filename is not None else getattr(err, "gnnkit_run_dir", None)
+        if where is None:
             raise
-        print(f"gnnkit: error: {err.filename}: {err.strerror or err}", file=sys.stderr)
+        print(f"gnnkit: error: {where}: {err.strerror or err}", file=sys.stderr)
         return 2 if err.errno in USER_PATH_ERRORS else 1
     except MemoryError as err:  # an allocation the machine cannot hold: one line, not numpy's traceback
         print(f"gnnkit: error: out of memory: {str(err) or type(err).__name__}", file=sys.stderr)

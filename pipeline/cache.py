@@ -435,8 +435,8 @@ def lookup(cache_root: Path, dataset: str, key: str, say: Callable[[str], None] 
         names = [name for name, info in arrays.items() if info["file"] in changed]
         size = sum(arrays[name]["bytes"] for name in names)
         if say and size >= PROGRESS_BYTES:
-            say(f"checksumming {len(names)} arrays of {path} ({size / 2**20:,.0f} MB): unchecked since they last changed "
-                "(written to or copied, or an entry of an older gnnkit)")
+            say(f"checksumming {len(names)} arrays of {path} ({size / 2**20:,.0f} MB): unchecked since they last "
+                "changed (written to or copied, or an entry of an older gnnkit)")
         problems = verify(entry, names) if names else []
     if problems:
         raise DatasetError(path, "damaged entry: " + "; ".join(problems))

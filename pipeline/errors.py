@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -20,3 +22,15 @@ class DatasetError(ValueError):
         self.where = str(where)
         self.problem = problem
         super().__init__(f"{self.where}: {problem}")
+
+
+@contextmanager
+def writing_under(folder: str | Path) -> Iterator[None]:
+    """Name ``folder`` in an ``OSError`` without a file name raised inside the block (a write that
+    found the disk full names none), so the CLI says where in one line; it was a traceback."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is not None or err.errno is None:
+            raise
+        raise OSError(err.errno, err.strerror or str(err), str(folder)) from err

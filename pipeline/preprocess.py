@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline import cache, paths, temp_paths
-from pipeline.errors import DatasetError
+from pipeline.errors import DatasetError, writing_under
 from pipeline.family import layout_module
 from pipeline.fingerprint import DigestMemo, cache_key, raw_digests
 from pipeline.options import PreprocessOptions
 from pipeline.progress import Stages, log, peak_rss_mb
 from pipeline.registry import DatasetSpec, resolve
+
+if TYPE_CHECKING:
+    from pipeline.sources import SourceFolder
 
 
 def preprocess(
@@ -48,7 +52,15 @@ def preprocess(
     say = Stages(f"preprocess {spec.name}")
     for stale in temp_paths.remove_stale(cache_root / spec.name):
         say(f"removed {stale.name} (left by an interrupted preprocess)")
-    source = locate(spec, data_root, say)
+    with writing_under(data_root):  # a twin generated, a download
+        source = locate(spec, data_root, say)
+    with writing_under(cache_root / spec.name):
+        return _entry(spec, source, options, cache_root, force, say)
+
+
+def _entry(spec: DatasetSpec, source: SourceFolder, options: PreprocessOptions, cache_root: Path, force: bool,
+           say: Stages) -> cache.CacheEntry:
+    """:func:`preprocess`'s cache hit, or its build, of ``source`` (located raw files)."""
     if options.memory_budget_mb is not None and source.meta["family"] != "node":
         raise DatasetError("preprocess.memory_budget_mb", f"out-of-core preprocessing reads node-property "
                            f"datasets; {spec.name} is a {source.meta['family']}-property dataset (leave it unset)")

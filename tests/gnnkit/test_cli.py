@@ -511,6 +511,32 @@ def test_a_path_the_system_refuses_is_one_line(capsys, monkeypatch):
     with pytest.raises(ConnectionResetError):  # no path to name: as it is
         main(["datasets"])
 
+    def full_in_a_run(args):  # a write with no file name in a run: gnnkit.run notes the run folder
+        error = OSError(errno.ENOSPC, "No space left on device")
+        error.gnnkit_run_dir = "runs/r"
+        raise error
+
+    monkeypatch.setattr(data_cli, "_datasets", full_in_a_run)
+    assert main(["datasets"]) == 1 and capsys.readouterr().err == "gnnkit: error: runs/r: No space left on device\n"
+
+
+def test_a_full_disk_while_preprocessing_names_the_folder_written_to(tmp_path, monkeypatch, capsys):
+    """A full disk mid-build (a tmpfs of 60 MB) was a 32-40 line traceback ending in OSError 28."""
+    import errno
+
+    from pipeline import cache as cache_module
+
+    monkeypatch.setenv("GNNKIT_HOME", str(tmp_path))
+    monkeypatch.delenv("GNNKIT_CACHE", raising=False)
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cache_module, "publish", full)
+    assert main(["preprocess", "synthetic-tiny"]) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (f"gnnkit: error: {tmp_path / 'cache' / 'synthetic-tiny'}: No "
+                                                       "space left on device")
+
 
 def test_gnnkit_home_that_is_a_file_is_one_line(tmp_path, monkeypatch, capsys):
     """It was NotADirectoryError from deep in preprocess, and an empty listing from `cache list`."""

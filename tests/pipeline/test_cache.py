@@ -156,8 +156,9 @@ def test_builder_leaves_nothing_when_a_stream_is_incomplete(tmp_path):
      "damaged manifest: it changed after it was written \\(its digest does not match\\); 'gnnkit preprocess --force'"),
     (lambda m: {**m, "arrays": {**m["arrays"], "x": {**m["arrays"]["x"], "dtype": "int32"}}},
      "damaged manifest: it changed after it was written"),
-], ids=["a list", "no schema", "another schema", "another key", "no checksum", "no arrays", "inputs a list", "shape a string",
-        "no dtype", "bytes of another dtype", "negative size", "another dataset", "meta edited", "dtype of the same size"])
+], ids=["a list", "no schema", "another schema", "another key", "no checksum", "no arrays", "inputs a list",
+        "shape a string", "no dtype", "bytes of another dtype", "negative size", "another dataset", "meta edited",
+        "dtype of the same size"])
 def test_a_damaged_manifest_is_one_line_naming_it(tmp_path, edit, message):
     """The cache commands list such an entry as CORRUPT; they raised AttributeError and KeyError, and
     `cache verify` a TypeError for a dtype numpy does not know (the entries after it went unchecked); an

@@ -186,7 +186,8 @@ def test_hits_at_k_ranks_both_parts_against_as_many_negatives(tmp_path):
     0.24 where valid read 0.41 for a model of one ROC-AUC on both (OGB's collab: 100,000 each)."""
     parts = link_graph_parts(_arrays(_undirected(n=400, edges=3000)), LinkImportOptions(metric="hits@5"), where="g.pt")
     valid, test = (parts["splits"][p] for p in ("valid", "test"))
-    assert len(test["edge"]) > len(valid["edge"]) and len(valid["edge_neg"]) == len(test["edge_neg"]) == len(test["edge"])
+    assert len(test["edge"]) > len(valid["edge"])
+    assert len(valid["edge_neg"]) == len(test["edge_neg"]) == len(test["edge"])
     rocauc = link_graph_parts(_arrays(_undirected(n=400, edges=3000)), LinkImportOptions(), where="g.pt")["splits"]
     assert len(rocauc["valid"]["edge_neg"]) == len(rocauc["valid"]["edge"])  # ROC-AUC weighs no count
 
