@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
-from pipeline.temp_paths import make_temp_file
-
-_UMASK_LOCK = threading.Lock()
+from pipeline.temp_paths import current_umask, make_temp_file
 
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
@@ -25,10 +22,7 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
-        with _UMASK_LOCK:  # reading the umask sets it: two threads (a background checkpoint) must not interleave
-            umask = os.umask(0)
-            os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        os.chmod(tmp, 0o666 & ~current_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -20,6 +20,7 @@ import re
 import shutil
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -128,12 +129,27 @@ def remove_stale(folder: Path, max_age_s: float = MAX_AGE_S) -> list[Path]:
     return found
 
 
+_UMASK_LOCK = threading.Lock()
+
+
+def current_umask() -> int:
+    """The process's umask (reading it sets it: two threads, a background checkpoint's, must not interleave)."""
+    with _UMASK_LOCK:
+        umask = os.umask(0)
+        os.umask(umask)
+    return umask
+
+
 def make_temp_dir(final: Path) -> Path:
-    """Create this process's temp folder beside ``final`` (after removing stale temps there)."""
+    """Create this process's temp folder beside ``final`` (after removing stale temps there), with
+    the mode ``mkdir`` gives under the umask: ``mkdtemp``'s 0700 stayed on the published folder,
+    so a cache entry in a shared ``GNNKIT_HOME`` was its builder's alone."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     remove_stale(final.parent)
-    return Path(tempfile.mkdtemp(prefix=temp_prefix(final), dir=final.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(final), dir=final.parent))
+    os.chmod(tmp, 0o777 & ~current_umask())
+    return tmp
 
 
 def make_temp_file(final: Path) -> tuple[int, Path]:

@@ -115,3 +115,18 @@ def test_cache_clear_removes_stale_temps_of_generations(capsys, tmp_path, monkey
     assert f"STALE    {dead}" in out and str(live) not in out
     assert main(["cache", "clear"]) == 0
     assert not dead.exists() and live.exists()
+
+
+def test_a_published_folder_has_the_mode_mkdir_gives(tmp_path):
+    """mkdtemp's 0700 stayed on a published cache entry: in a shared GNNKIT_HOME only its builder read it."""
+    old = os.umask(0o022)
+    try:
+        with temp_paths.published_folder(tmp_path / "entry") as folder:
+            (folder / "a").write_text("x")
+        assert (tmp_path / "entry").stat().st_mode & 0o777 == 0o755
+        os.umask(0o077)
+        with temp_paths.published_folder(tmp_path / "private") as folder:
+            pass
+        assert (tmp_path / "private").stat().st_mode & 0o777 == 0o700
+    finally:
+        os.umask(old)
