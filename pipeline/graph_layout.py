@@ -33,8 +33,9 @@ import numpy as np
 from pipeline.errors import DatasetError
 from pipeline.graph import SPLITS, whole
 from pipeline.npz_stream import save_npz
-from pipeline.ogb_layout import (as_bool, meta_counts, numeric, read_csv, read_raw_graphs, read_split, split_name,
-                                 write_raw_graph, write_split_and_meta)
+# raw_files is this layout's too (pipeline.family)
+from pipeline.ogb_layout import (as_bool, meta_counts, numeric, raw_files, read_csv, read_raw_graphs,  # noqa: F401
+                                 read_split, split_name, write_raw_graph, write_split_and_meta)
 from pipeline.temp_paths import published_folder
 
 if TYPE_CHECKING:
@@ -104,13 +105,6 @@ def normalise_meta(raw: dict[str, Any], where: str) -> dict[str, Any]:
         "additional_node_files": [],
         "ogb_meta": {k: (v if isinstance(v, (int, float, bool)) else str(v)) for k, v in raw.items()},
     }
-
-
-def raw_files(folder: Path, meta: dict[str, Any]) -> list[Path]:
-    """The files of ``folder`` that make up the dataset (for fingerprinting)."""
-    files = sorted(p for p in (folder / "raw").rglob("*") if p.is_file())
-    files += sorted(p for p in (folder / "split" / meta["split"]).rglob("*") if p.is_file())
-    return files
 
 
 def _read_labels(raw_dir: Path, meta: dict[str, Any], num_graphs: int) -> tuple[np.ndarray, Path]:

@@ -37,7 +37,9 @@ import numpy as np
 
 from pipeline.errors import DatasetError
 from pipeline.graph import SPLITS, check_edges, check_features, check_node_count_fits
-from pipeline.ogb_layout import as_bool, as_list, raw_file, read_raw_graphs, split_name, write_raw_graph
+# raw_files is this layout's too (pipeline.family)
+from pipeline.ogb_layout import (as_bool, as_list, raw_file, raw_files, read_raw_graphs, split_name,  # noqa: F401
+                                 write_raw_graph)
 from pipeline.safe_pt import as_array, load_pt
 from pipeline.temp_paths import published_folder
 
@@ -105,13 +107,6 @@ def normalise_meta(raw: dict[str, Any], where: str) -> dict[str, Any]:
     if meta["is_hetero"]:
         raise DatasetError(where, "heterogeneous graphs ('is hetero': True) are not supported")
     return meta
-
-
-def raw_files(folder: Path, meta: dict[str, Any]) -> list[Path]:
-    """The files of ``folder`` that make up the dataset (for fingerprinting)."""
-    files = sorted(p for p in (folder / "raw").rglob("*") if p.is_file())
-    files += sorted(p for p in (folder / "split" / meta["split"]).rglob("*") if p.is_file())
-    return files
 
 
 # -- reading --------------------------------------------------------------------------------------

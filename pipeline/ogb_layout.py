@@ -24,6 +24,7 @@ import gzip
 import io
 import json
 import math
+import re
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -174,12 +175,18 @@ def normalise_meta(raw: dict[str, Any], where: str) -> dict[str, Any]:
     return meta
 
 
+#: Names under ``raw/`` and ``split/<scheme>/`` that no reader reads: hidden files and folders
+#: (``.DS_Store``, an editor's swap, ``.ipynb_checkpoints``), backups and notes. Each changed the
+#: key, so a ``notes.txt`` beside the data built the entry again.
+NOT_DATA = re.compile(r"^\.|~$|\.(bak|orig|rej|swp|swo|tmp|txt|md)$|^readme", re.IGNORECASE)
+
+
 def raw_files(folder: Path, meta: dict[str, Any]) -> list[Path]:
-    """The files of ``folder`` that make up the dataset (for fingerprinting)."""
-    files = sorted(p for p in (folder / "raw").rglob("*") if p.is_file())
-    split_dir = folder / "split" / meta["split"]
-    files += sorted(p for p in split_dir.rglob("*") if p.is_file())
-    return files
+    """The files of ``folder`` that make up the dataset (for fingerprinting): those below ``raw/``
+    and the split's folder, but :data:`NOT_DATA`. Every layout's (node, link, graph)."""
+    found = [*(folder / "raw").rglob("*"), *(folder / "split" / meta["split"]).rglob("*")]
+    return sorted(p for p in found if p.is_file() and not any(NOT_DATA.search(part) for part in
+                                                               p.relative_to(folder).parts[1:]))
 
 
 @contextlib.contextmanager

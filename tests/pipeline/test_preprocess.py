@@ -214,3 +214,16 @@ def test_cli_memory_budget_flag(make_ogb_folder, capsys):
     assert manifest["stats"]["out_of_core"]["budget_mb"] == 256
     assert main(["preprocess", str(folder), "--memory-budget-mb", "0"]) == 2
     assert "preprocess.memory_budget_mb: expected a whole number" in capsys.readouterr().err
+
+
+def test_notes_backups_and_hidden_files_beside_the_raw_files_keep_the_key(make_ogb_folder, tmp_path):
+    """A notes.txt (or an editor's backup) in raw/ changed the key: the entry was built again."""
+    folder = make_ogb_folder()
+    root = tmp_path / "cache"
+    key = preprocess(str(folder), cache_root=root).key
+    for junk in ("notes.txt", "edge.csv.gz.bak", "edge.csv.gz~", ".DS_Store", "README", ".ipynb_checkpoints/x.csv.gz"):
+        (folder / "raw" / junk).parent.mkdir(exist_ok=True)
+        (folder / "raw" / junk).write_text("mine")
+    assert preprocess(str(folder), cache_root=root).key == key
+    (folder / "raw" / "extra.csv.gz").write_bytes(b"")  # what a reader might read still counts
+    assert preprocess(str(folder), cache_root=root).key != key
