@@ -23,17 +23,18 @@ key- or feature-sized array:
    written as read), then rewrite each block with the same block functions, so the bits are the
    in-memory path's.
 
-Memory: :class:`Plan` sizes the edge chunks and the sort loads from the budget minus what the
-process already holds; feature blocks are ``CHUNK_ROWS`` rows whatever the budget (about
-``25 * CHUNK_ROWS * F`` bytes), and the split index arrays and one byte per node (the split
-overlap check) are held whole. ``reorder`` (a whole-graph METIS or RCM ordering) is refused.
+Memory: :class:`Plan` sizes the edge chunks, the sort loads and the feature rows parsed at a time
+from the budget minus what the process already holds; one feature block of ``CHUNK_ROWS`` rows
+(``4 * CHUNK_ROWS * F`` bytes) is held whatever the budget, and so are the split index arrays and
+one byte per node (the split overlap check). ``reorder`` (a whole-graph METIS or RCM ordering) is
+refused.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,8 @@ ROW_BYTES = 256
 HEADROOM = 0.15
 #: The smallest chunk or load, whatever the budget.
 MIN_ITEMS = 1024
+#: Bytes per feature value while a chunk of rows is parsed (CSV text through pandas, then float32).
+PARSE_BYTES = 25
 
 
 @dataclass(frozen=True)
@@ -85,9 +88,19 @@ class Plan:
     @classmethod
     def for_budget(cls, budget_mb: int, resident_mb: float) -> Plan:
         """Sizes that keep each stage's working set within ``budget - resident - headroom``."""
-        free = max(0.0, budget_mb * (1 - HEADROOM) - resident_mb) * 2**20
+        free = cls._free(budget_mb, resident_mb)
         return cls(budget_mb, round(resident_mb, 1), max(MIN_ITEMS, int(free // EDGE_BYTES)),
                    max(MIN_ITEMS, int(free // SORT_BYTES)), max(MIN_ITEMS, int(free // ROW_BYTES)))
+
+    @staticmethod
+    def _free(budget_mb: int, resident_mb: float) -> float:
+        return max(0.0, budget_mb * (1 - HEADROOM) - resident_mb) * 2**20
+
+    def feature_rows(self, width: int) -> int:
+        """Feature rows parsed at a time: what the budget leaves beside one ``CHUNK_ROWS`` block of
+        ``width`` float32 values (the blocks the statistics are taken over), at most a block."""
+        free = self._free(self.budget_mb, self.resident_mb) - CHUNK_ROWS * width * 4
+        return max(MIN_ITEMS, min(CHUNK_ROWS, int(free // (PARSE_BYTES * max(width, 1)))))
 
 
 @dataclass
@@ -138,10 +151,28 @@ def _distribute_edges(raw: RawNodeChunks, options: PreprocessOptions, csr: Exter
     return seen
 
 
-def _write_features(raw: RawNodeChunks, entry: EntryBuilder, how: str,
+def _blocks(chunks: Iterator[np.ndarray], rows: int, width: int) -> Iterator[np.ndarray]:
+    """float32 blocks of ``rows`` rows (the last one shorter), filled from ``chunks`` of any size in
+    place: parsing a whole block of CSV text at once took about 25 bytes a value, past small budgets."""
+    block, held = np.empty((rows, width), dtype=np.float32), 0
+    for chunk in chunks:
+        done = 0
+        while done < chunk.shape[0]:
+            take = min(rows - held, chunk.shape[0] - done)
+            block[held:held + take] = chunk[done:done + take]
+            held, done = held + take, done + take
+            if held == rows:
+                yield block
+                held = 0
+    if held:
+        yield block[:held]
+
+
+def _write_features(raw: RawNodeChunks, entry: EntryBuilder, how: str, plan: Plan,
                     say: Callable[[str], None]) -> tuple[int, str]:
-    """Check and write ``x`` (float32), normalised as ``how`` says; returns F and the transform
-    applied (``"auto"`` resolved)."""
+    """Check and write ``x`` (float32), normalised as ``how`` says, parsing ``plan.feature_rows``
+    rows at a time into :data:`~pipeline.feature_prep.CHUNK_ROWS`-row blocks; returns F and the
+    transform applied (``"auto"`` resolved)."""
     n, where = raw.num_nodes, raw.files["features"]
     shape = raw.feature_shape
     assert shape is not None
@@ -149,13 +180,13 @@ def _write_features(raw: RawNodeChunks, entry: EntryBuilder, how: str,
         raise DatasetError(where, f"expected {n} rows of features, got shape {list(shape)}")
     f = int(shape[1])
     transform = how if n * f else "none"  # an empty matrix is left as it is
-    say(f"features: {n:,} x {f} float32 ({n * f * 4 / 2**20:.0f} MiB) in blocks of {CHUNK_ROWS:,} rows"
-        + ("" if transform == "none" else f", then {transform} normalisation in a second pass"))
+    read = plan.feature_rows(f)
+    say(f"features: {n:,} x {f} float32 ({n * f * 4 / 2**20:.0f} MiB) in blocks of {CHUNK_ROWS:,} rows, read "
+        f"{read:,} at a time" + ("" if transform == "none" else f", then {transform} normalisation in a second pass"))
     stats, minimum = ColumnStats(f), None
     with entry.stream("x", (n, f), np.float32) as out:
         start = 0
-        for block in raw.features(CHUNK_ROWS):
-            block = block.astype(np.float32, copy=False)
+        for block in _blocks(raw.features(read), CHUNK_ROWS, f):
             finite = np.isfinite(block).all(axis=1)
             if not finite.all():
                 raise DatasetError(where, f"non-finite feature value in row {start + int(np.flatnonzero(~finite)[0])}")
@@ -321,7 +352,7 @@ def build(entry: EntryBuilder, folder: Path, meta: dict[str, Any], options: Prep
             ExternalCsr(n, work, plan.sort_keys, raw.num_edges * (2 if both else 1), options.undirected) as csr:
         say(f"edges: {raw.num_edges:,} from {Path(raw.files['edges']).name} into {csr.stats.buckets} buckets")
         edges = _distribute_edges(raw, options, csr, plan, say)
-        f, normalized = (_write_features(raw, entry, options.normalize_features, say) if raw.feature_shape
+        f, normalized = (_write_features(raw, entry, options.normalize_features, plan, say) if raw.feature_shape
                          else (None, "none"))
         _write_labels(raw, entry, split, plan, say)
         _write_csr(csr, entry, n, work, say)

@@ -77,13 +77,32 @@ def test_entry_is_the_in_memory_entry(make_ogb_folder, tmp_path, binary, options
     assert "memory_budget_mb" not in streamed.manifest["inputs"]["options"]
 
 
-def test_features_over_several_blocks_normalise_to_the_same_bits(make_ogb_folder, tmp_path):
-    """Column statistics depend on the blocks they are summed in: both paths use CHUNK_ROWS rows."""
+@pytest.mark.parametrize("binary", [True, False])
+def test_features_over_several_blocks_normalise_to_the_same_bits(make_ogb_folder, tmp_path, monkeypatch, binary):
+    """Column statistics depend on the blocks they are summed in: both paths use CHUNK_ROWS rows,
+    however many rows the out-of-core build parses at a time (here 1000, across block ends)."""
+    monkeypatch.setattr(Plan, "feature_rows", lambda self, width: 1000)
     n = CHUNK_ROWS + 4321
     x = np.random.default_rng(5).standard_normal((n, 3)).astype(np.float32) * 1e3 + 7
-    folder = _folder(make_ogb_folder, True, num_nodes=n, num_edges=2000, num_features=3, node_feat=x)
-    for how in ("column", "row", "auto"):  # auto: signed features, kept as stored
+    folder = _folder(make_ogb_folder, binary, num_nodes=n, num_edges=2000, num_features=3, node_feat=x)
+    for how in ("column", "row", "auto") if binary else ("column",):  # auto: signed features, kept as stored
         assert_identical(*_both(folder, tmp_path / how, normalize_features=how))
+
+
+def test_blocks_are_filled_from_chunks_of_any_size():
+    from pipeline.out_of_core import _blocks
+
+    x = np.arange(23 * 2, dtype=np.float64).reshape(23, 2)
+    chunks = [x[:3], x[3:3], x[3:12], x[12:13], x[13:]]
+    got = [block.copy() for block in _blocks(iter(chunks), 5, 2)]
+    assert [len(b) for b in got] == [5, 5, 5, 5, 3] and all(b.dtype == np.float32 for b in got)
+    assert np.array_equal(np.concatenate(got), x.astype(np.float32))
+
+
+def test_features_are_parsed_in_what_the_budget_leaves_beside_a_block():
+    small, big = Plan.for_budget(300, 100.0), Plan.for_budget(4096, 100.0)
+    assert MIN_ITEMS <= small.feature_rows(128) < big.feature_rows(128) == CHUNK_ROWS
+    assert Plan.for_budget(1, 100.0).feature_rows(128) == MIN_ITEMS
 
 
 def test_inverse_edges_extra_node_files_and_unlabelled_nodes(make_ogb_folder, tmp_path):
