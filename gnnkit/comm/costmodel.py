@@ -144,7 +144,7 @@ def estimate(mode: str, params: float, ranks: int, cal: Calibration, density: fl
         gather = (p - 1) * sparse_gather_elements(n, p, density) * BYTES
         return Estimate(mode, 2 * (p - 1) * a, (a2a + gather) * b, cal.topk_s * n, a2a + gather)
     if mode == "signsgd":
-        moved = (p - 1) * (n / 8 + 4)
+        moved = (p - 1) * (n / 4 + 4)  # two bit planes (sign, non-zero) and a float32 scale
         return Estimate(mode, (p - 1) * a, moved * b, cal.sign_s * n, moved)
     if mode == "powersgd":
         compressed = 2 * powersgd_rank * n / layer_width

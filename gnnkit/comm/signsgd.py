@@ -1,4 +1,4 @@
-"""signSGD with majority vote: one bit per gradient element on the wire."""
+"""signSGD with majority vote: two bits per gradient element on the wire (its sign, and whether it is 0)."""
 
 from __future__ import annotations
 
@@ -17,28 +17,39 @@ def _shifts(device: torch.device) -> Tensor:
     return torch.arange(8, dtype=torch.uint8, device=device)
 
 
-def pack_signs(x: Tensor) -> Tensor:
-    """Bits ``x >= 0`` of 1-D ``x``, eight per byte (little-endian within a byte), ``ceil(n/8)``
-    uint8."""
-    n = x.numel()
-    bits = torch.zeros((n + 7) // 8 * 8, dtype=torch.uint8, device=x.device)
-    bits[:n] = (x >= 0).to(torch.uint8)
-    return (bits.view(-1, 8) << _shifts(x.device)).sum(dim=1, dtype=torch.uint8)
+def pack_bits(mask: Tensor) -> Tensor:
+    """1-D boolean ``mask``, eight per byte (little-endian within a byte): ``ceil(n/8)`` uint8."""
+    n = mask.numel()
+    bits = torch.zeros((n + 7) // 8 * 8, dtype=torch.uint8, device=mask.device)
+    bits[:n] = mask.to(torch.uint8)
+    return (bits.view(-1, 8) << _shifts(mask.device)).sum(dim=1, dtype=torch.uint8)
 
 
-def unpack_signs(packed: Tensor, n: int) -> Tensor:
-    """Inverse of :func:`pack_signs` on ``[..., bytes]``: ``[..., n]`` of +1/-1 (int8)."""
+def unpack_bits(packed: Tensor, n: int) -> Tensor:
+    """Inverse of :func:`pack_bits` on ``[..., bytes]``: ``[..., n]`` booleans."""
     bits = (packed.unsqueeze(-1) >> _shifts(packed.device)) & 1
-    bits = bits.flatten(-2)[..., :n]
-    return bits.to(torch.int8) * 2 - 1
+    return bits.flatten(-2)[..., :n].bool()
 
 
-def vote_signs(packed: Tensor, n: int) -> Tensor:
-    """Sum of the +1/-1 signs of ``P`` packed rows ``[P, bytes]``: ``[n]`` int32, the same as
-    ``unpack_signs(packed, n).sum(0)`` without materialising ``[P, n]``."""
-    p = packed.shape[0]
+def count_bits(packed: Tensor, n: int) -> Tensor:
+    """How many of ``P`` packed rows ``[P, bytes]`` set each bit: ``[n]`` int32, the same as
+    ``unpack_bits(packed, n).sum(0)`` without materialising ``[P, n]``."""
     counts = torch.stack([((packed >> b) & 1).sum(dim=0, dtype=torch.int32) for b in range(8)], dim=1)
-    return counts.flatten()[:n] * 2 - p
+    return counts.flatten()[:n]
+
+
+def pack_signs(x: Tensor) -> Tensor:
+    """The ternary signs of 1-D ``x`` as two bit planes, ``[x > 0 | x != 0]`` (``2 ceil(n/8)`` uint8):
+    an element 0 on a rank abstains from the vote (one bit, ``x >= 0``, sent it as +, so an
+    element whose gradient was 0 on every rank, an embedding row no batch touched, moved)."""
+    return torch.cat([pack_bits(x > 0), pack_bits(x != 0)])
+
+
+def vote_signs(rows: Tensor, n: int) -> Tensor:
+    """The sum over ``P`` ranks of the signs (+1, -1, 0) that :func:`pack_signs` rows ``[P, 2 bytes]``
+    carry: ``[n]`` int32."""
+    half = rows.shape[1] // 2
+    return count_bits(rows[:, :half], n) * 2 - count_bits(rows[:, half:], n)
 
 
 def slot_means(values: Tensor, layout: list[Slot]) -> Tensor:
@@ -59,16 +70,18 @@ class SignSGD(ErrorFeedback):
     Fault Tolerant" (Bernstein, Zhao, Azizzadenesheli, Anandkumar, ICLR 2019,
     <https://arxiv.org/abs/1810.05291>).
 
-    Each rank all-gathers the signs of its gradient, bit-packed (32x less than float32), plus one
-    float32 per parameter: its mean absolute gradient. The result is the elementwise majority vote
-    (0 on a tie) times the ranks' average of those means, so optimizers that use the magnitude (SGD)
+    Each rank all-gathers the signs of its gradient, bit-packed in two planes (sign and non-zero:
+    16x less than float32), plus one float32 per parameter: its mean absolute gradient. The result is
+    the elementwise majority vote of the signs, a 0 abstaining (0 on a tie, and where every rank's
+    gradient is 0, as for an embedding row no batch touched or a masked weight: such elements stay
+    where they are, as under DDP), times the ranks' average of those means, so optimizers that use the magnitude (SGD)
     keep a sensible step size; Adam-style optimizers are invariant to it. Scales per parameter (the
     per-tensor scaled sign of Karimireddy et al.) make every parameter's update independent of how
     DDP groups parameters into buckets, which changes after DDP's first step: a resumed run
     therefore takes the same steps as an uninterrupted one.
 
     With ``error_feedback``, each rank signs its gradient plus the residual, and keeps as residual
-    what its scaled sign did not carry (``acc - mean|acc| * s``, with ``s`` the sign it sent, + for
+    what its scaled sign did not carry (``acc - mean|acc| * s``, with ``s`` the sign it sent, 0 for
     zeros): the error-feedback signSGD of Karimireddy, Rebjock, Stich and Jaggi, "Error Feedback
     Fixes SignSGD and other Gradient Compression Schemes", ICML 2019,
     <https://arxiv.org/abs/1901.09847>. Same bytes on the wire.
@@ -101,9 +114,9 @@ class SignSGD(ErrorFeedback):
         signed = self.residuals.add_to(flat, layout) if self.error_feedback else flat
         scales = slot_means(signed.abs(), layout)
         payload = torch.cat([pack_signs(signed), scales.view(torch.uint8)])
-        if self.error_feedback:  # what the scaled sign does not carry stays here (zeros go as +)
+        if self.error_feedback:  # what the scaled sign does not carry stays here (a zero sends nothing)
             scale = per_element(scales, layout, n).to(signed.dtype)
-            self.residuals.store(signed.sub_(torch.where(signed >= 0, scale, -scale)), layout)
+            self.residuals.store(signed.sub_(torch.sign(signed) * scale), layout)
         gathered = torch.empty(p * payload.numel(), dtype=torch.uint8, device=flat.device)
         work = all_gather_single(gathered, payload, group=self.group, async_op=True)
         self.bytes_sent += payload.numel() * (p - 1)

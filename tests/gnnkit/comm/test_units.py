@@ -14,7 +14,7 @@ from gnnkit.comm import FusionTuner, GnnkitStrategy, MultiStreamAllReduce, Power
 from gnnkit.comm.base import make_layout
 from gnnkit.comm.multistream import split_parts
 from gnnkit.comm.residuals import Residuals
-from gnnkit.comm.signsgd import pack_signs, unpack_signs
+from gnnkit.comm.signsgd import pack_bits, pack_signs, unpack_bits
 from gnnkit.comm.sparse import pack, topk_count, topk_indices, unpack
 from gnnkit.comm.topk_a2a import gather_plan, shard_sizes
 
@@ -36,9 +36,12 @@ def test_topk_count_and_indices() -> None:
 @pytest.mark.parametrize("n", [1, 8, 13, 1000])
 def test_sign_packing_matches_reference(n: int) -> None:
     x = torch.randn(n)
+    x[::3] = 0.0
     packed = pack_signs(x)
-    assert packed.dtype == torch.uint8 and packed.numel() == (n + 7) // 8
-    assert torch.equal(unpack_signs(packed, n), torch.where(x >= 0, 1, -1).to(torch.int8))
+    half = (n + 7) // 8
+    assert packed.dtype == torch.uint8 and packed.numel() == 2 * half
+    assert torch.equal(unpack_bits(packed[:half], n), x > 0) and torch.equal(unpack_bits(packed[half:], n), x != 0)
+    assert torch.equal(unpack_bits(pack_bits(x < 0), n), x < 0)
 
 
 def test_split_parts_covers_bucket() -> None:
@@ -162,11 +165,18 @@ def _check_fast_topk(kind: str) -> None:
     assert torch.equal(x[got].abs().sort().values, expected.sort().values)
 
 
-def test_vote_signs_matches_unpacked_sum() -> None:
+def test_vote_signs_is_the_sum_of_the_ternary_signs() -> None:
+    """A 0 abstains: an element 0 on every rank gets no vote (it went as +, and moved)."""
     from gnnkit.comm.signsgd import vote_signs
 
-    rows = torch.stack([pack_signs(torch.randn(37, generator=torch.Generator().manual_seed(r))) for r in range(5)])
-    assert torch.equal(vote_signs(rows, 37), unpack_signs(rows, 37).sum(0, dtype=torch.int32))
+    grads = [torch.randn(37, generator=torch.Generator().manual_seed(r)) for r in range(5)]
+    for r, g in enumerate(grads):
+        g[r::4] = 0.0
+        g[30:] = 0.0  # 0 on every rank
+    rows = torch.stack([pack_signs(g) for g in grads])
+    votes = vote_signs(rows, 37)
+    assert torch.equal(votes, sum(torch.sign(g) for g in grads).to(torch.int32))
+    assert not votes[30:].any()
 
 
 def test_register_refuses_duplicates() -> None:
@@ -200,7 +210,7 @@ def test_every_mode_on_a_single_rank_group(one_rank_group) -> None:
         out = comm.launch(grad.clone(), layout).wait()
         if name == "signsgd":
             scale = torch.cat([grad[:2048].abs().mean().expand(2048), grad[2048:].abs().mean().expand(33)])
-            expected = torch.where(grad >= 0, 1.0, -1.0) * scale  # each parameter's own mean |g|
+            expected = torch.sign(grad) * scale  # each parameter's own mean |g|
         else:
             expected = grad
         assert torch.allclose(out, expected, atol=1e-5), name
@@ -211,7 +221,7 @@ def test_every_mode_on_a_single_rank_group(one_rank_group) -> None:
 def _scaled_signs(m: torch.Tensor, sizes: tuple[int, ...]) -> torch.Tensor:
     """Signs of ``m`` times each parameter's mean |m| (parameters of ``sizes`` elements, in order)."""
     scale = torch.cat([part.abs().mean().expand(part.numel()) for part in m.split(sizes)])
-    return torch.where(m >= 0, 1.0, -1.0) * scale
+    return torch.sign(m) * scale
 
 
 def test_signum_signs_the_worker_momentum_and_restores_it(one_rank_group) -> None:
@@ -239,14 +249,16 @@ def test_signum_signs_the_worker_momentum_and_restores_it(one_rank_group) -> Non
 
 
 def test_signsgd_error_feedback_keeps_what_the_sent_signs_missed(one_rank_group) -> None:
-    """Residual plus the sent values equals the gradient, exact zeros included (sent as +)."""
+    """Residual plus the sent values equals the gradient, exact zeros included (they send 0, and keep
+    0: as +, an element no batch touched moved by mean |g| every step)."""
     layout = make_layout([("w", (10, 5))])
     grad = torch.randn(50, generator=torch.Generator().manual_seed(3))
     grad[::4] = 0.0
     comm = SignSGD(error_feedback=True)
     comm.setup(None)
     sent = comm.launch(grad.clone(), layout).wait()  # one rank: the vote is its own signs
-    torch.testing.assert_close(sent, torch.where(grad >= 0, 1.0, -1.0) * grad.abs().mean())
+    torch.testing.assert_close(sent, torch.sign(grad) * grad.abs().mean())
+    assert not sent[::4].any()
     residual = comm.residuals.add_to(torch.zeros(50), layout)
     torch.testing.assert_close(residual + sent, grad)
 
