@@ -115,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"gnnkit: error: {where}: {err.strerror or err}", file=sys.stderr)
         return 2 if err.errno in USER_PATH_ERRORS else 1
+    except FloatingPointError as err:  # a training that diverged (K-FAC's factors): one line, not Lightning's traceback
+        print(f"gnnkit: error: {err}", file=sys.stderr)
+        return 1
     except MemoryError as err:  # an allocation the machine cannot hold: one line, not numpy's traceback
         print(f"gnnkit: error: out of memory: {str(err) or type(err).__name__}", file=sys.stderr)
         return 1

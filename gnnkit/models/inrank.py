@@ -169,6 +169,8 @@ class InRankLinear(nn.Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True,
                  options: InRankOptions | None = None) -> None:
         super().__init__()
+        for field, value in (("in_features", in_features), ("out_features", out_features)):
+            setting_checks.at_least(f"InRankLinear.{field}", value, 1, "a width >= 1")  # 0 made a rank-1 layer
         self.options = opts = options or InRankOptions()
         self.in_features, self.out_features = in_features, out_features
         self.max_rank = max_rank(in_features, out_features, opts)

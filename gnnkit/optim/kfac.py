@@ -48,10 +48,11 @@ and resume it.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 from torch import Tensor, nn
@@ -78,9 +79,12 @@ class KFACOptions:
     inverse: str = "eigen"
     base: str = "adam"
     kfac_pipeline: bool = False
+    kl_clip: float | None = None
 
     def __post_init__(self) -> None:
         setting_checks.positive_number("KFAC.damping", self.damping)
+        if self.kl_clip is not None:
+            setting_checks.positive_number("KFAC.kl_clip", self.kl_clip)
         setting_checks.below_one("KFAC.factor_decay", self.factor_decay)
         for name in ("factor_update_interval", "inv_update_interval"):
             setting_checks.at_least(f"KFAC.{name}", getattr(self, name), 1, "an integer >= 1")
@@ -146,6 +150,25 @@ def precondition(grad: Tensor, state: dict[str, Tensor], damping: float, inverse
     return state["G_inv"] @ grad @ state["A_inv"]
 
 
+#: What keeps a K-FAC training in bounds, said when its factors show it was not.
+_BOUNDS = "a smaller lr (or kl_clip with base='sgd') keeps it in bounds"
+
+
+@contextlib.contextmanager
+def _inverting(name: str, a: Tensor, g: Tensor) -> Iterator[None]:
+    """One line for factors that cannot be inverted: NaN or inf in them (a diverged training) came
+    out of ``torch.linalg.eigh`` as a 30-line ``LinAlgError`` about an ill-conditioned input."""
+    if not bool(torch.isfinite(a).all() & torch.isfinite(g).all()):  # a host read every inversion
+        raise FloatingPointError(f"KFAC: the Kronecker factors of layer {name!r} hold NaN or inf: the training "
+                                 f"diverged; {_BOUNDS}")
+    try:
+        yield
+    except torch.linalg.LinAlgError as err:
+        raise FloatingPointError(f"KFAC: the Kronecker factors of layer {name!r} cannot be inverted "
+                                 f"({str(err).splitlines()[0][:80]}...): if the loss diverged, {_BOUNDS}; else "
+                                 "a larger damping") from None
+
+
 class _Layer:
     """One hooked linear layer: its parameters and this step's new factors."""
 
@@ -186,6 +209,17 @@ class KFAC(torch.optim.Optimizer):
             when the next step starts, so the reductions also overlap the preconditioning and
             update (same factors, same steps); otherwise all factors are reduced after backward
             and waited for at once (D-KFAC).
+        kl_clip: With ``base="sgd"``, scale the preconditioned gradients by ``nu = min(1,
+            sqrt(kl_clip / (lr^2 sum(P * V))))`` (``P`` preconditioned, ``V`` plain, over the
+            layers): the trust region of Ba, Grosse and Martens, "Distributed Second-Order
+            Optimization using Kronecker-Factored Approximations", ICLR 2017
+            (<https://openreview.net/forum?id=SkkTMpjex>), kfac-pytorch's ``kl_clip`` (its default
+            0.001). Unset (the default), the SGD step is not bounded: an MLP diverged at lr 0.01 where
+            0.001 trained, while Adam's normalised step keeps ``base="adam"`` in bounds.
+
+    Raises:
+        FloatingPointError: In :meth:`step`, a factor that holds NaN or inf (the training diverged),
+            or one that cannot be inverted, in one line naming the layer.
     """
 
     def __init__(
@@ -203,9 +237,11 @@ class KFAC(torch.optim.Optimizer):
         inverse: str = "eigen",
         base: str = "adam",
         kfac_pipeline: bool = False,
+        kl_clip: float | None = None,
     ) -> None:
+        setting_checks.switch("KFAC.kfac_pipeline", kfac_pipeline)  # bool("no") was True
         self.options = KFACOptions(damping, factor_decay, factor_update_interval, inv_update_interval,
-                                   inverse, base, bool(kfac_pipeline))
+                                   inverse, base, kfac_pipeline, kl_clip)
         defaults = {"lr": lr, "weight_decay": weight_decay, "momentum": momentum, "betas": betas, "eps": eps}
         super().__init__(params, defaults)  # each group checked by add_param_group
         self.state[KFAC_KEY] = {"step": 0}
@@ -300,8 +336,9 @@ class KFAC(torch.optim.Optimizer):
             self._update_factors(defer=not inverting)
         if inverting:
             self._update_inverses()
-        for layer in self._layers:
-            self._precondition(layer)
+        quadratic = [self._precondition(layer) for layer in self._layers]
+        if self.options.kl_clip is not None and self.options.base == "sgd":
+            self._clip(quadratic)
         for group in self.param_groups:
             for param in group["params"]:
                 if param.grad is not None:
@@ -364,13 +401,14 @@ class KFAC(torch.optim.Optimizer):
             if self.comm is not None and not self.comm.owns(index):
                 _allocate_inverses(state, opts.inverse)
                 continue
-            if opts.inverse == "eigen":
-                state["QA"], state["dA"] = eigen_inverse(state["A"])
-                state["QG"], state["dG"] = eigen_inverse(state["G"])
-            else:
-                root = math.sqrt(opts.damping)
-                state["A_inv"] = cholesky_inverse(state["A"], root)
-                state["G_inv"] = cholesky_inverse(state["G"], root)
+            with _inverting(self._layers[index].name, state["A"], state["G"]):
+                if opts.inverse == "eigen":
+                    state["QA"], state["dA"] = eigen_inverse(state["A"])
+                    state["QG"], state["dG"] = eigen_inverse(state["G"])
+                else:
+                    root = math.sqrt(opts.damping)
+                    state["A_inv"] = cholesky_inverse(state["A"], root)
+                    state["G_inv"] = cholesky_inverse(state["G"], root)
         if self.comm is not None:
             keys = ("QA", "dA", "QG", "dG") if opts.inverse == "eigen" else ("A_inv", "G_inv")
             for index, layer in enumerate(self._layers):
@@ -379,11 +417,13 @@ class KFAC(torch.optim.Optimizer):
                     self.comm.broadcast_async([state[k] for k in keys], index)
             self.comm.wait()
 
-    def _precondition(self, layer: _Layer) -> None:
+    def _precondition(self, layer: _Layer) -> Tensor | None:
+        """Precondition the layer's gradients in place; returns ``lr^2 sum(P * V)`` for
+        :meth:`_clip` (``None``: the layer had nothing to precondition)."""
         state = self.state[layer.weight]
         ready = "QA" in state or "A_inv" in state
         if layer.weight.grad is None or not ready:
-            return
+            return None
         grad = layer.weight.grad
         if layer.bias is not None and layer.bias.grad is not None:
             grad = torch.cat([grad, layer.bias.grad[:, None]], dim=1)
@@ -392,6 +432,22 @@ class KFAC(torch.optim.Optimizer):
         layer.weight.grad.copy_(result[:, : layer.weight.shape[1]])
         if layer.bias is not None and layer.bias.grad is not None:
             layer.bias.grad.copy_(result[:, -1])
+        if self.options.kl_clip is None:
+            return None
+        lr = next(g["lr"] for g in self.param_groups if any(p is layer.weight for p in g["params"]))
+        return (result * grad.to(wide)).sum() * lr**2
+
+    def _clip(self, quadratic: list[Tensor | None]) -> None:
+        """Scale the preconditioned gradients by ``nu`` (``kl_clip``; on the device, no host sync)."""
+        terms = [q for q in quadratic if q is not None]
+        if not terms:
+            return
+        nu = (self.options.kl_clip / torch.stack(terms).sum().abs().clamp_min(1e-30)).sqrt().clamp_max(1.0)
+        for layer, q in zip(self._layers, quadratic):
+            if q is not None:
+                for param in (layer.weight, layer.bias):
+                    if param is not None and param.grad is not None:
+                        param.grad.mul_(nu.to(param.grad.dtype))
 
     def _base_update(self, param: Tensor, group: dict[str, Any]) -> None:
         grad = param.grad

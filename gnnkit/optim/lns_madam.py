@@ -85,7 +85,8 @@ class LNSMadam(torch.optim.Optimizer):
         beta: Decay of the squared-gradient average (Madam: 0.999).
         weight_decay: Extra shrinkage of the log2 magnitude per step, times ``lr``.
         rounding: ``"stochastic"`` or ``"nearest"``.
-        fp_lr: Adam learning rate of the parameters kept in FP32 (fewer than 2 dimensions).
+        fp_lr: Adam learning rate of the parameters kept in FP32 (fewer than 2 dimensions); an lr
+            scheduler scales it as it scales ``lr`` (:func:`fp_rate`).
         fp_betas: Adam's moment decay rates for those.
         eps: Adam's epsilon for those.
         seed: Seed of the stochastic rounding.
@@ -109,7 +110,7 @@ class LNSMadam(torch.optim.Optimizer):
     ) -> None:
         self.format = LNSFormat(bits=bits, gamma=gamma)
         if not (isinstance(beta, (int, float)) and 0.0 <= beta < 1.0):
-            raise ValueError(f"LNSMadam.beta: expected a number in [0, 1), got {beta}")
+            raise ValueError(f"LNSMadam.beta: expected a number in [0, 1), got {beta!r}")
         setting_checks.betas("LNSMadam.fp_betas", fp_betas)
         for name, value in (("p_scale", p_scale), ("g_bound", g_bound)):
             setting_checks.positive_number(f"LNSMadam.{name}", value)
@@ -191,7 +192,7 @@ class LNSMadam(torch.optim.Optimizer):
 
     def _adam(self, param: Tensor, group: dict[str, Any]) -> None:
         exp_avg, denom, bias1 = adam_moments(self.state[param], param.grad, self.fp_betas, self.eps)
-        param.addcdiv_(exp_avg, denom, value=-group["fp_lr"] / bias1)
+        param.addcdiv_(exp_avg, denom, value=-fp_rate(group) / bias1)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """torch's loader casts floating state to the parameter's dtype and the rest only moves; the
@@ -218,6 +219,14 @@ class LNSMadam(torch.optim.Optimizer):
             state = self.state.get(param, {})
             stored += code_bytes(state["codes"]) if "codes" in state else param.numel() * 4
         return {"weight_bytes": stored, "weight_bytes_fp32": fp32}
+
+
+def fp_rate(group: dict[str, Any]) -> float:
+    """The group's ``fp_lr`` scaled as an lr scheduler scaled its ``lr``: ``lr / initial_lr`` (torch's
+    schedulers record ``initial_lr`` when they start). A schedule (a cosine decay, a warm-up) drove
+    the quantised weights alone, and biases and norms kept training at the full ``fp_lr``."""
+    initial = group.get("initial_lr")
+    return group["fp_lr"] * (group["lr"] / initial if initial else 1.0)
 
 
 def _warn_zeros(param: Tensor) -> None:

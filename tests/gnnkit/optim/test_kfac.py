@@ -104,6 +104,39 @@ def test_preconditioned_step_equals_dense_damped_fisher_inverse(inverse):
     assert not torch.allclose(step, grad)  # the preconditioner did something
 
 
+def test_kl_clip_scales_the_sgd_step_into_its_trust_region():
+    """nu = min(1, sqrt(kl_clip / (lr^2 sum(P * V)))), over the preconditioned layers together."""
+    steps = {}
+    for clip in (None, 1e-6, 1e6):
+        model, (x, y) = _tiny(), _data()
+        opt = KFAC(model.parameters(), lr=0.5, base="sgd", momentum=0.0, factor_decay=0.0, kl_clip=clip).bind(model)
+        before = [p.detach().clone() for p in model.parameters()]
+        _loss(model, x, y).backward()
+        plain = [p.grad.clone() for p in model.parameters()]
+        opt.step()
+        steps[clip] = [b - p.detach() for b, p in zip(before, model.parameters())]
+    free, tight, loose = steps[None], steps[1e-6], steps[1e6]
+    for a, b in zip(free, loose):  # nu = 1
+        torch.testing.assert_close(a, b)
+    quadratic = sum((s / 0.5 * g).sum() for s, g in zip(free, plain)) * 0.5**2
+    nu = (1e-6 / quadratic).sqrt()
+    assert nu < 1
+    for a, b in zip(free, tight):
+        torch.testing.assert_close(b, a * nu, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("inverse", ["eigen", "cholesky"])
+def test_factors_of_a_diverged_training_are_one_line(inverse):
+    """NaN in the factors came out of eigh as a 30-line LinAlgError about an ill-conditioned input."""
+    model, (x, y) = _tiny(), _data()
+    opt = KFAC(model.parameters(), lr=0.1, base="sgd", inverse=inverse).bind(model)
+    x[0, 0] = float("nan")  # as a blown-up activation
+    _loss(model, x, y).backward()
+    with pytest.raises(FloatingPointError, match=r"^KFAC: the Kronecker factors of layer '\d' hold NaN or inf: the "
+                                                 r"training diverged; a smaller lr \(or kl_clip with base='sgd'\)"):
+        opt.step()
+
+
 def test_adam_base_on_an_identity_preconditioner_is_torch_adam():
     """Parameters outside the hooked layers (here an embedding table) take torch's Adam step."""
     torch.manual_seed(0)
@@ -151,7 +184,8 @@ def test_state_dict_round_trip_resumes_identically():
     ({"inv_update_interval": 1.5}, "KFAC.inv_update_interval"), ({"inverse": "svd"}, "KFAC.inverse"),
     ({"base": "rmsprop"}, "KFAC.base"), ({"lr": -1.0}, "KFAC.lr"), ({"momentum": 1.0}, "KFAC.momentum"),
     ({"betas": (0.9, 1.0)}, "KFAC.betas"), ({"damping": "0.1"}, "KFAC.damping"), ({"factor_decay": None}, "KFAC.factor_decay"),
-    ({"eps": float("nan")}, "KFAC.eps"),
+    ({"eps": float("nan")}, "KFAC.eps"), ({"kfac_pipeline": "no"}, "KFAC.kfac_pipeline"),
+    ({"kl_clip": 0.0}, "KFAC.kl_clip"), ({"kl_clip": "0.001"}, "KFAC.kl_clip"),
 ])
 def test_bad_options_raise_one_line_value_errors(kwargs, field):
     with pytest.raises(ValueError, match=field) as error:

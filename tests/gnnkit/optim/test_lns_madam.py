@@ -122,6 +122,26 @@ def test_one_dimensional_parameters_take_adam():
     assert "codes" not in ours.state[bias]
 
 
+def test_an_lr_schedule_scales_the_fp32_parameters_rate_too():
+    """A LambdaLR to 0 stopped the quantised weights, and the biases kept moving at the full fp_lr."""
+    bias, ref = torch.nn.Parameter(torch.zeros(5)), torch.nn.Parameter(torch.zeros(5))
+    ours = LNSMadam([bias], fp_lr=0.05)
+    adam = torch.optim.Adam([ref], lr=0.05)
+    halving = [torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5) for opt in (ours, adam)]
+    for step in range(4):
+        bias.grad, ref.grad = _grad((5,), step), _grad((5,), step)
+        ours.step()
+        adam.step()
+        for scheduler in halving:
+            scheduler.step()
+    torch.testing.assert_close(bias, ref)
+    torch.optim.lr_scheduler.LambdaLR(ours, lambda epoch: 0.0)  # sets lr to 0 as it starts
+    before = bias.detach().clone()
+    bias.grad = _grad((5,), 9)
+    ours.step()
+    assert ours.param_groups[0]["lr"] == 0.0 and torch.equal(bias.detach(), before)
+
+
 def test_state_dict_round_trip_resumes_identically():
     w, b = _weight(shape=(6, 5)), torch.nn.Parameter(torch.zeros(5))
     optimizer = LNSMadam([w, b], lr=0.02, seed=7)
