@@ -165,6 +165,10 @@ def test_bad_options_raise_one_line_errors():
         InRankOptions(init_rank=0)
     with pytest.raises(ValueError, match=r"inrank.max_params_fraction: expected a fraction in \(0, 1\]"):
         InRankOptions(max_params_fraction=0.0)
+    with pytest.raises(ValueError, match="InRankLinear.in_features: expected a width >= 1, got 0"):
+        InRankLinear(0, 4)  # a rank-1 layer over nothing
+    with pytest.raises(ValueError, match="InRankLinear.out_features: expected a width >= 1, got -1"):
+        InRankLinear(8, -1)  # torch's "negative dimension -1"
 
 
 @pytest.mark.parametrize(("fields", "message"), [
