@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 from datetime import timedelta
 from typing import Any, Callable, Literal, Optional, Union
 
@@ -336,7 +337,8 @@ class GnnkitStrategy(DDPStrategy):
             dist.all_gather_object(states, state)
         else:
             states = [state]
-        checkpoint[CHECKPOINT_KEY] = {"mode": self.comm, "world_size": len(states), "ranks": states}
+        checkpoint[CHECKPOINT_KEY] = {"mode": self.comm, "options": repr(self.communicator), "world_size": len(states),
+                                      "ranks": states}
         super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
 
     @override
@@ -360,6 +362,9 @@ class GnnkitStrategy(DDPStrategy):
             rank_zero_warn(f"gnnkit comm: checkpoint has state of {saved['world_size']} ranks, now "
                            f"{self.world_size}: communication state starts fresh")
             return
+        if saved.get("options", repr(self.communicator)) != repr(self.communicator):  # the mode's own state still fits
+            rank_zero_warn(f"gnnkit comm: checkpoint was trained with {saved['options']}, now {self.communicator!r}: "
+                           "its state (residuals, momentum) carries over where both use it")
         state = saved["ranks"][self.global_rank]
         self.hook.load_state_dict(state["hook"])
         if self.tuner is not None and state.get("fusion_tuned"):
@@ -381,7 +386,15 @@ class GnnkitStrategy(DDPStrategy):
 
     @override
     def on_exception(self, exception: BaseException) -> None:
-        """Rewrite a failed collective's error into one line naming the lost rank(s)."""
+        """Rewrite a failed collective's error into one line naming the lost rank(s), and DDP's error
+        for parameters the loss did not use into what to set on this strategy (Lightning's advice,
+        ``strategy='ddp_find_unused_parameters_true'``, trains with plain DDP instead)."""
+        if any(isinstance(arg, str) and UNUSED_PARAMETERS.match(arg) for arg in exception.args):
+            exception.args = (f"the LightningModule has parameters that were not used in producing the loss "
+                              f"training_step returned; if that is intended, GnnkitStrategy(comm={self.comm!r}, "
+                              "find_unused_parameters=True) finds them each step (Lightning's "
+                              "strategy='ddp_find_unused_parameters_true' would average with plain DDP, without "
+                              "gnnkit's communication)",)
         super().on_exception(exception)
         failures.name_lost_ranks(exception, self.peers, self.global_rank, self.world_size, self._timeout)
 
@@ -392,6 +405,9 @@ class GnnkitStrategy(DDPStrategy):
                 f"powersgd_rank={self.powersgd_rank}, bucket_mb={self.bucket_mb!r}, "
                 f"tune_steps={self.tune_steps})")
 
+
+#: DDP's error when a parameter got no gradient in the step before (``find_unused_parameters`` off).
+UNUSED_PARAMETERS = re.compile(r".*Expected to have finished reduction in the prior iteration", re.DOTALL)
 
 #: The constructor's defaults, to tell an option a user set from one left alone.
 _DEFAULTS = {name: p.default for name, p in inspect.signature(GnnkitStrategy.__init__).parameters.items()}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import warnings
 
 import pytest
 import torch
@@ -333,3 +334,38 @@ def test_the_packages_names_load_on_first_use():
         assert getattr(comm, name) is getattr(importlib.import_module(comm._HOMES[name]), name)
     with pytest.raises(AttributeError, match="has no attribute 'Nope'"):
         comm.Nope  # noqa: B018
+
+
+def test_a_checkpoint_of_other_mode_options_is_said_and_its_state_carried_over() -> None:
+    """A resume with sign_momentum and error feedback dropped used none of the saved state, silently."""
+    from types import SimpleNamespace
+
+    strategy = GnnkitStrategy(comm="signsgd")
+    loaded: list = []
+    strategy.hook = SimpleNamespace(load_state_dict=loaded.append)
+    state = {"hook": {"steps": 3}}
+    saved = {"mode": "signsgd", "options": "SignSGD(error_feedback=True, momentum=0.9)", "world_size": 1,
+             "ranks": [state]}
+    strategy._restored = saved
+    with pytest.warns(UserWarning, match=r"checkpoint was trained with SignSGD\(error_feedback=True, momentum=0.9\), "
+                                         r"now SignSGD\(\): its state \(residuals, momentum\) carries over"):
+        strategy._apply_restored()
+    assert loaded == [state["hook"]]
+    strategy._restored = {**saved, "options": "SignSGD()"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        strategy._apply_restored()
+    assert len(loaded) == 2
+
+
+def test_ddps_unused_parameters_error_names_this_strategys_switch() -> None:
+    """Lightning's advice (strategy='ddp_find_unused_parameters_true') dropped gnnkit's communication."""
+    strategy = GnnkitStrategy(comm="topk_a2a")
+    error = RuntimeError("Expected to have finished reduction in the prior iteration before starting a new one. "
+                         "This error indicates that your module has parameters that were not used ...")
+    strategy.on_exception(error)
+    assert str(error).startswith("the LightningModule has parameters that were not used in producing the loss")
+    assert "GnnkitStrategy(comm='topk_a2a', find_unused_parameters=True)" in str(error)
+    other = RuntimeError("something else")
+    strategy.on_exception(other)
+    assert str(other) == "something else"
