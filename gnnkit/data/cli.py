@@ -221,6 +221,8 @@ def _cache_target(dataset: str | None) -> tuple[str | None, Path | None]:
     Raises:
         DatasetError: A path that is no dataset folder.
     """
+    if dataset is not None and not dataset.strip():  # "" named the current folder's
+        raise DatasetError("dataset", f"expected a dataset name or an OGB-format folder, got {dataset!r}")
     if dataset is None or not looks_like_path(dataset):
         return dataset, None
     spec = resolve(dataset)
@@ -274,13 +276,23 @@ def _cache(args: argparse.Namespace) -> int:
         problems = cache.verify(item) if args.action == "verify" else []
         bad += bool(problems)
         status = "CORRUPT" if problems else ("OK" if args.action == "verify" else "")
-        print(f"{status:8} {item.path}" + "".join(f"\n         {p}" for p in problems))
+        print(f"{status:8} {item.path} ({_entry_facts(item)})" + "".join(f"\n         {p}" for p in problems))
     for tmp in cache.stale_temps(root):
         print(f"STALE    {tmp} (left by an interrupted preprocess; 'gnnkit cache clear' removes it)")
     for tmp in _stale_temps():
         print(f"STALE    {tmp} (left by an interrupted generation or batch recording; 'gnnkit cache clear' removes it)")
     bad += _batch_caches(args)
     return 2 if unknown and args.action == "verify" else 1 if bad else 0
+
+
+def _entry_facts(entry: CacheEntry) -> str:
+    """An entry's size, when it was built and from which folder (``cache list`` printed bare paths:
+    entries built from a folder's earlier contents could not be told from the current one)."""
+    manifest = entry.manifest
+    size = sum(info["bytes"] for info in manifest["arrays"].values()) / 2**20
+    built = str(manifest.get("created", "?"))[:16].replace("T", " ")
+    folder = manifest["meta"].get("folder")
+    return f"{size:,.1f} MiB, built {built}" + (f", from {folder}" if folder else "")
 
 
 def _manifest_problem(entry: Path) -> str:

@@ -33,6 +33,9 @@ def test_preprocess_then_hit_then_verify_then_clear(capsys, make_ogb_folder):
     assert capsys.readouterr().out.strip().splitlines()[-1] == first[-1]
     assert main(["cache", "verify"]) == 0
     assert "OK" in capsys.readouterr().out
+    assert main(["cache", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert f"{first[-1]} (0.0 MiB, built 20" in listed and f", from {folder})" in listed
     arrays = list((__import__("pathlib").Path(first[-1]) / "arrays").iterdir())
     arrays[0].write_bytes(arrays[0].read_bytes()[:-9] + b"corrupted")
     assert main(["cache", "verify"]) == 1
@@ -487,6 +490,9 @@ def test_a_cache_command_for_a_name_with_nothing_cached_says_so(tmp_path, monkey
     assert (tmp_path / "cache" / "synthetic-tiny" / "abc").is_dir()
     main(["cache", "list", "synthetic-tiny"])
     assert capsys.readouterr().err == ""
+    assert main(["cache", "clear", ""]) == 2  # named the current folder's entries
+    assert capsys.readouterr().err == "gnnkit: error: dataset: expected a dataset name or an OGB-format folder, got ''\n"
+    assert (tmp_path / "cache" / "synthetic-tiny" / "abc").is_dir()
 
 
 def test_a_path_the_system_refuses_is_one_line(capsys, monkeypatch):
