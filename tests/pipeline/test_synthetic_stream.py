@@ -57,3 +57,11 @@ def test_presets_are_papers100m_at_a_twentieth():
         dataclasses.replace(small, split_fractions=(0.9, 0.2))
     with pytest.raises(ValueError, match="node_year"):
         dataclasses.replace(small, split="random")
+
+
+def test_feature_generation_says_how_far_it_is_about_every_tenth(tmp_path):
+    """The products twin's features took 48 s without a line."""
+    said: list[str] = []
+    write_binary(tmp_path / "streamed", PAPERS_LIKE, said.append, chunk_size=120)  # 10 rows a block: 400 blocks
+    rows = [line for line in said if line.startswith("features rows ")]
+    assert len(rows) == 9 and rows[0] == "features rows 400/4,000" and "features: 4,000 x 12" in said
