@@ -71,11 +71,11 @@ class SignSGD(ErrorFeedback):
     <https://arxiv.org/abs/1810.05291>).
 
     Each rank all-gathers the signs of its gradient, bit-packed in two planes (sign and non-zero:
-    16x less than float32), plus one float32 per parameter: its mean absolute gradient. The result is
-    the elementwise majority vote of the signs, a 0 abstaining (0 on a tie, and where every rank's
-    gradient is 0, as for an embedding row no batch touched or a masked weight: such elements stay
-    where they are, as under DDP), times the ranks' average of those means, so optimizers that use the magnitude (SGD)
-    keep a sensible step size; Adam-style optimizers are invariant to it. Scales per parameter (the
+    16x less than float32), plus one float32 per parameter: its mean absolute gradient. The result
+    is the elementwise majority vote of the signs, a 0 abstaining (0 on a tie, and where every
+    rank's gradient is 0, as for an embedding row no batch touched or a masked weight: such
+    elements stay where they are, as under DDP), times the ranks' average of those means, so
+    optimizers that use the magnitude (SGD) keep a sensible step size; Adam-style optimizers are invariant to it. Scales per parameter (the
     per-tensor scaled sign of Karimireddy et al.) make every parameter's update independent of how
     DDP groups parameters into buckets, which changes after DDP's first step: a resumed run
     therefore takes the same steps as an uninterrupted one.
