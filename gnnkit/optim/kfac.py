@@ -85,6 +85,9 @@ class KFACOptions:
         setting_checks.positive_number("KFAC.damping", self.damping)
         if self.kl_clip is not None:
             setting_checks.positive_number("KFAC.kl_clip", self.kl_clip)
+            if self.base != "sgd":
+                warnings.warn(f"KFAC.kl_clip bounds base='sgd' steps; base={self.base!r} normalises its own and "
+                              "leaves it unused", stacklevel=3)
         setting_checks.below_one("KFAC.factor_decay", self.factor_decay)
         for name in ("factor_update_interval", "inv_update_interval"):
             setting_checks.at_least(f"KFAC.{name}", getattr(self, name), 1, "an integer >= 1")
@@ -155,12 +158,10 @@ _BOUNDS = "a smaller lr (or kl_clip with base='sgd') keeps it in bounds"
 
 
 @contextlib.contextmanager
-def _inverting(name: str, a: Tensor, g: Tensor) -> Iterator[None]:
-    """One line for factors that cannot be inverted: NaN or inf in them (a diverged training) came
-    out of ``torch.linalg.eigh`` as a 30-line ``LinAlgError`` about an ill-conditioned input."""
-    if not bool(torch.isfinite(a).all() & torch.isfinite(g).all()):  # a host read every inversion
-        raise FloatingPointError(f"KFAC: the Kronecker factors of layer {name!r} hold NaN or inf: the training "
-                                 f"diverged; {_BOUNDS}")
+def _inverting(name: str) -> Iterator[None]:
+    """One line for factors that cannot be inverted (a 30-line ``LinAlgError`` about an
+    ill-conditioned input came out of ``torch.linalg.eigh``; NaN or inf in them is found before,
+    by :meth:`KFAC._check_finite`)."""
     try:
         yield
     except torch.linalg.LinAlgError as err:
@@ -394,6 +395,7 @@ class KFAC(torch.optim.Optimizer):
 
     def _update_inverses(self) -> None:
         opts = self.options
+        self._check_finite()
         for index, layer in enumerate(self._layers):
             state = self.state[layer.weight]
             if "A" not in state:
@@ -401,7 +403,7 @@ class KFAC(torch.optim.Optimizer):
             if self.comm is not None and not self.comm.owns(index):
                 _allocate_inverses(state, opts.inverse)
                 continue
-            with _inverting(self._layers[index].name, state["A"], state["G"]):
+            with _inverting(self._layers[index].name):
                 if opts.inverse == "eigen":
                     state["QA"], state["dA"] = eigen_inverse(state["A"])
                     state["QG"], state["dG"] = eigen_inverse(state["G"])
@@ -417,6 +419,19 @@ class KFAC(torch.optim.Optimizer):
                     self.comm.broadcast_async([state[k] for k in keys], index)
             self.comm.wait()
 
+    def _check_finite(self) -> None:
+        """Raise :class:`FloatingPointError` naming the first layer whose factors hold NaN or inf (a
+        diverged training), on every rank alike (the factors are all-reduced: an owner rank alone
+        raising left the others waiting for its broadcast), with one host read for all layers."""
+        factored = [(layer.name, self.state[layer.weight]) for layer in self._layers if "A" in self.state[layer.weight]]
+        if not factored:
+            return
+        finite = torch.stack([torch.isfinite(s["A"]).all() & torch.isfinite(s["G"]).all() for _, s in factored])
+        if not bool(finite.all()):
+            name = factored[int((~finite).nonzero()[0])][0]
+            raise FloatingPointError(f"KFAC: the Kronecker factors of layer {name!r} hold NaN or inf: the training "
+                                     f"diverged; {_BOUNDS}")
+
     def _precondition(self, layer: _Layer) -> Tensor | None:
         """Precondition the layer's gradients in place; returns ``lr^2 sum(P * V)`` for
         :meth:`_clip` (``None``: the layer had nothing to precondition)."""
@@ -429,13 +444,14 @@ class KFAC(torch.optim.Optimizer):
             grad = torch.cat([grad, layer.bias.grad[:, None]], dim=1)
         wide = state["QA" if "QA" in state else "A_inv"].dtype  # float32 factors of 16-bit weights
         result = precondition(grad.to(wide), state, self.options.damping, self.options.inverse)
+        quadratic = None
+        if self.options.kl_clip is not None:  # before the copy: without a bias, grad is weight.grad itself
+            lr = next(g["lr"] for g in self.param_groups if any(p is layer.weight for p in g["params"]))
+            quadratic = (result * grad.to(wide)).sum() * lr**2
         layer.weight.grad.copy_(result[:, : layer.weight.shape[1]])
         if layer.bias is not None and layer.bias.grad is not None:
             layer.bias.grad.copy_(result[:, -1])
-        if self.options.kl_clip is None:
-            return None
-        lr = next(g["lr"] for g in self.param_groups if any(p is layer.weight for p in g["params"]))
-        return (result * grad.to(wide)).sum() * lr**2
+        return quadratic
 
     def _clip(self, quadratic: list[Tensor | None]) -> None:
         """Scale the preconditioned gradients by ``nu`` (``kl_clip``; on the device, no host sync)."""

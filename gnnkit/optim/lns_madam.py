@@ -134,6 +134,7 @@ class LNSMadam(torch.optim.Optimizer):
         with dropped_on_error(self) as group:
             for name in ("lr", "fp_lr", "weight_decay"):
                 setting_checks.positive_number(f"LNSMadam.{name}", group[name], zero=True)
+            group.setdefault(BASE_LR, group["lr"])
 
     @staticmethod
     def quantized(param: Tensor) -> bool:
@@ -221,12 +222,17 @@ class LNSMadam(torch.optim.Optimizer):
         return {"weight_bytes": stored, "weight_bytes_fp32": fp32}
 
 
+#: A group's key for its ``lr`` as the group was made, against which :func:`fp_rate` scales.
+BASE_LR = "lr_at_start"
+
+
 def fp_rate(group: dict[str, Any]) -> float:
-    """The group's ``fp_lr`` scaled as an lr scheduler scaled its ``lr``: ``lr / initial_lr`` (torch's
-    schedulers record ``initial_lr`` when they start). A schedule (a cosine decay, a warm-up) drove
-    the quantised weights alone, and biases and norms kept training at the full ``fp_lr``."""
-    initial = group.get("initial_lr")
-    return group["fp_lr"] * (group["lr"] / initial if initial else 1.0)
+    """The group's ``fp_lr`` scaled as any lr scheduler scaled its ``lr`` since the group was made
+    (``lr / lr_at_start``; torch's ``initial_lr`` is OneCycleLR's start, 1/25 of its peak, and
+    ReduceLROnPlateau sets none). A schedule drove the quantised weights alone, and biases and norms
+    kept training at the full ``fp_lr``. A group of a checkpoint written before keeps ``fp_lr``."""
+    start = group.get(BASE_LR)
+    return group["fp_lr"] * (group["lr"] / start if start else 1.0)
 
 
 def _warn_zeros(param: Tensor) -> None:

@@ -142,6 +142,28 @@ def test_an_lr_schedule_scales_the_fp32_parameters_rate_too():
     assert ours.param_groups[0]["lr"] == 0.0 and torch.equal(bias.detach(), before)
 
 
+@pytest.mark.parametrize("schedule", ["one_cycle", "plateau"])
+def test_the_fp32_rate_follows_schedulers_that_start_elsewhere_or_record_no_start(schedule):
+    """OneCycleLR records initial_lr = max_lr / 25 (the rate rose to 25x fp_lr at its peak);
+    ReduceLROnPlateau records none (fp_lr was never reduced)."""
+    bias, ref = torch.nn.Parameter(torch.zeros(5)), torch.nn.Parameter(torch.zeros(5))
+    ours, adam = LNSMadam([bias], lr=0.01, fp_lr=0.05), torch.optim.Adam([ref], lr=0.05)
+    if schedule == "one_cycle":
+        make = [lambda opt, peak=peak: torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=peak, total_steps=6,
+                                                                                  cycle_momentum=False)
+                for peak in (0.01, 0.05)]
+    else:
+        make = [lambda opt: torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.5, patience=0)] * 2
+    schedulers = [build(opt) for build, opt in zip(make, (ours, adam))]
+    for step in range(5):
+        bias.grad, ref.grad = _grad((5,), step), _grad((5,), step)
+        ours.step()
+        adam.step()
+        for scheduler in schedulers:
+            scheduler.step(1.0) if schedule == "plateau" else scheduler.step()
+    torch.testing.assert_close(bias, ref)
+
+
 def test_state_dict_round_trip_resumes_identically():
     w, b = _weight(shape=(6, 5)), torch.nn.Parameter(torch.zeros(5))
     optimizer = LNSMadam([w, b], lr=0.02, seed=7)
