@@ -86,6 +86,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``gnnkit`` console script."""
     from pipeline import DatasetError, setup_logging
+    from pipeline.errors import WRITE_ERRORS
 
     setup_logging()
     argv = sys.argv[1:] if argv is None else argv
@@ -110,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gnnkit: error: {err}", file=sys.stderr)
         return 2
     except OSError as err:  # a path the system refused: `--run_dir /proc/x`, `--out` under a file, a full disk
-        where = err.filename if err.filename is not None else getattr(err, "gnnkit_run_dir", None)
+        where = err.filename if err.filename is not None else \
+            getattr(err, "gnnkit_run_dir", None) if err.errno in WRITE_ERRORS else None  # a write in the run
         if where is None:
             raise
         print(f"gnnkit: error: {where}: {err.strerror or err}", file=sys.stderr)

@@ -58,9 +58,12 @@ def _read(folder: Path) -> dict[str, list[int]]:
 
 def changed(folder: Path, files: list[str]) -> list[str]:
     """Those of ``files`` (relative to ``folder``) whose stat differs from their stamp, or that have
-    none (a folder without stamps, or an unreadable stamps file: every file)."""
-    stamps = _read(folder)
-    return [name for name in files if stamps.get(name) != _stamp_or_none(folder / name)]
+    none (a folder without stamps, or an unreadable stamps file: every file). A stamp in the folder
+    or one kept under ``$GNNKIT_HOME`` will do: a read-only cache's own stamps, gone stale (a
+    ``chmod -R`` moves every change time), must not hide those its readers keep."""
+    kept = (_read_file(folder / STAMPS), _read_file(_kept_elsewhere(folder)))
+    return [name for name in files if (now := _stamp_or_none(folder / name)) is None
+            or all(stamps.get(name) != now for stamps in kept)]
 
 
 def _stamp_or_none(path: Path) -> list[int] | None:

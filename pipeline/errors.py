@@ -1,7 +1,8 @@
-"""The one exception type the data pipeline raises for bad input."""
+"""The one exception type the data pipeline raises for bad input, and the folder named in a failed write."""
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,13 +25,19 @@ class DatasetError(ValueError):
         super().__init__(f"{self.where}: {problem}")
 
 
+#: ``OSError`` numbers of a write the file system refused for want of room or rights: a write names
+#: no file, and :func:`writing_under` names the folder written to.
+WRITE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+
+
 @contextmanager
 def writing_under(folder: str | Path) -> Iterator[None]:
-    """Name ``folder`` in an ``OSError`` without a file name raised inside the block (a write that
-    found the disk full names none), so the CLI says where in one line; it was a traceback."""
+    """Name ``folder`` in a :data:`WRITE_ERRORS` ``OSError`` without a file name raised inside the
+    block (a write that found the disk full names none), so the CLI says where in one line; it was
+    a traceback. Other errors (a read's ``EIO``) pass as they are."""
     try:
         yield
     except OSError as err:
-        if err.filename is not None or err.errno is None:
+        if err.filename is not None or err.errno not in WRITE_ERRORS:
             raise
         raise OSError(err.errno, err.strerror or str(err), str(folder)) from err

@@ -525,6 +525,15 @@ def test_a_path_the_system_refuses_is_one_line(capsys, monkeypatch):
     monkeypatch.setattr(data_cli, "_datasets", full_in_a_run)
     assert main(["datasets"]) == 1 and capsys.readouterr().err == "gnnkit: error: runs/r: No space left on device\n"
 
+    def files_in_a_run(args):  # not a write's error: the run folder is not to blame, the traceback stays
+        error = OSError(errno.EMFILE, "Too many open files")
+        error.gnnkit_run_dir = "runs/r"
+        raise error
+
+    monkeypatch.setattr(data_cli, "_datasets", files_in_a_run)
+    with pytest.raises(OSError, match="Too many open files"):
+        main(["datasets"])
+
 
 def test_a_full_disk_while_preprocessing_names_the_folder_written_to(tmp_path, monkeypatch, capsys):
     """A full disk mid-build (a tmpfs of 60 MB) was a 32-40 line traceback ending in OSError 28."""

@@ -79,3 +79,5 @@ def test_the_stamps_of_a_folder_gnnkit_cannot_write_to_are_kept_in_its_home(tmp_
     assert record(folder, {name: stamp(folder / name) for name in files})
     assert not (folder / checked_stamps.STAMPS).exists() and len(list((tmp_path / "home" / "checked").iterdir())) == 1
     assert changed(folder, files) == []
+    (folder / checked_stamps.STAMPS).write_text('{"a.bin": [1, 2, 3, 4]}')  # the folder's own, gone stale
+    assert changed(folder, files) == []
