@@ -37,19 +37,3 @@ def test_save_figure_writes_a_png_through_a_unique_temp_name(tmp_path: Path, mon
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len({name for _, name in names}) == 2  # two writers never share a temp file
 
-
-def test_writing_under_names_the_folder_of_a_failed_write_only():
-    import errno
-
-    import pytest
-
-    from pipeline.errors import writing_under
-
-    with pytest.raises(OSError) as full:
-        with writing_under("/cache/x"):
-            raise OSError(errno.ENOSPC, "No space left on device")
-    assert (full.value.filename, full.value.errno) == ("/cache/x", errno.ENOSPC)
-    with pytest.raises(OSError) as read:  # a read's error is not the folder's
-        with writing_under("/cache/x"):
-            raise OSError(errno.EIO, "Input/output error")
-    assert read.value.filename is None
