@@ -20,8 +20,11 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from pipeline.atomic import atomic_write_text
 from pipeline.errors import DatasetError
@@ -38,7 +41,6 @@ KNOWN_MODULES = ("gnnkit.", "pipeline.", "torch.", "torch_geometric.", "lightnin
 KEEP = 32
 
 _PACKAGE_ROOTS = (Path(__file__).resolve().parent, Path(__file__).resolve().parent.parent / "pipeline")
-_VALUE_NAME = re.compile(r"""[:-]\s*["']?([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)["']?\s*$""", re.MULTILINE)  # YAML: a.b
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
 
 
@@ -59,21 +61,47 @@ def _sources() -> list[str]:
     return found
 
 
+def _values(node: Any) -> Iterator[str]:
+    """Every string among a parsed YAML document's keys and values, nested ones too."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _values(key)
+            yield from _values(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _values(item)
+    elif isinstance(node, str):
+        yield node
+
+
 def names_other_classes(recipe: str, args: list[str]) -> bool:
-    """Whether a dotted name among ``recipe``'s values (``class_path: mypkg.Model``) or ``args``
-    (``--optimizer mypkg.Opt``) lies outside :data:`KNOWN_MODULES` (a bare ``Adam`` is torch's)."""
-    names = _VALUE_NAME.findall(recipe) + [arg.split("=")[-1] for arg in args if _DOTTED.fullmatch(arg.split("=")[-1])]
-    return any("." in name and not name.startswith(KNOWN_MODULES) for name in names)
+    """Whether a dotted name among ``recipe``'s values (``class_path: mypkg.Model``, in any YAML
+    style) or ``args`` (``--optimizer mypkg.Opt``) lies outside :data:`KNOWN_MODULES` (a bare
+    ``Adam`` is torch's), or the recipe is no YAML gnnkit can read here."""
+    try:
+        values = list(_values(yaml.safe_load(recipe))) if recipe else []
+    except yaml.YAMLError:
+        return True
+    names = [v.strip() for v in values] + [arg.split("=")[-1] for arg in args]
+    return any(_DOTTED.fullmatch(name) and not name.startswith(KNOWN_MODULES) for name in names)
+
+
+def names_other_files(args: list[str], config: str | None) -> bool:
+    """Whether ``args`` name a config file besides ``config`` (``--config extra.yaml``, ``--data
+    data.yaml``): the key holds the recipe's bytes, not theirs."""
+    return any(Path(arg.split("=")[-1]).suffix.lower() in (".yaml", ".yml", ".json") and arg.split("=")[-1] != config
+               for arg in args)
 
 
 def help_key(args: list[str], config: str | None) -> str | None:
     """The key of ``gnnkit run`` ``args``'s help, for the recipe (or run config) ``config``; ``None``
-    when it must not be kept (:func:`names_other_classes`) or the recipe cannot be read."""
+    when it must not be kept (:func:`names_other_classes`, :func:`names_other_files`) or the recipe
+    cannot be read."""
     try:
         recipe = Path(config).read_text() if config else ""
     except (OSError, UnicodeDecodeError):
         return None
-    if names_other_classes(recipe, args):
+    if names_other_classes(recipe, args) or names_other_files(args, config):
         return None
     parts = {
         "args": args,

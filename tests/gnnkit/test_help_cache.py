@@ -51,6 +51,15 @@ def test_the_key_follows_the_recipe_the_arguments_and_the_width(tmp_path, monkey
     assert help_key([str(tmp_path / "gone.yaml"), "--help"], str(tmp_path / "gone.yaml")) is None
 
 
+def test_arguments_naming_other_config_files_are_never_kept(tmp_path):
+    """The key holds the recipe's bytes alone: an edit of `--config extra.yaml` kept the old text."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(QUICKSTART.read_text())
+    assert help_key([str(recipe), "--help"], str(recipe)) is not None
+    assert help_key([str(recipe), "--config", "extra.yaml", "--help"], str(recipe)) is None
+    assert help_key([str(recipe), "--data=data.yml", "--help"], str(recipe)) is None
+
+
 def test_a_changed_source_file_of_gnnkit_changes_the_key(tmp_path, monkeypatch):
     package = tmp_path / "gnnkit"
     package.mkdir()
@@ -64,6 +73,10 @@ def test_a_changed_source_file_of_gnnkit_changes_the_key(tmp_path, monkeypatch):
 def test_classes_of_other_modules_are_never_kept():
     assert names_other_classes("model:\n  class_path: mypkg.Model\n", [])
     assert names_other_classes("optimizer: my_opt.Opt\n", [])
+    assert names_other_classes("model:\n  class_path: mypkg.Model  # mine\n", [])  # the line-end regex missed these
+    assert names_other_classes("model: {class_path: mypkg.Model}\n", [])
+    assert names_other_classes("trainer:\n  callbacks: [mypkg.CB]\n", [])
+    assert names_other_classes("model: [unclosed\n", [])  # no YAML: never kept
     assert names_other_classes("", ["--optimizer", "mypkg.Opt"]) and names_other_classes("", ["--optimizer=a.B"])
     assert not names_other_classes("model:\n  class_path: gnnkit.models.NodeGNN\noptimizer: Adam\n",
                                    ["--optimizer", "torch.optim.SGD", "--data.dataset", "/a/b.c", "--model.lr", "0.1"])
