@@ -389,13 +389,15 @@ class GnnkitStrategy(DDPStrategy):
         """Rewrite a failed collective's error into one line naming the lost rank(s), and DDP's error
         for parameters the loss did not use into what to set on this strategy (Lightning's advice,
         ``strategy='ddp_find_unused_parameters_true'``, trains with plain DDP instead)."""
-        if any(isinstance(arg, str) and UNUSED_PARAMETERS.match(arg) for arg in exception.args):
+        ddp = next((arg for arg in exception.args if isinstance(arg, str) and UNUSED_PARAMETERS.match(arg)), None)
+        if ddp is not None:  # DDP's own text follows: it names the parameters without a gradient
             exception.args = (f"the LightningModule has parameters that were not used in producing the loss "
                               f"training_step returned; if that is intended, GnnkitStrategy(comm={self.comm!r}, "
                               "find_unused_parameters=True) finds them each step (Lightning's "
                               "strategy='ddp_find_unused_parameters_true' would average with plain DDP, without "
-                              "gnnkit's communication)",)
-        super().on_exception(exception)
+                              f"gnnkit's communication). DDP said: {ddp}",)
+        else:  # DDPStrategy's rewrite would put Lightning's advice in place of DDP's text
+            super().on_exception(exception)
         failures.name_lost_ranks(exception, self.peers, self.global_rank, self.world_size, self._timeout)
 
     def __repr__(self) -> str:

@@ -362,10 +362,12 @@ def test_ddps_unused_parameters_error_names_this_strategys_switch() -> None:
     """Lightning's advice (strategy='ddp_find_unused_parameters_true') dropped gnnkit's communication."""
     strategy = GnnkitStrategy(comm="topk_a2a")
     error = RuntimeError("Expected to have finished reduction in the prior iteration before starting a new one. "
-                         "This error indicates that your module has parameters that were not used ...")
+                         "... Parameter indices which did not receive grad for rank 0: 3")
     strategy.on_exception(error)
     assert str(error).startswith("the LightningModule has parameters that were not used in producing the loss")
     assert "GnnkitStrategy(comm='topk_a2a', find_unused_parameters=True)" in str(error)
+    assert str(error).endswith("DDP said: Expected to have finished reduction in the prior iteration before "
+                               "starting a new one. ... Parameter indices which did not receive grad for rank 0: 3")
     other = RuntimeError("something else")
     strategy.on_exception(other)
     assert str(other) == "something else"
