@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import shutil
 import time
@@ -376,11 +377,13 @@ def _manifest_problem(manifest: dict[str, Any]) -> str | None:
         try:
             dtype = np.dtype(info["dtype"])
         except TypeError:
-            return f"arrays.{name}.dtype must name a numpy dtype, not {info['dtype']!r}"
+            dtype = None
+        if dtype is None or dtype.kind not in "biuf":  # objects would unpickle, void has no values
+            return f"arrays.{name}.dtype must name a numpy number dtype, not {info['dtype']!r}"
         shape = info["shape"]
-        if not all(isinstance(n, int) and n >= 0 for n in shape):
+        if not all(isinstance(n, int) and 0 <= n < 2**62 for n in shape):
             return f"arrays.{name}.shape must list sizes (integers >= 0), not {shape}"
-        if info["bytes"] != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
+        if info["bytes"] != math.prod(shape) * dtype.itemsize:
             return f"arrays.{name}.bytes must be its shape's size times its dtype's ({info['bytes']} is not)"
     return None
 
@@ -503,14 +506,20 @@ def clear(cache_root: Path, dataset: str | None = None, folder: Path | None = No
                 if temp_paths.is_stale(child):
                     temp_paths.remove(child)
                     removed += 1
-            elif child.is_dir() and (folder is None or _built_from(child) in (None, str(folder))):
+            elif child.is_dir() and not child.is_symlink() and _of_folder(child, folder):
                 shutil.rmtree(child)
                 removed += 1
             elif folder is None:
-                child.unlink()
+                child.unlink()  # a file, or a link (to a folder too: what it points to stays)
         with contextlib.suppress(OSError):  # kept while a build runs in it
             target.rmdir()
     return removed
+
+
+def _of_folder(entry: Path, folder: Path | None) -> bool:
+    """Whether ``entry`` goes with a clear of ``folder``'s entries (all: ``None``; an entry that does
+    not record its source goes with any)."""
+    return folder is None or _built_from(entry) in (None, str(folder))
 
 
 def _built_from(entry: Path) -> str | None:

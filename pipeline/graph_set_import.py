@@ -43,8 +43,8 @@ from pipeline.errors import DatasetError
 from pipeline.graph import whole
 from pipeline.graph_import import Imported, import_graph, shuffled_split
 from pipeline.graph_layout import EVAL_METRICS, edge_owners, write_graph_folder
-from pipeline.node_graph_import import (Labels, binary_task, empty_class_note, first_found, holds_both_classes,
-                                       multiclass_task)
+from pipeline.node_graph_import import (Labels, binary_task, empty_class_note, first_few, first_found,
+                                       holds_both_classes, multiclass_task)
 
 #: The per-graph arrays read (others, such as a TU dataset's ``sizes``, are left out).
 NAMES = ("x", "edge_index", "edge_attr", "y", "num_nodes", "pos")
@@ -292,8 +292,7 @@ def _task(y: np.ndarray, metric: str | None, where: str) -> Labels:
                                                "by rocauc or ap, not acc")
     values = np.where(known, y, np.nan).astype(np.float32)
     empty = np.flatnonzero(~known.any(axis=0))  # the evaluators score no such task
-    note = (f"; y column {', '.join(map(str, empty))} has no labelled graph (that task is never scored)"
-            if empty.size else "")
+    note = f"; y column {first_few(empty)} has no labelled graph (that task is never scored)" if empty.size else ""
     return Labels(values, binary_task(y.shape[1], metric or "rocauc"), known.any(axis=1), note)
 
 

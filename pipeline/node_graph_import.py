@@ -158,11 +158,15 @@ def multiclass_task(classes: int) -> dict[str, Any]:
     return {"num tasks": 1, "num classes": classes, "task type": "multiclass classification", "eval metric": "acc"}
 
 
+def first_few(values: np.ndarray, few: int = 5) -> str:
+    """``"3, 5, 8"``: the first ``few`` of ``values``, with ``", ..."`` after them when there are more."""
+    return ", ".join(map(str, values[:few])) + (", ..." if values.size > few else "")
+
+
 def empty_class_note(y: np.ndarray, classes: int, what: str) -> str:
     """``"; no node of class 3, 5"`` for the classes below ``classes`` no ``what`` has, or ``""``."""
     empty = np.flatnonzero(np.bincount(y.astype(np.int64), minlength=classes) == 0)
-    return f"; no {what} of class {', '.join(map(str, empty[:5]))}{', ...' if empty.size > 5 else ''}" if empty.size \
-        else ""
+    return f"; no {what} of class {first_few(empty)}" if empty.size else ""
 
 
 def holds_both_classes(values: np.ndarray) -> bool:

@@ -145,7 +145,11 @@ def test_builder_leaves_nothing_when_a_stream_is_incomplete(tmp_path):
     (lambda m: {**m, "arrays": {**m["arrays"], "x": {**m["arrays"]["x"], "shape": "3x4"}}},
      "malformed manifest: arrays.x.shape must be a list"),
     (lambda m: {**m, "arrays": {**m["arrays"], "x": {**m["arrays"]["x"], "dtype": "float33"}}},
-     "malformed manifest: arrays.x.dtype must name a numpy dtype, not 'float33'"),
+     "malformed manifest: arrays.x.dtype must name a numpy number dtype, not 'float33'"),
+    (lambda m: {**m, "arrays": {**m["arrays"], "x": {**m["arrays"]["x"], "dtype": "O"}}},
+     "malformed manifest: arrays.x.dtype must name a numpy number dtype, not 'O'"),
+    (lambda m: {**m, "arrays": {**m["arrays"], "x": {**m["arrays"]["x"], "shape": [10**30, 4]}}},
+     r"malformed manifest: arrays.x.shape must list sizes"),
     (lambda m: {**m, "arrays": {**m["arrays"], "x": {**m["arrays"]["x"], "dtype": "float64"}}},
      r"malformed manifest: arrays.x.bytes must be its shape's size times its dtype's \(48 is not\)"),
     (lambda m: {**m, "arrays": {**m["arrays"], "x": {**m["arrays"]["x"], "shape": [3, -4]}}},
@@ -157,8 +161,8 @@ def test_builder_leaves_nothing_when_a_stream_is_incomplete(tmp_path):
     (lambda m: {**m, "arrays": {**m["arrays"], "x": {**m["arrays"]["x"], "dtype": "int32"}}},
      "damaged manifest: it changed after it was written"),
 ], ids=["a list", "no schema", "another schema", "another key", "no checksum", "no arrays", "inputs a list",
-        "shape a string", "no dtype", "bytes of another dtype", "negative size", "another dataset", "meta edited",
-        "dtype of the same size"])
+        "shape a string", "no dtype", "object dtype", "huge size", "bytes of another dtype", "negative size",
+        "another dataset", "meta edited", "dtype of the same size"])
 def test_a_damaged_manifest_is_one_line_naming_it(tmp_path, edit, message):
     """The cache commands list such an entry as CORRUPT; they raised AttributeError and KeyError, and
     `cache verify` a TypeError for a dtype numpy does not know (the entries after it went unchecked); an
@@ -291,3 +295,11 @@ def test_labels_and_splits_damaged_past_their_checksums_are_one_line_when_opened
     entry = _publish(tmp_path, **arrays)
     with pytest.raises(DatasetError, match=f"k1: damaged entry: {problem}; 'gnnkit cache verify' checks it"):
         entry.open()
+
+
+def test_clear_unlinks_a_link_in_a_dataset_folder_and_leaves_what_it_points_to(tmp_path):
+    _publish(tmp_path / "cache")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "cache" / "g" / "linked").symlink_to(tmp_path / "elsewhere")  # rmtree refused it
+    assert cache.clear(tmp_path / "cache") == 1
+    assert (tmp_path / "elsewhere").is_dir() and not (tmp_path / "cache" / "g").exists()

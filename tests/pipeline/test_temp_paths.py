@@ -130,3 +130,15 @@ def test_a_published_folder_has_the_mode_mkdir_gives(tmp_path):
         assert (tmp_path / "private").stat().st_mode & 0o777 == 0o700
     finally:
         os.umask(old)
+
+
+def test_the_umask_is_read_without_setting_it(monkeypatch):
+    """os.umask reads it by setting it to 0 for a moment: another thread's files were anyone's."""
+    old = os.umask(0o027)
+    try:
+        calls = []
+        real = os.umask
+        monkeypatch.setattr(os, "umask", lambda mask: calls.append(mask) or real(mask))
+        assert temp_paths.current_umask() == 0o027 and calls == []
+    finally:
+        os.umask(old)
