@@ -35,6 +35,7 @@ import os
 import shutil
 import struct
 import time
+import uuid
 import zlib
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -68,6 +69,10 @@ def _dtypes() -> dict[str, torch.dtype]:
     return {str(d).removeprefix("torch."): d for d in (
         torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8,
         torch.int16, torch.int32, torch.int64, torch.bool)}
+
+
+class DamagedRecording(DatasetError):
+    """A recording whose ``seeds.npy`` is gone or damaged: its batches cannot be told apart."""
 
 
 class CorruptShard(DatasetError):
@@ -407,6 +412,7 @@ class BatchCacheWriter:
             "batches_not_cached": self.refused,
             "write_time_s": round(time.perf_counter() - self._start, 3),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "recording": uuid.uuid4().hex,  # which recording: a run that replays it keeps this in its checkpoints
         }
         (self.tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
         for file in (self.tmp / SEEDS, self.tmp / MANIFEST):  # the shards were synced as written
@@ -456,9 +462,12 @@ class BatchCache:
         self.verified: set[int] = set()
         self.shards: list[dict[str, Any]] = manifest["shards"]
         counts = np.asarray(manifest["seed_counts"], dtype=np.int64)
-        seeds = np.load(path / SEEDS, allow_pickle=False)
+        try:
+            seeds = np.load(path / SEEDS, allow_pickle=False)
+        except (OSError, ValueError) as err:  # gone, cut short, not an array
+            raise DamagedRecording(path / SEEDS, f"unreadable ({str(err).splitlines()[0]})") from None
         if seeds.shape != (int(counts.sum()),):
-            raise DatasetError(path / SEEDS, f"expected {int(counts.sum())} seed positions, found {seeds.shape}")
+            raise DamagedRecording(path / SEEDS, f"expected {int(counts.sum())} seed positions, found {seeds.shape}")
         self._seeds = np.split(seeds, np.cumsum(counts)[:-1]) if counts.size else []
         self._first = np.concatenate([[0], np.cumsum([s["batches"] for s in self.shards])]).astype(int)
 

@@ -43,6 +43,7 @@ from pipeline.batch_cache import (
     BatchCacheWriter,
     BatchRecord,
     CorruptShard,
+    DamagedRecording,
     cache_key,
     open_batch_cache,
     read_manifest,
@@ -130,6 +131,7 @@ class ReuseStats:
     loader: str = ""
     stored: str = "batches"  # or "structure" (node attributes gathered again at replay)
     device_kept_mb: float = 0.0  # shards replayed from GPU memory (ReuseConfig.device_cache_mb)
+    recording: str = ""  # the id of the recording this run made last (its manifest's "recording")
 
     def state_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -278,8 +280,17 @@ class ReuseLoader:
             return None
         if manifest.get("inputs", {}).get("recorded_epoch") != recorded:
             return None  # a recording from another point of the schedule: record anew
+        if self.stats.recording and manifest.get("recording") != self.stats.recording:
+            log.warning("reuse: %s holds another run's recording, made since this run's (same settings, the "
+                        "same cache folder); recording anew, as replaying it would train on that run's batches",
+                        self.folder)
+            return None
         if self._cache is None or self._cache.manifest != manifest:  # kept: it remembers verified shards
-            self._cache = open_batch_cache(self.folder, self._inputs(recorded), manifest)
+            try:
+                self._cache = open_batch_cache(self.folder, self._inputs(recorded), manifest)
+            except DamagedRecording as err:  # seeds.npy gone or cut: it stopped every resumed run
+                log.warning("reuse: %s; recording anew", err)
+                return None
         return self._cache
 
     def __iter__(self) -> Iterator[Data]:
@@ -347,6 +358,7 @@ class ReuseLoader:
                         "again", self.folder, err)
             return
         self.stats.cache_bytes = cache.num_bytes
+        self.stats.recording = str(cache.manifest.get("recording", ""))
         if writer.full:
             total = cache.num_batches + writer.refused
             log.warning("reuse: disk budget reached; %d of %d batches cached, so each replay epoch trains %d "

@@ -195,6 +195,30 @@ def test_damaged_shard_is_resampled_not_trained_on(tmp_path):
     assert sorted(map(_key, replayed)) == sorted(recorded)  # the same seeds, sampled afresh
 
 
+def test_another_runs_recording_in_the_folder_is_recorded_over_not_replayed(tmp_path, gnnkit_log):
+    """Two runs of the same settings share the cache folder: a resumed run replayed the other's
+    batches (those of another limit_train_batches too), without a word."""
+    mine = _datamodule(tmp_path, "c")
+    loader = mine.train_dataloader()
+    list(loader)  # records
+    other = _datamodule(tmp_path, "c")
+    list(other.train_dataloader())  # records over it, in the same folder
+    replay = list(loader)
+    assert mine.reuse_stats.epochs == {"record": 2, "replay": 0, "fresh": 0} and len(replay) == len(loader)
+    assert "holds another run's recording, made since this run's" in gnnkit_log.text
+    assert list(loader) and mine.reuse_stats.epochs["replay"] == 1  # its own recording again
+
+
+def test_a_recording_without_its_seeds_is_recorded_anew(tmp_path, gnnkit_log):
+    """A missing seeds.npy stopped every resumed run with a bare one-line error."""
+    dm = _datamodule(tmp_path, "c")
+    loader = dm.train_dataloader()
+    list(loader)
+    (tmp_path / "c" / "seeds.npy").unlink()
+    assert len(list(loader)) == len(loader) and dm.reuse_stats.epochs == {"record": 2, "replay": 0, "fresh": 0}
+    assert "seeds.npy" in gnnkit_log.text and "recording anew" in gnnkit_log.text
+
+
 def test_verify_once_checks_each_shard_in_the_first_replay_only(tmp_path, monkeypatch):
     import zlib
 
