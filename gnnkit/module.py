@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,6 +16,7 @@ from gnnkit.models.node_gnn import NodeGNN, NodeGNNOptions, resolve_model, resol
 from gnnkit.optim import module_optimizer, with_scheduler
 from gnnkit.partitioned.batch_norm import partition_batch_norms
 from gnnkit.pseudo_labels import pseudo_label_loss, pseudo_label_weight
+from gnnkit import setting_checks
 from gnnkit.setting_checks import SettingRefused
 from gnnkit.task_module import STAGES, RunLengthHooks, TaskModule
 from gnnkit.tt import TTEmbedding, auto_config
@@ -35,6 +37,17 @@ def batch_targets(batch: Data) -> Tensor:
     if target is not None:
         return target
     return torch.arange(batch.batch_size, device=batch.y.device)
+
+
+def _say_if_tt_is_not_smaller(config: Any, rank: int | None) -> None:
+    """A warning when the cores cannot take ``rank`` (capped where a core's shape bounds it) or the
+    TT table holds as many parameters as the dense one (a huge rank gave 0.91x without a word)."""
+    capped = rank is not None and max(config.ranks, default=rank) < rank
+    if capped or config.num_params >= config.dense_params:
+        note = f"model.tt_rank {rank}: capped to the cores' largest ranks {list(config.ranks)}; " if capped else ""
+        warnings.warn(f"gnnkit: {note}the TT embedding holds {config.num_params:,} parameters, "
+                      f"{config.dense_params / config.num_params:.2f}x compression against the dense table's "
+                      f"{config.dense_params:,}", stacklevel=3)
 
 
 def _check_pseudo_labels(gamma: float, full_batch: bool, multiclass: bool) -> None:
@@ -195,6 +208,7 @@ class NodeClassifier(RunLengthHooks, TaskModule):
                 num_nodes, embedding_dim, num_cores=tt_num_cores, compression=tt_compression,
                 rank=None if tt_compression is not None else tt_rank, init=tt_init, hot_rows=tt_hot_rows,
             )
+            _say_if_tt_is_not_smaller(config, tt_rank if tt_compression is None else None)
             self.embedding = TTEmbedding(config, order=torch.arange(num_nodes) if tt_reorder else None)
         elif embedding_dim:
             self.embedding = nn.Embedding(num_nodes, embedding_dim)
@@ -217,6 +231,10 @@ class NodeClassifier(RunLengthHooks, TaskModule):
                              f"got {full['weight_decay_scope']!r}")
         if full["embedding"] not in EMBEDDINGS:
             raise ValueError(f"model.embedding: expected one of {list(EMBEDDINGS)}, got {full['embedding']!r}")
+        if full["tt_compression"] is not None and full["tt_rank"] is not None:  # the rank was dropped silently
+            raise ValueError(f"model.tt_rank: the TT ranks follow model.tt_compression, which is set "
+                             f"({full['tt_compression']}); give --model.tt_compression null with --model.tt_rank")
+        setting_checks.optional_at_least("model.tt_rank", full["tt_rank"], 1, "an integer >= 1 (or null)")
         resolve_model_setting(full["model"])
         _gnn_options(full)
         return full
