@@ -42,9 +42,10 @@ def batch_targets(batch: Data) -> Tensor:
 def _say_if_tt_is_not_smaller(config: Any, rank: int | None) -> None:
     """A warning when the cores cannot take ``rank`` (capped where a core's shape bounds it) or the
     TT table holds as many parameters as the dense one (a huge rank gave 0.91x without a word)."""
-    capped = rank is not None and max(config.ranks, default=rank) < rank
+    capped = rank is not None and any(r < rank for r in config.ranks)
     if capped or config.num_params >= config.dense_params:
-        note = f"model.tt_rank {rank}: capped to the cores' largest ranks {list(config.ranks)}; " if capped else ""
+        note = f"model.tt_rank {rank}: capped where the cores' shapes bound it, {list(config.ranks)}; " \
+            if capped else ""
         warnings.warn(f"gnnkit: {note}the TT embedding holds {config.num_params:,} parameters, "
                       f"{config.dense_params / config.num_params:.2f}x compression against the dense table's "
                       f"{config.dense_params:,}", stacklevel=3)
@@ -208,6 +209,9 @@ class NodeClassifier(RunLengthHooks, TaskModule):
                 num_nodes, embedding_dim, num_cores=tt_num_cores, compression=tt_compression,
                 rank=None if tt_compression is not None else tt_rank, init=tt_init, hot_rows=tt_hot_rows,
             )
+            if tt_compression is not None and tt_rank is not None:  # the rank was dropped silently
+                warnings.warn(f"gnnkit: model.tt_rank {tt_rank} is unused: model.tt_compression {tt_compression} "
+                              "sets the TT ranks (--model.tt_compression null lets the rank set them)", stacklevel=2)
             _say_if_tt_is_not_smaller(config, tt_rank if tt_compression is None else None)
             self.embedding = TTEmbedding(config, order=torch.arange(num_nodes) if tt_reorder else None)
         elif embedding_dim:
@@ -231,9 +235,6 @@ class NodeClassifier(RunLengthHooks, TaskModule):
                              f"got {full['weight_decay_scope']!r}")
         if full["embedding"] not in EMBEDDINGS:
             raise ValueError(f"model.embedding: expected one of {list(EMBEDDINGS)}, got {full['embedding']!r}")
-        if full["tt_compression"] is not None and full["tt_rank"] is not None:  # the rank was dropped silently
-            raise ValueError(f"model.tt_rank: the TT ranks follow model.tt_compression, which is set "
-                             f"({full['tt_compression']}); give --model.tt_compression null with --model.tt_rank")
         setting_checks.optional_at_least("model.tt_rank", full["tt_rank"], 1, "an integer >= 1 (or null)")
         resolve_model_setting(full["model"])
         _gnn_options(full)

@@ -198,8 +198,13 @@ class LNSMadam(torch.optim.Optimizer):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """torch's loader casts floating state to the parameter's dtype and the rest only moves; the
         codes come back as ``int8`` (exact: they are small integers) and the parameters are set to
-        the decoded codes."""
+        the decoded codes. A group of a checkpoint written before ``lr_at_start`` takes this
+        optimizer's (the run's configured lr), so :func:`fp_rate` follows its schedule too."""
+        starts = [group.get(BASE_LR) for group in self.param_groups]
         super().load_state_dict(state_dict)
+        for group, start in zip(self.param_groups, starts):
+            if start is not None:
+                group.setdefault(BASE_LR, start)
         with torch.no_grad():
             for param in self._params():
                 state = self.state.get(param, {})
@@ -230,7 +235,7 @@ def fp_rate(group: dict[str, Any]) -> float:
     """The group's ``fp_lr`` scaled as any lr scheduler scaled its ``lr`` since the group was made
     (``lr / lr_at_start``; torch's ``initial_lr`` is OneCycleLR's start, 1/25 of its peak, and
     ReduceLROnPlateau sets none). A schedule drove the quantised weights alone, and biases and norms
-    kept training at the full ``fp_lr``. A group of a checkpoint written before keeps ``fp_lr``."""
+    kept training at the full ``fp_lr``."""
     start = group.get(BASE_LR)
     return group["fp_lr"] * (group["lr"] / start if start else 1.0)
 

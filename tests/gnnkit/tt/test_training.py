@@ -77,17 +77,18 @@ def test_tt_reorder_without_an_order_in_the_data_fails_clearly(tmp_path):
         _trainer(tmp_path, 1).fit(model, datamodule=dm)
 
 
-def test_a_tt_rank_beside_a_compression_target_is_refused_before_the_data():
-    """The recipes' tt_compression took over and --model.tt_rank 2 did nothing, without a word."""
-    with pytest.raises(ValueError, match=r"^model.tt_rank: the TT ranks follow model.tt_compression, which is set "
-                                         r"\(1000\); give --model.tt_compression null with --model.tt_rank$"):
-        NodeClassifier.check_settings({"embedding": "tt", "embedding_dim": 8, "tt_compression": 1000, "tt_rank": 2})
+def test_a_tt_rank_beside_a_compression_target_is_said_to_be_unused(ordered_tiny):
+    """The recipes' tt_compression took over and --model.tt_rank 2 did nothing, without a word (a warning,
+    not a refusal: a run or checkpoint of both settings must still resume and load)."""
+    with pytest.warns(UserWarning, match=r"gnnkit: model.tt_rank 2 is unused: model.tt_compression 20 sets the TT "
+                                         r"ranks \(--model.tt_compression null lets the rank set them\)"):
+        _model(ordered_tiny, embedding="tt", tt_compression=20, tt_rank=2)
     with pytest.raises(ValueError, match=r"^model.tt_rank: expected an integer >= 1 \(or null\), got 0$"):
         NodeClassifier.check_settings({"embedding": "tt", "embedding_dim": 8, "tt_rank": 0})
 
 
 def test_a_rank_the_cores_cap_or_a_table_no_smaller_than_the_dense_one_is_said(ordered_tiny):
     """tt_rank 100000 gave ranks [120, 60] and 0.91x compression without a line."""
-    with pytest.warns(UserWarning, match=r"gnnkit: model.tt_rank 100000: capped to the cores' largest ranks \[.*\]; "
-                                         r"the TT embedding holds [\d,]+ parameters, 0\.\d\dx compression"):
+    with pytest.warns(UserWarning, match=r"gnnkit: model.tt_rank 100000: capped where the cores' shapes bound it, "
+                                         r"\[.*\]; the TT embedding holds [\d,]+ parameters, 0\.\d\dx compression"):
         _model(ordered_tiny, embedding="tt", tt_rank=100000)
