@@ -35,7 +35,6 @@ import os
 import shutil
 import struct
 import time
-import uuid
 import zlib
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -96,6 +95,17 @@ def cache_key(inputs: dict[str, Any]) -> str:
     """SHA-256 of the inputs that make a batch cache valid (graph, sampler settings, dtypes)."""
     blob = json.dumps({"format": FORMAT_VERSION, **inputs}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def recording_id(inputs: dict[str, Any], shards: list[dict[str, Any]], seeds: list[np.ndarray]) -> str:
+    """Which batches a recording holds: a hash of its inputs, its shards' CRC-32s and its batches'
+    seeds. A run keeps it in its checkpoints, so a resumed run tells its own recording from another
+    run's in the shared folder; two runs that recorded the same batches have the same id."""
+    digest = hashlib.sha256(json.dumps([inputs, [s["crc32"] for s in shards]], sort_keys=True).encode())
+    for batch in seeds:
+        digest.update(np.ascontiguousarray(batch, dtype=np.int64).tobytes())
+        digest.update(b"|")
+    return digest.hexdigest()[:32]
 
 
 def disk_headroom(free: int) -> int:
@@ -412,7 +422,7 @@ class BatchCacheWriter:
             "batches_not_cached": self.refused,
             "write_time_s": round(time.perf_counter() - self._start, 3),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "recording": uuid.uuid4().hex,  # which recording: a run that replays it keeps this in its checkpoints
+            "recording": recording_id(self.inputs, self.shards, self.seeds),
         }
         (self.tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
         for file in (self.tmp / SEEDS, self.tmp / MANIFEST):  # the shards were synced as written
@@ -464,7 +474,7 @@ class BatchCache:
         counts = np.asarray(manifest["seed_counts"], dtype=np.int64)
         try:
             seeds = np.load(path / SEEDS, allow_pickle=False)
-        except (OSError, ValueError) as err:  # gone, cut short, not an array
+        except (OSError, ValueError, EOFError) as err:  # gone, cut short (empty: EOFError), not an array
             raise DamagedRecording(path / SEEDS, f"unreadable ({str(err).splitlines()[0]})") from None
         if seeds.shape != (int(counts.sum()),):
             raise DamagedRecording(path / SEEDS, f"expected {int(counts.sum())} seed positions, found {seeds.shape}")

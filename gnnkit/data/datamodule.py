@@ -370,7 +370,7 @@ class GraphDataModule(PrecisionBatches):
         uninterrupted run would draw). Collective in distributed runs (every rank calls it)."""
         state: dict[str, Any] = {"graph": self.entry.key}
         if self.reuse is not None:
-            state["reuse_stats"] = self.reuse_stats.state_dict()
+            state["reuse_stats"] = self.reuse_stats.checkpoint_state()
         if not self.full_batch:
             state["samplers"] = gather_ranks({stage: self._sampler_state(stage) for stage in self._samplers
                                               if stage in ("train", "val")})
@@ -396,7 +396,7 @@ class GraphDataModule(PrecisionBatches):
         if not fitting(self.trainer):
             return
         if "reuse_stats" in state_dict:
-            self.reuse_stats.load_state_dict(state_dict["reuse_stats"])
+            self.reuse_stats.restore(state_dict["reuse_stats"])
         if "samplers" in state_dict:
             mine = my_rank_state(state_dict["samplers"], "the sampler state")
             self._sampler_states = dict(mine or {})

@@ -296,7 +296,7 @@ class LinkDataModule(PrecisionBatches):
         if not self.full_batch:
             state["samplers"] = gather_ranks({stage: sampler.state_dict() for stage, sampler in self._samplers.items()
                                               if stage in ("train", "val")})
-        return {**state, "reuse_stats": self.reuse_stats.state_dict()} if self.reuse is not None else state
+        return {**state, "reuse_stats": self.reuse_stats.checkpoint_state()} if self.reuse is not None else state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore them when resuming a fit (not when testing a checkpoint): fresh generators drew the
@@ -309,7 +309,7 @@ class LinkDataModule(PrecisionBatches):
         if "samplers" in state_dict:
             self._sampler_states = dict(my_rank_state(state_dict["samplers"], "the sampler state") or {})
         if "reuse_stats" in state_dict:
-            self.reuse_stats.load_state_dict(state_dict["reuse_stats"])
+            self.reuse_stats.restore(state_dict["reuse_stats"])
 
     # -- batches --
     def _full_graph(self) -> Data:

@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from gnnkit.rank_state import gather_ranks, my_rank_state
 from gnnkit.setting_checks import is_finite, is_whole
 from pipeline import DatasetError, log, paths
 from pipeline.batch_cache import (
@@ -139,6 +140,20 @@ class ReuseStats:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for key, value in state.items():
             setattr(self, key, value)
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What a checkpoint keeps: the counts, and every rank's recording id (each rank records its
+        own batches, in a folder of its own: rank 0's id alone made every other rank record anew
+        on resume). Collective in distributed runs."""
+        return {**self.state_dict(), "recording": gather_ranks(self.recording)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Load :meth:`checkpoint_state`'s dict, this rank's recording id among those kept (a
+        checkpoint of before the ids has none: its recording is replayed unchecked, as then)."""
+        recordings = state.get("recording", "")
+        self.load_state_dict({key: value for key, value in state.items() if key != "recording"})
+        mine = my_rank_state(recordings, "the reuse recordings") if isinstance(recordings, list) else recordings
+        self.recording = mine if isinstance(mine, str) else ""
 
 
 def to_record(batch: Data, skip: Collection[str] = ()) -> BatchRecord:

@@ -197,26 +197,58 @@ def test_damaged_shard_is_resampled_not_trained_on(tmp_path):
 
 def test_another_runs_recording_in_the_folder_is_recorded_over_not_replayed(tmp_path, gnnkit_log):
     """Two runs of the same settings share the cache folder: a resumed run replayed the other's
-    batches (those of another limit_train_batches too), without a word."""
+    batches (those of another limit_train_batches), without a word."""
     mine = _datamodule(tmp_path, "c")
     loader = mine.train_dataloader()
     list(loader)  # records
-    other = _datamodule(tmp_path, "c")
-    list(other.train_dataloader())  # records over it, in the same folder
+    other = iter(_datamodule(tmp_path, "c").train_dataloader())
+    for _ in range(3):  # a run of fewer batches an epoch records over it, in the same folder
+        next(other)
+    other.close()
     replay = list(loader)
     assert mine.reuse_stats.epochs == {"record": 2, "replay": 0, "fresh": 0} and len(replay) == len(loader)
     assert "holds another run's recording, made since this run's" in gnnkit_log.text
     assert list(loader) and mine.reuse_stats.epochs["replay"] == 1  # its own recording again
 
 
-def test_a_recording_without_its_seeds_is_recorded_anew(tmp_path, gnnkit_log):
-    """A missing seeds.npy stopped every resumed run with a bare one-line error."""
+def test_a_recording_of_the_same_batches_by_another_run_is_replayed(tmp_path, gnnkit_log):
+    """An lr sweep's runs share data settings and seed: they record the same batches, the same id."""
+    torch.manual_seed(0)  # as seed_everything starts each run
+    mine = _datamodule(tmp_path, "c")
+    loader = mine.train_dataloader()
+    list(loader)
+    torch.manual_seed(0)
+    list(_datamodule(tmp_path, "c").train_dataloader())  # the same batches, over it
+    list(loader)
+    assert mine.reuse_stats.epochs == {"record": 1, "replay": 1, "fresh": 0}
+    assert "another run's recording" not in gnnkit_log.text
+
+
+def test_each_rank_keeps_its_own_recording_id_in_checkpoints():
+    """Rank 0's id alone made every other rank record anew on a resume."""
+    from gnnkit.data.reuse import ReuseStats
+
+    stats = ReuseStats(recording="abc")
+    state = stats.checkpoint_state()
+    assert state["recording"] == ["abc"]  # gathered: one per rank
+    restored = ReuseStats()
+    restored.restore(state)
+    assert restored.recording == "abc" and restored.state_dict() == stats.state_dict()
+    older = ReuseStats()
+    older.restore({key: value for key, value in stats.state_dict().items() if key != "recording"})
+    assert older.recording == ""  # a checkpoint of before the ids: replayed unchecked
+
+
+@pytest.mark.parametrize("damage", ["gone", "empty"])
+def test_a_recording_without_its_seeds_is_recorded_anew(tmp_path, gnnkit_log, damage):
+    """A missing seeds.npy stopped every resumed run with a bare one-line error, an empty one with EOFError."""
     dm = _datamodule(tmp_path, "c")
     loader = dm.train_dataloader()
     list(loader)
-    (tmp_path / "c" / "seeds.npy").unlink()
+    seeds = tmp_path / "c" / "seeds.npy"
+    seeds.unlink() if damage == "gone" else seeds.write_bytes(b"")
     assert len(list(loader)) == len(loader) and dm.reuse_stats.epochs == {"record": 2, "replay": 0, "fresh": 0}
-    assert "seeds.npy" in gnnkit_log.text and "recording anew" in gnnkit_log.text
+    assert "seeds.npy: unreadable" in gnnkit_log.text and "recording anew" in gnnkit_log.text
 
 
 def test_verify_once_checks_each_shard_in_the_first_replay_only(tmp_path, monkeypatch):
