@@ -582,7 +582,7 @@ def feature_blocks(spec: SyntheticSpec, model: NodeModel, progress: Callable[[st
     key = _key(spec.seed, "features")
     rows = max(1, chunk // f)
     blocks = (spec.num_nodes + rows - 1) // rows
-    tenth = max(1, blocks // 10)  # a line every tenth: the products twin's 2.4M rows took 48 s without one
+    tenth = math.ceil(blocks / 10)  # a line every tenth: the products twin's 2.4M rows took 48 s without one
     for i, lo in enumerate(range(0, spec.num_nodes, rows), 1):
         hi = min(spec.num_nodes, lo + rows)
         block = cr.normal(key, lo * f, (hi - lo) * f).astype(np.float32).reshape(hi - lo, f)

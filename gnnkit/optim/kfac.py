@@ -85,9 +85,6 @@ class KFACOptions:
         setting_checks.positive_number("KFAC.damping", self.damping)
         if self.kl_clip is not None:
             setting_checks.positive_number("KFAC.kl_clip", self.kl_clip)
-            if self.base != "sgd":
-                warnings.warn(f"KFAC.kl_clip bounds base='sgd' steps; base={self.base!r} normalises its own and "
-                              "leaves it unused", stacklevel=3)
         setting_checks.below_one("KFAC.factor_decay", self.factor_decay)
         for name in ("factor_update_interval", "inv_update_interval"):
             setting_checks.at_least(f"KFAC.{name}", getattr(self, name), 1, "an integer >= 1")
@@ -95,6 +92,9 @@ class KFACOptions:
             raise ValueError(f"KFAC.inverse: expected one of {INVERSES}, got {self.inverse!r}")
         if self.base not in BASES:
             raise ValueError(f"KFAC.base: expected one of {BASES}, got {self.base!r}")
+        if self.kl_clip is not None and self.base != "sgd":
+            warnings.warn(f"KFAC.kl_clip bounds base='sgd' steps; base={self.base!r} normalises its own and "
+                          "leaves it unused", stacklevel=3)
 
 
 def is_linear(module: nn.Module) -> bool:
@@ -445,7 +445,8 @@ class KFAC(torch.optim.Optimizer):
         wide = state["QA" if "QA" in state else "A_inv"].dtype  # float32 factors of 16-bit weights
         result = precondition(grad.to(wide), state, self.options.damping, self.options.inverse)
         quadratic = None
-        if self.options.kl_clip is not None:  # before the copy: without a bias, grad is weight.grad itself
+        if self.options.kl_clip is not None and self.options.base == "sgd":  # read before the copy: it is
+            # weight.grad itself where the layer has no bias
             lr = next(g["lr"] for g in self.param_groups if any(p is layer.weight for p in g["params"]))
             quadratic = (result * grad.to(wide)).sum() * lr**2
         layer.weight.grad.copy_(result[:, : layer.weight.shape[1]])
