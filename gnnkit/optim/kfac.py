@@ -337,8 +337,10 @@ class KFAC(torch.optim.Optimizer):
             self._update_factors(defer=not inverting)
         if inverting:
             self._update_inverses()
-        quadratic = [self._precondition(layer) for layer in self._layers]
-        if self.options.kl_clip is not None and self.options.base == "sgd":
+        clipping = self.options.kl_clip is not None and self.options.base == "sgd"
+        lrs = {id(p): g["lr"] for g in self.param_groups for p in g["params"]} if clipping else {}
+        quadratic = [self._precondition(layer, lrs.get(id(layer.weight))) for layer in self._layers]
+        if clipping:
             self._clip(quadratic)
         for group in self.param_groups:
             for param in group["params"]:
@@ -432,9 +434,10 @@ class KFAC(torch.optim.Optimizer):
             raise FloatingPointError(f"KFAC: the Kronecker factors of layer {name!r} hold NaN or inf: the training "
                                      f"diverged; {_BOUNDS}")
 
-    def _precondition(self, layer: _Layer) -> Tensor | None:
-        """Precondition the layer's gradients in place; returns ``lr^2 sum(P * V)`` for
-        :meth:`_clip` (``None``: the layer had nothing to precondition)."""
+    def _precondition(self, layer: _Layer, lr: float | None = None) -> Tensor | None:
+        """Precondition the layer's gradients in place; with the layer's ``lr`` (when clipping),
+        returns ``lr^2 sum(P * V)`` for :meth:`_clip` (``None``: not clipping, or the layer had
+        nothing to precondition)."""
         state = self.state[layer.weight]
         ready = "QA" in state or "A_inv" in state
         if layer.weight.grad is None or not ready:
@@ -445,9 +448,7 @@ class KFAC(torch.optim.Optimizer):
         wide = state["QA" if "QA" in state else "A_inv"].dtype  # float32 factors of 16-bit weights
         result = precondition(grad.to(wide), state, self.options.damping, self.options.inverse)
         quadratic = None
-        if self.options.kl_clip is not None and self.options.base == "sgd":  # read before the copy: it is
-            # weight.grad itself where the layer has no bias
-            lr = next(g["lr"] for g in self.param_groups if any(p is layer.weight for p in g["params"]))
+        if lr is not None:  # read grad before the copy: it is weight.grad itself where the layer has no bias
             quadratic = (result * grad.to(wide)).sum() * lr**2
         layer.weight.grad.copy_(result[:, : layer.weight.shape[1]])
         if layer.bias is not None and layer.bias.grad is not None:
