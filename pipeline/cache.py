@@ -81,56 +81,53 @@ class CacheEntry:
 
     def array(self, name: str) -> torch.Tensor:
         """Memory-map one array as a (read-only backed) tensor, without copying."""
-        import torch
-
-        values = self.numpy(name)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # "non-writable tensor": documented above
-            return torch.from_numpy(values)
-
-    def check_csr(self) -> None:
-        """Check the CSR's structure (:func:`_check_csr_arrays`): a damaged byte in it failed later,
-        deep in a run, with a traceback (``Adjacency: indices must lie in [0, N)``).
-
-        Raises:
-            DatasetError: Naming the entry and the commands that check and rebuild it.
-        """
-        _check_csr_arrays(self.path, self.numpy("indptr"), self.numpy("indices"))
+        return _tensor(self.numpy(name))
 
     def open(self) -> CanonicalGraph:
-        """The cached canonical graph, every array memory-mapped, its CSR checked (:meth:`check_csr`)."""
-        arrays = self.manifest["arrays"]
-        extra = {n.removeprefix("extra."): self.array(n) for n in arrays if n.startswith("extra.")}
-        self.check_csr()
-        self.check_labels_and_splits()
-        return CanonicalGraph(
-            indptr=self.array("indptr"),
-            indices=self.array("indices"),
-            x=self.array("x") if "x" in arrays else None,
-            y=self.array("y"),
-            split={s: self.array(f"split.{s}") for s in ("train", "valid", "test")},
-            meta=dict(self.manifest["meta"]),
-            extra=extra,
-        )
-
-    def check_labels_and_splits(self) -> None:
-        """Check that class labels lie in ``[-1, num_classes)`` and split indices are nodes (one
-        pass over each): a byte flipped in them failed deep in a run (``IndexError: Target 69 is out
-        of bounds``), where the checksums are not compared (:func:`lookup` compares those of files
-        written to since).
+        """The cached canonical graph, every array memory-mapped once, its CSR, class labels and
+        splits checked on those mappings (:func:`_check_csr_arrays`, :func:`_check_labels_and_splits`):
+        a damaged byte in them failed deep in a run (``Adjacency: indices must lie in [0, N)``,
+        ``IndexError: Target 69 is out of bounds``), where the checksums are not compared
+        (:func:`lookup` compares those of files written to since).
 
         Raises:
             DatasetError: Naming the entry and the commands that check and rebuild it.
         """
-        nodes = int(self.manifest["arrays"]["indptr"]["shape"][0]) - 1
-        y, classes = self.numpy("y"), self.manifest["meta"].get("num_classes")
-        if y.ndim == 1 and y.size and np.issubdtype(y.dtype, np.integer) and isinstance(classes, int) and \
-                (int(y.min()) < -1 or int(y.max()) >= classes):
-            raise _damaged(self.path, f"its class labels leave [-1, {classes})")
-        for name in ("train", "valid", "test"):
-            idx = self.numpy(f"split.{name}")
-            if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= nodes):
-                raise _damaged(self.path, f"its {name} split holds node ids outside [0, {nodes:,})")
+        arrays = {name: self.numpy(name) for name in self.manifest["arrays"]}
+        _check_csr_arrays(self.path, arrays["indptr"], arrays["indices"])
+        _check_labels_and_splits(self.path, arrays, self.manifest["meta"].get("num_classes"))
+        tensors = {name: _tensor(values) for name, values in arrays.items()}
+        return CanonicalGraph(
+            indptr=tensors["indptr"],
+            indices=tensors["indices"],
+            x=tensors.get("x"),
+            y=tensors["y"],
+            split={s: tensors[f"split.{s}"] for s in ("train", "valid", "test")},
+            meta=dict(self.manifest["meta"]),
+            extra={n.removeprefix("extra."): t for n, t in tensors.items() if n.startswith("extra.")},
+        )
+
+
+def _tensor(values: np.ndarray) -> torch.Tensor:
+    """A tensor over ``values`` (a read-only mapping), without copying."""
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "non-writable tensor": documented above
+        return torch.from_numpy(values)
+
+
+def _check_labels_and_splits(path: Path, arrays: dict[str, np.ndarray], classes: Any) -> None:
+    """Raise :func:`_damaged` unless class labels lie in ``[-1, classes)`` and split indices are
+    nodes (one pass over each)."""
+    nodes, y = len(arrays["indptr"]) - 1, arrays["y"]
+    if y.ndim == 1 and y.size and np.issubdtype(y.dtype, np.integer) and isinstance(classes, int) and \
+            (int(y.min()) < -1 or int(y.max()) >= classes):
+        raise _damaged(path, f"its class labels leave [-1, {classes})")
+    for name in ("train", "valid", "test"):
+        idx = arrays[f"split.{name}"]
+        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= nodes):
+            raise _damaged(path, f"its {name} split holds node ids outside [0, {nodes:,})")
 
 
 #: Entries with more edges than this are not range-checked when opened (a scan of every index of
