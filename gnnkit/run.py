@@ -340,6 +340,28 @@ def run(recipe: str, overrides: list[str], plan: RunPlan | None = None) -> dict[
         return {}
     new_parents = _new_folders(plan.run_dir.parent)  # what making the run folder makes, if it is new
     new_folder = plan.claim or not plan.run_dir.exists()
+    with contextlib.ExitStack() as held:
+        if not new_folder:  # a folder another run may be using: refused before the data is read (minutes)
+            held.enter_context(run_folder_lock(plan.run_dir))
+        cli, run_dir = _parsed(plan, task)
+        say_what_the_folder_holds(plan)
+        run_dir.mkdir(parents=True, exist_ok=True)  # only now: a run that only parses writes nothing
+        if new_folder:  # no other run can be using a folder this one just made, until now
+            held.enter_context(run_folder_lock(run_dir))  # before: a run refused for another's lock removes nothing
+        made = [run_dir, *new_parents] if new_folder else []
+        with (_environment(RUN_DIR_ENV, str(run_dir)),  # the ranks Lightning starts use this folder too
+              _undone_if_refused(run_dir, made) as aside):
+            return _train_and_test(plan, cli, task, aside)
+
+
+def _parsed(plan: RunPlan, task: str) -> tuple[GnnkitCLI, Path]:
+    """The run's LightningCLI (model, data and trainer built) and its folder, the checks that need
+    them passed.
+
+    Raises:
+        ResumeError: A setting the classes refused, another graph or weights that do not fit the
+            checkpoint, or partitions for another rank count: one line.
+    """
     with claimed_run_dir(plan) as run_dir:  # a new folder of its own, removed again if parsing fails
         try:
             cli = _cli(run_dir, ["--config", plan.config, *plan.overrides], resumed=plan.resumed, task=task)
@@ -353,13 +375,7 @@ def run(recipe: str, overrides: list[str], plan: RunPlan | None = None) -> dict[
             raise
         except (ValueError, MisconfigurationException) as err:  # a setting the classes refused: one line
             raise ResumeError(_refused(err)) from err
-    say_what_the_folder_holds(plan)
-    run_dir.mkdir(parents=True, exist_ok=True)  # only now: a run that only parses writes nothing
-    made = [run_dir, *new_parents] if new_folder else []
-    with (_environment(RUN_DIR_ENV, str(run_dir)),  # the ranks Lightning starts use this folder too
-          run_folder_lock(run_dir),  # before: a run refused for another's lock removes nothing
-          _undone_if_refused(run_dir, made) as aside):
-        return _train_and_test(plan, cli, task, aside)
+    return cli, run_dir
 
 
 def _ckpt_option(plan: RunPlan) -> str:

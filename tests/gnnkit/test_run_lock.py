@@ -32,3 +32,15 @@ def test_a_run_into_a_folder_another_run_holds_is_refused_and_writes_nothing(tmp
         with pytest.raises(ResumeError, match="another gnnkit run is using this folder"):
             run(QUICKSTART, ["--trainer.max_epochs", "1", "--run_dir", str(tmp_path)])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_busy_folder_is_refused_before_the_data_is_read(tmp_path, monkeypatch):
+    """The refusal came after the datamodule was built: minutes of preprocessing on a cache miss."""
+    monkeypatch.setenv("GNNKIT_NATIVE", "0")
+    monkeypatch.setenv(RUN_DIR_ENV, "")
+    monkeypatch.setenv("GNNKIT_HOME", str(tmp_path / "home"))  # an empty cache: building would preprocess
+    (tmp_path / "run").mkdir()
+    with run_folder_lock(tmp_path / "run"):
+        with pytest.raises(ResumeError, match="another gnnkit run is using this folder"):
+            run(QUICKSTART, ["--trainer.max_epochs", "1", "--run_dir", str(tmp_path / "run")])
+    assert not (tmp_path / "home" / "cache").exists()
