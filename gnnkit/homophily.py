@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from pipeline import CanonicalGraph
-from pipeline.homophily import MIN_EDGES, of_label_pairs
+from pipeline.homophily import MIN_EDGES, class_ids, of_label_pairs
 
 #: Training nodes whose edges are read at most (a seeded sample beyond it).
 MAX_NODES = 100_000
@@ -32,14 +32,10 @@ MAX_NODES = 100_000
 def class_labels(graph: CanonicalGraph) -> Tensor | None:
     """``int64 [N]`` class labels with -1 for unlabelled nodes, or ``None`` when the task has none
     (several tasks, regression)."""
-    y = graph.y
-    if y.dim() == 2:
-        if y.shape[1] != 1 or "classification" not in str(graph.meta.get("task_type", "")):
-            return None
-        y = y[:, 0]
-    if y.is_floating_point():  # a binary task: 0/1, NaN unlabelled
-        y = torch.where(torch.isnan(y), torch.full_like(y, -1), y)
-    return y.to(torch.int64)
+    if graph.y.dim() == 2 and "classification" not in str(graph.meta.get("task_type", "")):
+        return None
+    ids = class_ids(graph.y.numpy())  # a binary task's 0/1 floats too, NaN unlabelled
+    return None if ids is None else torch.from_numpy(ids)
 
 
 def adjusted_homophily(graph: CanonicalGraph, max_nodes: int = MAX_NODES, seed: int = 0,

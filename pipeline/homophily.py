@@ -39,21 +39,29 @@ def of_label_pairs(first: np.ndarray, second: np.ndarray, min_edges: int = MIN_E
     return (None if chance >= 1.0 else (same - chance) / (1.0 - chance)), edges
 
 
+def class_ids(labels: np.ndarray) -> np.ndarray | None:
+    """``int64 [N]`` class ids of ``[N]`` or ``[N, 1]`` labels, -1 for unlabelled nodes (NaN in float
+    labels, OGB's binary tasks), or ``None`` when they hold no classes (several tasks, real values)."""
+    labels = np.asarray(labels).reshape(len(labels), -1)
+    if labels.shape[1] != 1:
+        return None  # several tasks: no classes
+    y = labels[:, 0]
+    if y.dtype.kind == "f":  # class ids as floats, NaN unlabelled
+        known = ~np.isnan(y)
+        if not np.array_equal(y[known], np.round(y[known])):
+            return None  # real values: no classes
+        y = np.where(known, y, -1)
+    return y.astype(np.int64)
+
+
 def of_edge_list(edge_index: np.ndarray, labels: np.ndarray, train: np.ndarray,
                  undirected: bool) -> float | None:
     """The adjusted homophily of a graph given as an edge list (``gnnkit import``'s arrays, before
     any cache entry), as :mod:`gnnkit.homophily` measures a cached one: the edges between labelled
     ``train`` nodes, self loops left out, both directions of each when ``undirected``."""
-    labels = np.asarray(labels).reshape(len(labels), -1)
-    if labels.shape[1] != 1:
-        return None  # several tasks: no classes
-    y = labels[:, 0]
-    if y.dtype.kind == "f":  # class ids as floats, NaN unlabelled (OGB's binary tasks)
-        known = ~np.isnan(y)
-        if not np.array_equal(y[known], np.round(y[known])):
-            return None  # real values: no classes
-        y = np.where(known, y, -1)
-    y = y.astype(np.int64)
+    y = class_ids(labels)
+    if y is None:
+        return None
     labelled = np.zeros(len(y), dtype=bool)
     labelled[train[y[train] >= 0]] = True
     src, dst = (np.asarray(a, dtype=np.int64) for a in edge_index)
